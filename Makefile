@@ -1,0 +1,74 @@
+# Targets that need Python create and use .venv/ in the project root.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK_ENV := JOBRAIL_MODE=stack \
+	JOBRAIL_DATABASE__URL=$${JOBRAIL_DATABASE__URL:-postgresql+asyncpg://postgres@127.0.0.1:5432/jobrail} \
+	JOBRAIL_RABBIT__URL=$${JOBRAIL_RABBIT__URL:-amqp://guest:guest@127.0.0.1:5672/} \
+	JOBRAIL_REDIS__URL=$${JOBRAIL_REDIS__URL:-redis://127.0.0.1:6379/0}
+QUEUES ?=
+
+.PHONY: help install install-dev run run-stack api worker migrate migrate-stack test test-unit lint format clean
+
+help:
+	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
+	@echo "make run-stack  API + worker on Postgres, RabbitMQ and Redis (URLs from env)"
+	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | migrate"
+	@echo "make test       lint, then every test against the real services"
+	@echo "make lint       ruff, mypy (strict) and import-linter"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	JOBRAIL_MODE=embedded $(BIN)/jobrail run
+
+run-stack: install migrate-stack
+	@trap 'kill 0' INT TERM EXIT; \
+	$(STACK_ENV) $(BIN)/jobrail worker & \
+	$(STACK_ENV) $(BIN)/jobrail api & \
+	wait
+
+api: install
+	$(BIN)/jobrail api
+
+worker: install
+	JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker
+
+migrate: install
+	$(BIN)/jobrail migrate
+
+migrate-stack: install
+	@$(STACK_ENV) $(BIN)/python -m jobrail.devtools ensure-database
+	$(STACK_ENV) $(BIN)/jobrail migrate
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint
+	$(BIN)/pytest
+
+test-unit: install-dev
+	$(BIN)/pytest tests/unit
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

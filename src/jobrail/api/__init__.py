@@ -1,0 +1,1 @@
+"""The HTTP API: app factory, error mapping, health, jobs routes, tenancy."""

@@ -1,0 +1,114 @@
+"""Every error leaves the API as JSON: ``{"error": {"code", "message", "details"}}``."""
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
+from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
+
+log = logging.getLogger("jobrail.api")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] = []
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, details=details or []))
+    return JSONResponse(jsonable_encoder(body), status_code=status, headers=headers)
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        400: "Bad request",
+        404: "Not found (or another tenant's)",
+        409: "Conflicts with the current state",
+        422: "Invalid input",
+        503: "A backing service is unavailable; retry after Retry-After seconds",
+    }.items()
+}
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DomainError)
+    async def domain_error(_request: Request, exc: DomainError) -> JSONResponse:
+        if isinstance(exc, NotFoundError):
+            return error_response(404, "not_found", str(exc))
+        if isinstance(exc, ConflictError):
+            return error_response(409, "conflict", str(exc))
+        if isinstance(exc, InvalidInputError):
+            return error_response(422, "invalid_input", str(exc), exc.details)
+        return error_response(422, "rule_violated", str(exc))
+
+    @app.exception_handler(StoreUnavailableError)
+    async def store_unavailable(_request: Request, exc: StoreUnavailableError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return error_response(
+            503, "database_unavailable", "the database is unavailable", headers={"Retry-After": "5"}
+        )
+
+    @app.exception_handler(BrokerUnavailableError)
+    async def broker_unavailable(_request: Request, exc: BrokerUnavailableError) -> JSONResponse:
+        log.warning("broker unavailable: %s", exc)
+        return error_response(
+            503,
+            "broker_unavailable",
+            "the message broker is unavailable",
+            headers={"Retry-After": "5"},
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {
+                "loc": list(error.get("loc", ())),
+                "msg": error.get("msg", ""),
+                "type": error.get("type", ""),
+            }
+            for error in exc.errors()
+        ]
+        return error_response(422, "validation_error", "the request is invalid", details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        headers = dict(exc.headers) if exc.headers else None
+        return error_response(exc.status_code, code, message, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error")

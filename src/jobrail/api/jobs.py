@@ -1,0 +1,74 @@
+import uuid
+from typing import Annotated
+
+from dishka.integrations.fastapi import DishkaRoute, FromDishka
+from fastapi import APIRouter, Query
+
+from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
+from jobrail.api.tenancy import CurrentTenant
+from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.use_cases import (
+    CancelJob,
+    CancelJobCommand,
+    GetJob,
+    GetJobQuery,
+    ListJobs,
+    ListJobsQuery,
+    RedriveJob,
+    RedriveJobCommand,
+)
+from jobrail.kernel.ids import JobId
+
+router = APIRouter(
+    prefix="/jobs", tags=["jobs"], route_class=DishkaRoute, responses=ERROR_RESPONSES
+)
+
+
+@router.get("/{job_id}", summary="A job and its status")
+async def get_job(job_id: uuid.UUID, tenant: CurrentTenant, get: FromDishka[GetJob]) -> JobOut:
+    return JobOut.of(await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id))))
+
+
+@router.get("", summary="Jobs, newest first")
+async def list_jobs(
+    tenant: CurrentTenant,
+    list_jobs: FromDishka[ListJobs],
+    status: JobStatusName | None = None,
+    type: Annotated[str | None, Query(max_length=128)] = None,
+    entity_id: Annotated[str | None, Query(max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JobList:
+    page = await list_jobs(
+        ListJobsQuery(
+            tenant_id=tenant,
+            status=JobStatus(status) if status else None,
+            type=type,
+            entity_id=entity_id,
+            limit=limit,
+            after=decode_cursor(cursor),
+        )
+    )
+    return JobList(
+        items=[JobOut.of(job) for job in page.items], next_cursor=encode_cursor(page.next_cursor)
+    )
+
+
+@router.post("/{job_id}/cancel", summary="Cancel a job", description=CancelJob.__doc__)
+async def cancel_job(
+    job_id: uuid.UUID, tenant: CurrentTenant, cancel: FromDishka[CancelJob]
+) -> JobOut:
+    return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+
+
+@router.post(
+    "/{job_id}/redrive",
+    status_code=202,
+    summary="Run a failed job again",
+    description=RedriveJob.__doc__,
+)
+async def redrive_job(
+    job_id: uuid.UUID, tenant: CurrentTenant, redrive: FromDishka[RedriveJob]
+) -> JobOut:
+    return JobOut.of(await redrive(RedriveJobCommand(tenant_id=tenant, job_id=JobId(job_id))))

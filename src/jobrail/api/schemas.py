@@ -1,0 +1,90 @@
+import base64
+import binascii
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import Response
+from pydantic import BaseModel, Field
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.ports import Cursor
+from jobrail.jobs.use_cases import EnqueueResult
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import JobId
+
+JobStatusName = Literal["pending", "running", "retrying", "succeeded", "failed", "cancelled"]
+
+
+class JobAccepted(BaseModel):
+    job_id: uuid.UUID
+    status: JobStatusName
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    type: str
+    queue: str
+    status: JobStatusName
+    attempts: int
+    max_attempts: int
+    entity_id: str | None
+    last_error: str | None
+    result: dict[str, Any] | None
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    run_after: datetime | None = Field(description="When a retrying job's next attempt is due.")
+
+    @classmethod
+    def of(cls, job: Job) -> "JobOut":
+        return cls(
+            id=job.id,
+            type=job.type,
+            queue=job.queue,
+            status=job.status.value,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            entity_id=job.entity_id,
+            last_error=job.last_error,
+            result=job.result,
+            cancel_requested=job.cancel_requested,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            run_after=job.run_after,
+        )
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` to get the next page.")
+
+
+def accepted(result: EnqueueResult, response: Response) -> JobAccepted:
+    """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header."""
+    response.headers["Location"] = f"/jobs/{result.job.id}"
+    if not result.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobAccepted(job_id=result.job.id, status=result.job.status.value)
+
+
+def encode_cursor(cursor: Cursor | None) -> str | None:
+    if cursor is None:
+        return None
+    raw = f"{cursor.created_at.isoformat()}|{cursor.job_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(value: str | None) -> Cursor | None:
+    if not value:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        created, job_id = raw.split("|", 1)
+        return Cursor(created_at=datetime.fromisoformat(created), job_id=JobId(uuid.UUID(job_id)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidInputError("cursor is not one this API gave out") from None

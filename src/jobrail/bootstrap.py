@@ -1,0 +1,136 @@
+"""Builds a process: modules, job registry, broker and DI container, from settings.
+
+The API (``jobrail.api.app``) and the workers (``workers.broker``) both start here,
+so they run the same use cases with the same wiring.
+"""
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dishka import AsyncContainer, make_async_container
+from dishka.integrations.fastapi import FastapiProvider
+from dishka.integrations.taskiq import TaskiqProvider
+from dishka.integrations.taskiq import setup_dishka as setup_taskiq_dishka
+from sqlalchemy import select
+from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
+
+from jobrail.ioc import PlatformProvider
+from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.registry import JobRegistry
+from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
+from jobrail.messaging.envelope import job_envelope
+from jobrail.messaging.tasks import register_job_tasks
+from jobrail.modules import Module, load_modules
+from jobrail.persistence.outbox import OutboxRelay
+from jobrail.persistence.tables import jobs
+from jobrail.settings import Settings
+
+log = logging.getLogger("jobrail")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    modules: list[Module]
+    registry: JobRegistry
+    broker: AsyncBroker
+    container: AsyncContainer
+    _background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def job_broker(self) -> JobBroker:
+        broker: Any = self.broker
+        return broker  # type: ignore[no-any-return]
+
+    async def start_relay(self) -> None:
+        relay = await self.container.get(OutboxRelay)
+        self._background.append(asyncio.create_task(relay.run_forever(), name="outbox-relay"))
+
+    async def stop_background(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._background.clear()
+
+
+def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
+    modules = load_modules(settings.modules)
+    registry = JobRegistry(
+        (spec for module in modules for spec in module.jobs),
+        queues=settings.rabbit.queues,
+        default_timeout_s=settings.jobs.default_timeout_s,
+        timeouts_s=settings.jobs.timeouts_s,
+    )
+    broker: AmqpJobBroker | EmbeddedJobBroker
+    if settings.embedded:
+        broker = EmbeddedJobBroker(settings.rabbit)
+    else:
+        broker = AmqpJobBroker(settings.rabbit, consume=settings.worker.queues)
+    broker.is_worker_process = worker or settings.embedded
+    register_job_tasks(broker, registry)
+    container = make_async_container(
+        PlatformProvider(),
+        *(provider for module in modules for provider in module.providers),
+        FastapiProvider(),
+        TaskiqProvider(),
+        context={Settings: settings, JobRegistry: registry, JobBroker: broker},
+    )
+    if broker.is_worker_process:
+        setup_taskiq_dishka(container, broker)
+    return Runtime(settings, modules, registry, broker, container)
+
+
+def install_worker_lifecycle(runtime: Runtime) -> None:
+    """Worker processes run the outbox relay and close the container on shutdown."""
+
+    async def on_startup(_state: TaskiqState) -> None:
+        await runtime.start_relay()
+
+    async def on_shutdown(_state: TaskiqState) -> None:
+        await runtime.stop_background()
+        await runtime.container.close()
+
+    runtime.broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, on_startup)
+    runtime.broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, on_shutdown)
+
+
+async def resume_unfinished_jobs(runtime: Runtime) -> int:
+    """Embedded mode only: its queues live in memory, so after a restart the jobs table
+    is the only record of unfinished work. Publish every unfinished job again."""
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    engine = await runtime.container.get(AsyncEngine)
+    unfinished = [JobStatus.PENDING.value, JobStatus.RETRYING.value, JobStatus.RUNNING.value]
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(
+                    jobs.c.id,
+                    jobs.c.type,
+                    jobs.c.queue,
+                    jobs.c.tenant_id,
+                    jobs.c.trace_context,
+                    jobs.c.run_after,
+                    jobs.c.lease_until,
+                ).where(jobs.c.status.in_(unfinished))
+            )
+        ).all()
+    for row in rows:
+        await runtime.job_broker.publish(
+            job_envelope(
+                job_id=row.id,
+                job_type=row.type,
+                queue=row.queue,
+                tenant_id=row.tenant_id,
+                trace_context=row.trace_context,
+                not_before=row.lease_until or row.run_after,
+            )
+        )
+    if rows:
+        log.info("resumed %d unfinished jobs", len(rows))
+    return len(rows)

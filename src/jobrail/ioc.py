@@ -1,0 +1,123 @@
+"""The composition root shared by the API and the workers (dishka providers).
+
+APP scope: settings, clock, engine, broker, registry, runner.
+REQUEST scope (one per HTTP request and one per task): unit of work and use cases.
+"""
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from dishka import AnyOf, Provider, Scope, from_context, provide
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from jobrail.jobs.ports import JobCatalog, JobStore, JobsUnitOfWork, OutboxDispatcher, Publisher
+from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.jobs.use_cases import CancelJob, EnqueueJob, GetJob, ListJobs, RedriveJob
+from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.messaging.brokers import JobBroker
+from jobrail.persistence.engine import create_engine, create_sessionmaker
+from jobrail.persistence.jobs import SqlaJobStore
+from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay
+from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.settings import Settings
+
+
+class PlatformProvider(Provider):
+    settings = from_context(provides=Settings, scope=Scope.APP)
+    registry = from_context(provides=JobRegistry, scope=Scope.APP)
+    broker = from_context(provides=JobBroker, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def clock(self) -> Clock:
+        return SystemClock()
+
+    @provide(scope=Scope.APP)
+    async def engine(self, settings: Settings) -> AsyncIterator[AsyncEngine]:
+        engine = create_engine(settings.database)
+        yield engine
+        await engine.dispose()
+
+    @provide(scope=Scope.APP)
+    def sessionmaker(self, engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+        return create_sessionmaker(engine)
+
+    @provide(scope=Scope.APP)
+    def catalog(self, registry: JobRegistry) -> JobCatalog:
+        return registry
+
+    @provide(scope=Scope.APP)
+    def publisher(self, broker: JobBroker) -> Publisher:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def dispatcher(
+        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, settings: Settings
+    ) -> OutboxDispatcher:
+        return OutboxPublisher(
+            engine, publisher, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
+        )
+
+    @provide(scope=Scope.APP)
+    def relay(
+        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, settings: Settings
+    ) -> OutboxRelay:
+        return OutboxRelay(
+            engine,
+            publisher,
+            clock,
+            batch=settings.outbox.relay_batch,
+            min_age=timedelta(seconds=settings.outbox.relay_min_age_s),
+            interval=timedelta(seconds=settings.outbox.relay_interval_s),
+        )
+
+    @provide(scope=Scope.APP)
+    def retry_policy(self, settings: Settings) -> RetryPolicy:
+        return RetryPolicy(
+            base_s=settings.retry.base_s,
+            cap_s=settings.retry.cap_s,
+            jitter=settings.retry.jitter == "full",
+            max_attempts_unknown=settings.retry.max_attempts_unknown,
+        )
+
+    @provide(scope=Scope.APP)
+    def job_store(self, engine: AsyncEngine) -> JobStore:
+        return SqlaJobStore(engine)
+
+    @provide(scope=Scope.APP)
+    def runner(
+        self,
+        store: JobStore,
+        dispatcher: OutboxDispatcher,
+        publisher: Publisher,
+        clock: Clock,
+        retry: RetryPolicy,
+        settings: Settings,
+    ) -> JobRunner:
+        config = RunnerConfig(
+            dead_letter_queue=settings.rabbit.dead_letter_queue,
+            lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
+            store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
+        )
+        return JobRunner(store, dispatcher, publisher, clock, retry, config)
+
+    @provide(scope=Scope.REQUEST)
+    def unit_of_work(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        dispatcher: OutboxDispatcher,
+        clock: Clock,
+    ) -> AnyOf[SqlaUnitOfWork, JobsUnitOfWork]:
+        return SqlaUnitOfWork(sessionmaker, dispatcher, clock)
+
+    @provide(scope=Scope.REQUEST)
+    def enqueue_job(
+        self, uow: JobsUnitOfWork, catalog: JobCatalog, clock: Clock, settings: Settings
+    ) -> EnqueueJob:
+        return EnqueueJob(uow, catalog, clock, settings.retry.max_attempts)
+
+    get_job = provide(GetJob, scope=Scope.REQUEST)
+    list_jobs = provide(ListJobs, scope=Scope.REQUEST)
+    cancel_job = provide(CancelJob, scope=Scope.REQUEST)
+    redrive_job = provide(RedriveJob, scope=Scope.REQUEST)

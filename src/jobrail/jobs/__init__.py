@@ -1,0 +1,1 @@
+"""The job lifecycle: the Job aggregate, its use cases and the worker-side runner."""

@@ -1,0 +1,25 @@
+"""What a job handler sees of the job it runs."""
+
+from dataclasses import dataclass
+
+from jobrail.jobs.ports import JobStore
+from jobrail.kernel.ids import JobId, TenantId
+
+
+class JobCancelledError(Exception):
+    """Raised at a checkpoint when someone asked to cancel the running job."""
+
+
+@dataclass(slots=True)
+class JobContext:
+    job_id: JobId
+    job_type: str
+    tenant_id: TenantId
+    attempt: int
+    max_attempts: int
+    _store: JobStore
+
+    async def checkpoint(self) -> None:
+        """Stop here if cancel was requested. Long handlers call this between steps."""
+        if await self._store.cancel_requested(self.job_id):
+            raise JobCancelledError(f"job {self.job_id} was cancelled")

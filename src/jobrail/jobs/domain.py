@@ -1,0 +1,209 @@
+"""The job aggregate: what a job is and which state changes are legal.
+
+    pending ──start──► running ──succeed──► succeeded
+       ▲                 │  ├──retry_later──► retrying ──start──► running
+       │                 │  ├──fail──► failed ──redrive──► pending
+       │                 │  └──cancelled (at a checkpoint, after cancel was requested)
+    pending | retrying ──cancel──► cancelled
+
+A running job whose lease has ended (its worker died) may be started again: the
+new start is a takeover and counts as an attempt.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.ids import JobId, TenantId
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+CLAIMABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.RETRYING})
+
+MAX_ERROR_LENGTH = 2000
+
+# A job deferred to a time may start this much before it (timers and clocks differ).
+DUE_TOLERANCE = timedelta(milliseconds=10)
+
+
+class IllegalTransitionError(ConflictError):
+    def __init__(self, job: "Job", action: str) -> None:
+        super().__init__(f"cannot {action} job {job.id}: it is {job.status.value}")
+        self.job_id = job.id
+        self.status = job.status
+        self.action = action
+
+
+class RetriesExhaustedError(ConflictError):
+    def __init__(self, job: "Job") -> None:
+        super().__init__(f"job {job.id} has used {job.attempts} of {job.max_attempts} attempts")
+
+
+def _clip(error: str) -> str:
+    return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    id: JobId
+    type: str
+    queue: str
+    tenant_id: TenantId
+    payload: dict[str, Any]
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+    status: JobStatus = JobStatus.PENDING
+    attempts: int = 0
+    entity_id: str | None = None
+    idempotency_key: str | None = None
+    last_error: str | None = None
+    result: dict[str, Any] | None = None
+    trace_context: dict[str, str] = field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    run_after: datetime | None = None
+    lease_until: datetime | None = None
+    cancel_requested: bool = False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        id: JobId,
+        type: str,
+        queue: str,
+        tenant_id: TenantId,
+        payload: dict[str, Any],
+        max_attempts: int,
+        now: datetime,
+        entity_id: str | None = None,
+        idempotency_key: str | None = None,
+        run_after: datetime | None = None,
+        trace_context: dict[str, str] | None = None,
+    ) -> "Job":
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        return cls(
+            id=id,
+            type=type,
+            queue=queue,
+            tenant_id=tenant_id,
+            payload=payload,
+            max_attempts=max_attempts,
+            created_at=now,
+            updated_at=now,
+            entity_id=entity_id,
+            idempotency_key=idempotency_key,
+            run_after=run_after,
+            trace_context=dict(trace_context or {}),
+        )
+
+    def can_start(self, now: datetime) -> bool:
+        if self.status in CLAIMABLE_STATUSES:
+            return self.is_due(now)
+        return self.status is JobStatus.RUNNING and self.lease_expired(now)
+
+    def lease_expired(self, now: datetime) -> bool:
+        return self.lease_until is not None and self.lease_until <= now
+
+    def is_due(self, now: datetime) -> bool:
+        return self.run_after is None or self.run_after <= now + DUE_TOLERANCE
+
+    def start(self, now: datetime, lease: timedelta) -> None:
+        """Claim the job for one attempt that may last until `now + lease`."""
+        if not self.can_start(now):
+            raise IllegalTransitionError(self, "start")
+        self.status = JobStatus.RUNNING
+        self.attempts += 1
+        self.started_at = now
+        self.updated_at = now
+        self.lease_until = now + lease
+        self.run_after = None
+
+    def succeed(self, result: dict[str, Any] | None, now: datetime) -> None:
+        self._require(JobStatus.RUNNING, "succeed")
+        self.status = JobStatus.SUCCEEDED
+        self.result = result
+        self.last_error = None
+        self._finish(now)
+
+    @property
+    def has_attempts_left(self) -> bool:
+        return self.attempts < self.max_attempts
+
+    def retry_later(self, error: str, run_after: datetime, now: datetime) -> None:
+        self._require(JobStatus.RUNNING, "retry")
+        if not self.has_attempts_left:
+            raise RetriesExhaustedError(self)
+        self.status = JobStatus.RETRYING
+        self.last_error = _clip(error)
+        self.run_after = run_after
+        self.lease_until = None
+        self.updated_at = now
+
+    def fail(self, error: str, now: datetime) -> None:
+        self._require(JobStatus.RUNNING, "fail")
+        self.status = JobStatus.FAILED
+        self.last_error = _clip(error)
+        self._finish(now)
+
+    def cancel(self, now: datetime) -> None:
+        """Cancel now if the job has not started; otherwise ask the running attempt to stop."""
+        if self.status in CLAIMABLE_STATUSES:
+            self.status = JobStatus.CANCELLED
+            self.run_after = None
+            self._finish(now)
+        elif self.status is JobStatus.RUNNING:
+            self.cancel_requested = True
+            self.updated_at = now
+        else:
+            raise IllegalTransitionError(self, "cancel")
+
+    def stop_cancelled(self, now: datetime) -> None:
+        """The running attempt saw, at a checkpoint, that cancel was requested."""
+        self._require(JobStatus.RUNNING, "stop")
+        self.cancel_requested = True
+        self.status = JobStatus.CANCELLED
+        self._finish(now)
+
+    def redrive(self, now: datetime) -> None:
+        """Give a failed job a fresh set of attempts."""
+        self._require(JobStatus.FAILED, "redrive")
+        self.status = JobStatus.PENDING
+        self.attempts = 0
+        self.cancel_requested = False
+        self.started_at = None
+        self.finished_at = None
+        self.run_after = None
+        self.updated_at = now
+
+    def _finish(self, now: datetime) -> None:
+        self.finished_at = now
+        self.updated_at = now
+        self.lease_until = None
+
+    def _require(self, status: JobStatus, action: str) -> None:
+        if self.status is not status:
+            raise IllegalTransitionError(self, action)

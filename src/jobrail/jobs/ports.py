@@ -1,0 +1,135 @@
+"""Ports of the jobs application layer. Adapters live in persistence/ and messaging/."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol, Self
+
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.messaging.envelope import Envelope
+
+
+class StoreUnavailableError(Exception):
+    """The database cannot be reached. Nothing was written; the caller may try again."""
+
+
+class BrokerUnavailableError(Exception):
+    """The message broker cannot be reached or did not confirm a publish."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    tenant_id: TenantId
+    status: JobStatus | None = None
+    type: str | None = None
+    entity_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Position after the last job of a page (jobs are listed newest first)."""
+
+    created_at: datetime
+    job_id: JobId
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    items: Sequence[Job]
+    next_cursor: Cursor | None
+
+
+class JobRepository(Protocol):
+    async def add(self, job: Job) -> Job:
+        """Insert the job; if its tenant already has a job with its idempotency key,
+        insert nothing and return that job instead."""
+        ...
+
+    async def get(
+        self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
+    ) -> Job | None:
+        """The job, or None when it does not exist or belongs to another tenant.
+        `for_update` locks the row until the transaction ends."""
+        ...
+
+    async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage: ...
+
+    async def save(self, job: Job) -> None:
+        """Write the job's mutable state back."""
+        ...
+
+
+class Outbox(Protocol):
+    async def add(self, envelope: Envelope) -> None:
+        """Record a message to publish once the transaction commits."""
+        ...
+
+
+class JobsUnitOfWork(Protocol):
+    """One transaction over jobs and the outbox. Rolls back unless `commit` is called;
+    after a commit, the outbox's new messages are handed to the publisher."""
+
+    jobs: JobRepository
+    outbox: Outbox
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def commit(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """`job` is set when the claim succeeded; otherwise `current` is the job as it is
+    (None if there is no such job)."""
+
+    job: Job | None
+    current: Job | None = None
+
+
+class JobStore(Protocol):
+    """The worker's short transactions on the jobs table."""
+
+    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+        """Start the job if it is claimable and due (see `Job.can_start`), atomically."""
+        ...
+
+    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+        """Write the outcome of an attempt and its messages in one transaction, only if
+        the job is still running that attempt. False when another worker took it over."""
+        ...
+
+    async def cancel_requested(self, job_id: JobId) -> bool: ...
+
+
+class Publisher(Protocol):
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
+        ...
+
+
+class OutboxDispatcher(Protocol):
+    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+        """Publish just-committed outbox messages and mark them published. Never raises:
+        whatever it cannot publish now, the relay publishes later."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """What the application needs to know about a job type to enqueue it."""
+
+    name: str
+    queue: str
+    max_attempts: int | None
+    description: str = ""
+
+
+class JobCatalog(Protocol):
+    def get(self, name: str) -> JobType | None: ...
+
+    def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload as it will be stored; raise InvalidInputError if it does not fit."""
+        ...

@@ -1,0 +1,148 @@
+"""Job types as declared by the modules, and the catalog the use cases read.
+
+A module declares a job type with the ``job`` decorator on its handler::
+
+    class EchoPayload(BaseModel):
+        message: str
+
+    @job("demo.echo", payload=EchoPayload, queue="jobs.default", timeout_s=30)
+    async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str]:
+        return {"echo": payload.message}
+
+The handler may also ask for dependencies with ``FromDishka[...]``; the worker
+resolves them from the task's request scope.
+"""
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from jobrail.jobs.ports import JobType
+from jobrail.kernel.errors import InvalidInputError
+
+JOB_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+HandlerFunc = Callable[..., Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    name: str
+    handler: HandlerFunc
+    payload: type[BaseModel]
+    queue: str = "jobs.default"
+    timeout_s: float | None = None
+    max_attempts: int | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not JOB_NAME.match(self.name):
+            raise ValueError(
+                f"job type name {self.name!r} must be dotted lower-case words, "
+                "such as 'billing.pay_invoice'"
+            )
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(f"job type {self.name}: max_attempts must be at least 1")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"job type {self.name}: timeout_s must be positive")
+
+
+def job(
+    name: str,
+    *,
+    payload: type[BaseModel],
+    queue: str = "jobs.default",
+    timeout_s: float | None = None,
+    max_attempts: int | None = None,
+) -> Callable[[HandlerFunc], JobSpec]:
+    """Declare a job type whose handler is the decorated function."""
+
+    def declare(handler: HandlerFunc) -> JobSpec:
+        return JobSpec(
+            name=name,
+            handler=handler,
+            payload=payload,
+            queue=queue,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            description=(handler.__doc__ or "").strip(),
+        )
+
+    return declare
+
+
+class JobRegistry:
+    """Every job type this process knows, checked against the configured queues."""
+
+    def __init__(
+        self,
+        specs: Iterable[JobSpec],
+        *,
+        queues: Sequence[str],
+        default_timeout_s: float,
+        timeouts_s: Mapping[str, float] | None = None,
+    ) -> None:
+        self._specs: dict[str, JobSpec] = {}
+        for spec in specs:
+            if spec.name in self._specs:
+                raise ValueError(f"job type {spec.name!r} is declared twice")
+            if spec.queue not in queues:
+                raise ValueError(
+                    f"job type {spec.name!r} uses queue {spec.queue!r}, "
+                    f"which is not configured (queues: {', '.join(queues)})"
+                )
+            self._specs[spec.name] = spec
+        self._default_timeout_s = default_timeout_s
+        self._timeouts_s = dict(timeouts_s or {})
+        unknown = set(self._timeouts_s) - set(self._specs)
+        if unknown:
+            raise ValueError(f"timeouts are set for unknown job types: {sorted(unknown)}")
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        return iter(self._specs.values())
+
+    def spec(self, name: str) -> JobSpec | None:
+        return self._specs.get(name)
+
+    def get(self, name: str) -> JobType | None:
+        spec = self._specs.get(name)
+        if spec is None:
+            return None
+        return JobType(
+            name=spec.name,
+            queue=spec.queue,
+            max_attempts=spec.max_attempts,
+            description=spec.description,
+        )
+
+    def timeout(self, name: str) -> timedelta:
+        spec = self._specs[name]
+        seconds = self._timeouts_s.get(name) or spec.timeout_s or self._default_timeout_s
+        return timedelta(seconds=seconds)
+
+    def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise InvalidInputError(f"unknown job type {name!r}")
+        return dump_payload(spec, parse_payload(spec, payload))
+
+
+def parse_payload(spec: JobSpec, payload: Mapping[str, Any]) -> BaseModel:
+    try:
+        return spec.payload.model_validate(dict(payload))
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"payload does not fit job type {spec.name!r}",
+            details=[
+                {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+                for error in exc.errors(include_url=False, include_input=False)
+            ],
+        ) from None
+
+
+def dump_payload(spec: JobSpec, model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")

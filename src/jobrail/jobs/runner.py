@@ -1,0 +1,274 @@
+"""The worker side of every job: claim, run, record the outcome.
+
+A delivery is acknowledged only after the runner returns. The runner returns once
+the outcome is in the database (or the message was safely re-published); while
+the database or the broker cannot be reached it waits and tries again, holding the
+delivery, so a crash at any point means redelivery, never loss.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from jobrail.jobs.context import JobCancelledError, JobContext
+from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.ports import (
+    BrokerUnavailableError,
+    JobStore,
+    OutboxDispatcher,
+    Publisher,
+    StoreUnavailableError,
+)
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.kernel.ids import JobId
+from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope
+
+log = logging.getLogger("jobrail.runner")
+
+T = TypeVar("T")
+
+Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A job message as the worker received it."""
+
+    job_id: JobId
+    job_type: str
+    queue: str
+    tenant_id: str
+    message_id: str
+
+    def again(self, not_before: datetime | None = None) -> Envelope:
+        """The same message, to publish anew."""
+        return job_envelope(
+            job_id=self.job_id,
+            job_type=self.job_type,
+            queue=self.queue,
+            tenant_id=self.tenant_id,
+            not_before=not_before,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    dead_letter_queue: str
+    lease_grace: timedelta
+    store_retry_max: timedelta
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        dispatcher: OutboxDispatcher,
+        publisher: Publisher,
+        clock: Clock,
+        retry: RetryPolicy,
+        config: RunnerConfig,
+    ) -> None:
+        self._store = store
+        self._dispatcher = dispatcher
+        self._publisher = publisher
+        self._clock = clock
+        self._retry = retry
+        self._config = config
+
+    async def run(self, delivery: Delivery, handler: Handler, timeout: timedelta) -> None:
+        lease = timeout + self._config.lease_grace
+        now = self._clock.now()
+        claim = await self._hold_store(lambda: self._store.claim(delivery.job_id, now, lease))
+        if claim.job is None:
+            await self._not_claimed(delivery, claim.current, now)
+            return
+        job = claim.job
+        attempt = job.attempts
+        outbox = await self._attempt(job, handler, timeout)
+        recorded = await self._hold_store(lambda: self._store.record(job, attempt, outbox))
+        if not recorded:
+            log.warning(
+                "job %s attempt %d finished after another worker took it over; "
+                "its outcome (%s) was discarded",
+                job.id,
+                attempt,
+                job.status.value,
+            )
+            return
+        if outbox:
+            await self._dispatcher.dispatch(outbox)
+
+    async def _attempt(self, job: Job, handler: Handler, timeout: timedelta) -> Sequence[Envelope]:
+        """Run the handler once and apply the outcome to `job`; return the messages to send."""
+        ctx = JobContext(
+            job_id=job.id,
+            job_type=job.type,
+            tenant_id=job.tenant_id,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            _store=self._store,
+        )
+        if job.cancel_requested:  # asked while its previous worker was dying
+            job.stop_cancelled(self._clock.now())
+            return ()
+        try:
+            async with asyncio.timeout(timeout.total_seconds()):
+                result = await handler(job.payload, ctx)
+            stored_result = _json_object(result)
+        except JobCancelledError:
+            job.stop_cancelled(self._clock.now())
+            return ()
+        except PermanentError as exc:
+            return self._fail(job, f"permanent error: {_describe(exc)}")
+        except TransientError as exc:
+            return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
+        except TimeoutError:
+            error = f"timed out after {timeout.total_seconds():g}s"
+            return await self._retry_or_fail(job, error, job.max_attempts)
+        except Exception as exc:
+            log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
+            limit = min(job.max_attempts, self._retry.max_attempts_unknown)
+            return await self._retry_or_fail(job, f"unexpected error: {_describe(exc)}", limit)
+        job.succeed(stored_result, self._clock.now())
+        return ()
+
+    async def _retry_or_fail(self, job: Job, error: str, attempt_limit: int) -> Sequence[Envelope]:
+        if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
+            job.stop_cancelled(self._clock.now())
+            return ()
+        if job.attempts >= attempt_limit:
+            return self._fail(job, f"{error} (gave up after {job.attempts} attempts)")
+        now = self._clock.now()
+        run_after = now + self._retry.delay(job.attempts)
+        job.retry_later(error, run_after, now)
+        return (
+            job_envelope(
+                job_id=job.id,
+                job_type=job.type,
+                queue=job.queue,
+                tenant_id=job.tenant_id,
+                trace_context=job.trace_context,
+                not_before=run_after,
+            ),
+        )
+
+    def _fail(self, job: Job, error: str) -> Sequence[Envelope]:
+        now = self._clock.now()
+        job.fail(error, now)
+        message = job_envelope(
+            job_id=job.id,
+            job_type=job.type,
+            queue=job.queue,
+            tenant_id=job.tenant_id,
+            trace_context=job.trace_context,
+        )
+        return (
+            dead_letter(
+                body=message.body,
+                reason=job.last_error or error,
+                source_queue=job.queue,
+                dead_letter_queue=self._config.dead_letter_queue,
+                at=now,
+                headers=message.headers,
+            ),
+        )
+
+    async def _not_claimed(self, delivery: Delivery, current: Job | None, now: datetime) -> None:
+        if current is None:
+            log.warning(
+                "message %s names job %s, which does not exist",
+                delivery.message_id,
+                delivery.job_id,
+            )
+            await self._hold_broker(
+                dead_letter(
+                    body=delivery.again().body,
+                    reason=f"job {delivery.job_id} does not exist",
+                    source_queue=delivery.queue,
+                    dead_letter_queue=self._config.dead_letter_queue,
+                    at=now,
+                )
+            )
+            return
+        if current.status.is_terminal:
+            log.info(
+                "job %s is already %s; message %s acknowledged without running",
+                current.id,
+                current.status.value,
+                delivery.message_id,
+            )
+            return
+        # Not due yet, or still leased by a live attempt: come back when that ends.
+        wake_at = (
+            current.lease_until
+            if current.lease_until and current.lease_until > now
+            else current.run_after
+        )
+        if wake_at is None or wake_at <= now + DUE_TOLERANCE:
+            wake_at = now + timedelta(seconds=1)
+        log.debug(
+            "job %s not claimable now (%s); deferred to %s",
+            current.id,
+            current.status.value,
+            wake_at,
+        )
+        await self._hold_broker(delivery.again(not_before=wake_at))
+
+    async def _hold_store(self, operation: Callable[[], Awaitable[T]]) -> T:
+        return await _hold(
+            operation, StoreUnavailableError, "database", self._config.store_retry_max
+        )
+
+    async def _hold_broker(self, envelope: Envelope) -> None:
+        await _hold(
+            lambda: self._publisher.publish(envelope),
+            BrokerUnavailableError,
+            "broker",
+            self._config.store_retry_max,
+        )
+
+
+async def _hold(
+    operation: Callable[[], Awaitable[T]],
+    unavailable: type[Exception],
+    what: str,
+    max_delay: timedelta,
+) -> T:
+    """Run `operation` until the service it needs answers, backing off up to `max_delay`."""
+    delay = 0.05
+    failures = 0
+    while True:
+        try:
+            result = await operation()
+        except unavailable as exc:
+            failures += 1
+            if failures == 1 or failures % 20 == 0:
+                log.warning("%s unavailable (%s); holding the delivery and retrying", what, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay.total_seconds())
+        else:
+            if failures:
+                log.info("%s is back after %d failed tries", what, failures)
+            return result
+
+
+def _json_object(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    try:
+        value = json.loads(json.dumps(dict(result)))
+    except (TypeError, ValueError) as exc:
+        raise PermanentError(f"the job's result is not JSON: {exc}") from exc
+    assert isinstance(value, dict)
+    return value
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

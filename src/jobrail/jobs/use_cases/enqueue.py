@@ -1,0 +1,91 @@
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.ports import JobCatalog, JobsUnitOfWork
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId, new_id
+from jobrail.messaging.envelope import job_envelope
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueJobCommand:
+    tenant_id: TenantId
+    type: str
+    payload: Mapping[str, Any]
+    idempotency_key: str | None = None
+    entity_id: str | None = None
+    run_after: datetime | None = None
+    trace_context: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job: Job
+    created: bool
+
+
+class EnqueueJob:
+    """Record a job and its message in one transaction; the message leaves after commit.
+
+    - The job type must be registered and the payload must fit its schema.
+    - The same tenant and Idempotency-Key return the job made the first time and
+      publish nothing new; the key reused for a different type or payload is a conflict.
+    - Every job belongs to the tenant that asked for it.
+    """
+
+    def __init__(
+        self, uow: JobsUnitOfWork, catalog: JobCatalog, clock: Clock, default_max_attempts: int
+    ) -> None:
+        self._uow = uow
+        self._catalog = catalog
+        self._clock = clock
+        self._default_max_attempts = default_max_attempts
+
+    async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
+        job_type = self._catalog.get(cmd.type)
+        if job_type is None:
+            raise InvalidInputError(f"unknown job type {cmd.type!r}")
+        payload = self._catalog.validate_payload(cmd.type, cmd.payload)
+        now = self._clock.now()
+        candidate = Job.create(
+            id=JobId(new_id()),
+            type=job_type.name,
+            queue=job_type.queue,
+            tenant_id=cmd.tenant_id,
+            payload=payload,
+            max_attempts=job_type.max_attempts or self._default_max_attempts,
+            now=now,
+            entity_id=cmd.entity_id,
+            idempotency_key=cmd.idempotency_key,
+            run_after=cmd.run_after,
+            trace_context=dict(cmd.trace_context),
+        )
+        async with self._uow:
+            job = await self._uow.jobs.add(candidate)
+            if job.id != candidate.id:
+                _ensure_same_request(job, candidate)
+                return EnqueueResult(job=job, created=False)
+            await self._uow.outbox.add(
+                job_envelope(
+                    job_id=job.id,
+                    job_type=job.type,
+                    queue=job.queue,
+                    tenant_id=job.tenant_id,
+                    trace_context=job.trace_context,
+                    not_before=job.run_after,
+                )
+            )
+            await self._uow.commit()
+        return EnqueueResult(job=job, created=True)
+
+
+def _ensure_same_request(existing: Job, candidate: Job) -> None:
+    if existing.type != candidate.type or existing.payload != candidate.payload:
+        raise ConflictError(
+            f"Idempotency-Key {candidate.idempotency_key!r} was already used for a different "
+            f"request (job {existing.id}, type {existing.type!r})"
+        )

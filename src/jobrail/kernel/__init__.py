@@ -1,0 +1,1 @@
+"""Shared kernel: value types and base errors every context may use."""

@@ -1,0 +1,35 @@
+"""Errors with a meaning the API and the job runner both understand.
+
+Domain and application code raise these; the API maps them to HTTP statuses and
+the job runner maps them to job outcomes (retry, fail, ...).
+"""
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """A business rule was broken. The message is safe to show to the caller."""
+
+
+class NotFoundError(DomainError):
+    """The thing asked for does not exist, or belongs to another tenant."""
+
+
+class ConflictError(DomainError):
+    """The request is valid but conflicts with the current state."""
+
+
+class InvalidInputError(DomainError):
+    """The request is malformed in a way only the application can tell."""
+
+    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or []
+
+
+class TransientError(Exception):
+    """A failure that may go away by itself: retry the job later with backoff."""
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix: fail the job at once."""

@@ -1,0 +1,1 @@
+"""Moving messages: envelopes, the outbox, the Taskiq brokers and the queue topology."""

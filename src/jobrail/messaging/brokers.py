@@ -1,0 +1,354 @@
+"""The two Taskiq brokers jobrail runs on, and what it adds to them.
+
+Both publish ``Envelope``s (with delays and dead letters) and refuse to run what
+is not a job message:
+
+- ``AmqpJobBroker`` (stack mode) is taskiq-aio-pika's broker with jobrail's
+  topology: durable quorum work queues, ``jobs.dlq``, the delay tiers, publisher
+  confirms, and a consumer that sends unparseable messages and unknown tasks to
+  ``jobs.dlq`` with their reason instead of dropping them (Taskiq acknowledges and
+  forgets them).
+- ``EmbeddedJobBroker`` (embedded mode) is Taskiq's in-memory broker: tasks run in
+  the same process; delays are timers; dead letters stay in memory.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any, Protocol
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
+from aio_pika.exceptions import ChannelInvalidStateError
+from taskiq import AckableMessage, AsyncBroker, InMemoryBroker
+from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
+from taskiq_aio_pika.utils import merge_async_iterables
+
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.messaging.envelope import (
+    Envelope,
+    MalformedMessageError,
+    dead_letter,
+    parse_job_message,
+)
+from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
+from jobrail.settings import RabbitSettings
+
+log = logging.getLogger("jobrail.broker")
+
+# A message that keeps killing its consumer is dead-lettered by RabbitMQ after this
+# many deliveries (quorum queues count them).
+DELIVERY_LIMIT = 20
+
+
+class JobBroker(Protocol):
+    """What the platform needs of a broker beyond Taskiq's own interface."""
+
+    topology: Topology
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    async def publish(self, envelope: Envelope) -> None: ...
+
+
+def _delay_ms(envelope: Envelope, clock: Clock) -> float:
+    if envelope.not_before is None:
+        return 0.0
+    return (envelope.not_before - clock.now()).total_seconds() * 1000
+
+
+class AmqpJobBroker(AioPikaBroker):
+    def __init__(
+        self,
+        settings: RabbitSettings,
+        *,
+        consume: Sequence[str] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        self.topology = Topology.from_settings(settings)
+        self._settings = settings
+        self._clock = clock or SystemClock()
+        queue_type = QueueType.QUORUM if settings.quorum_queues else QueueType.CLASSIC
+        work_arguments: dict[str, Any] = (
+            {"x-delivery-limit": DELIVERY_LIMIT} if settings.quorum_queues else {}
+        )
+        super().__init__(
+            url=settings.url.get_secret_value(),
+            qos=settings.prefetch,
+            exchange=Exchange(name=self.topology.exchange, type=aio_pika.ExchangeType.DIRECT),
+            task_queues=[
+                Queue(name=name, type=queue_type, arguments=work_arguments)
+                for name in self.topology.queues.values()
+            ],
+            dead_letter_queue=Queue(name=self.topology.dead_letter_queue, type=queue_type),
+            timeout=settings.connect_timeout_s,
+        )
+        unknown = set(consume) - set(self.topology.queues)
+        if unknown:
+            raise ValueError(f"cannot consume unknown queues {sorted(unknown)}")
+        self._consume = {self.topology.queues[q] for q in (consume or self.topology.queues)}
+        self._publish_channel: AbstractChannel | None = None
+        self._work_exchange: AbstractExchange | None = None
+        self._delay_exchange: AbstractExchange | None = None
+        self._connector: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Connect and declare the topology.
+
+        A worker waits for RabbitMQ, since it can do nothing without it. The API only
+        tries briefly and keeps trying in the background: until it connects, enqueued
+        jobs wait in the outbox and the relay publishes them.
+        """
+        await AsyncBroker.startup(self)
+        if self.is_worker_process:
+            await self._connect_until_connected()
+            return
+        try:
+            await self._connect()
+        except Exception as exc:  # noqa: BLE001 - any failure here means "not yet"
+            log.warning("RabbitMQ unreachable at start-up (%s); retrying in background", _why(exc))
+            self._connector = asyncio.create_task(self._connect_until_connected())
+
+    async def shutdown(self) -> None:
+        if self._connector is not None:
+            self._connector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connector
+        if self._publish_channel is not None:
+            with contextlib.suppress(Exception):
+                await self._publish_channel.close()
+        await super().shutdown()
+
+    async def _connect_until_connected(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self._connect()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("RabbitMQ unreachable (%s); retrying in %.1fs", _why(exc), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            else:
+                log.info("connected to RabbitMQ")
+                return
+
+    async def _connect(self) -> None:
+        url = self._settings.url.get_secret_value()
+        timeout = self._settings.connect_timeout_s
+        write_conn = await aio_pika.connect_robust(url, timeout=timeout)
+        try:
+            write_channel = await write_conn.channel()
+            read_conn = None
+            if self.is_worker_process:
+                read_conn = await aio_pika.connect_robust(url, timeout=timeout)
+            self.write_conn, self.write_channel = write_conn, write_channel
+            if read_conn is not None:
+                self.read_conn = read_conn
+                self.read_channel = await read_conn.channel()
+            await self._declare_exchanges()
+            await self._declare_queues(write_channel)
+            await self._declare_jobrail_topology(write_channel)
+            channel = await write_conn.channel(publisher_confirms=True, on_return_raises=True)
+            self._work_exchange = await channel.get_exchange(self.topology.exchange, ensure=False)
+            self._delay_exchange = await channel.get_exchange(
+                self.topology.delay_exchange, ensure=False
+            )
+            self._publish_channel = channel
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await write_conn.close()
+            raise
+
+    async def _declare_jobrail_topology(self, channel: AbstractChannel) -> None:
+        topology = self.topology
+        dlq = await channel.get_queue(topology.dead_letter_queue, ensure=False)
+        await dlq.bind(topology.exchange, routing_key=topology.dead_letter_queue)
+        delay_exchange = await channel.declare_exchange(
+            topology.delay_exchange, type=aio_pika.ExchangeType.HEADERS, durable=True
+        )
+        for tier_ms, name in topology.delay_queues.items():
+            arguments: dict[str, Any] = {
+                "x-message-ttl": tier_ms,
+                "x-dead-letter-exchange": topology.exchange,
+            }
+            if self._settings.quorum_queues:
+                arguments |= {
+                    "x-queue-type": "quorum",
+                    # Expired messages must not be lost on their way back.
+                    "x-dead-letter-strategy": "at-least-once",
+                    "x-overflow": "reject-publish",
+                }
+            queue = await channel.declare_queue(name, durable=True, arguments=arguments)
+            await queue.bind(
+                delay_exchange,
+                routing_key="",
+                arguments={"x-match": "all", DELAY_HEADER: tier_label(tier_ms)},
+            )
+
+    # -- publishing --------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        channel = self._publish_channel
+        return channel is not None and not channel.is_closed
+
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish with a publisher confirm; raise BrokerUnavailableError if not confirmed."""
+        channel, work, delay = self._publish_channel, self._work_exchange, self._delay_exchange
+        if channel is None or channel.is_closed or work is None or delay is None:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        routing_key = self.topology.physical(envelope.queue)
+        headers: dict[str, Any] = dict(envelope.headers)
+        tier = pick_tier(_delay_ms(envelope, self._clock), self._settings.delay_tiers_ms)
+        exchange = work
+        if tier is not None:
+            headers[DELAY_HEADER] = tier_label(tier)
+            exchange = delay
+        message = aio_pika.Message(
+            body=envelope.body,
+            headers=headers,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=str(envelope.id),
+        )
+        try:
+            async with asyncio.timeout(self._settings.publish_timeout_s):
+                await exchange.publish(message, routing_key=routing_key, mandatory=True)
+        except (
+            aiormq.exceptions.AMQPError,
+            ChannelInvalidStateError,
+            ConnectionError,
+            TimeoutError,
+            RuntimeError,
+        ) as exc:
+            raise BrokerUnavailableError(f"publish to {routing_key} failed: {_why(exc)}") from exc
+
+    # -- consuming ---------------------------------------------------------------
+
+    async def listen(self) -> AsyncGenerator[AckableMessage, None]:
+        if self.read_channel is None:
+            raise RuntimeError("startup() must run before listen()")
+        await self.read_channel.set_qos(prefetch_count=self._qos)
+        declared = await self._declare_queues(self.read_channel)
+        queues = [queue for queue, _ in declared if queue.name in self._consume]
+        log.info("consuming %s", ", ".join(sorted(q.name for q in queues)))
+        async for message in merge_async_iterables(*(self._consume_queue(q) for q in queues)):
+            yield message
+
+    async def _consume_queue(self, queue: AbstractQueue) -> AsyncGenerator[AckableMessage, None]:
+        try:
+            async with queue.iterator() as iterator:
+                async for message in iterator:
+                    if await self._admit(message, queue.name):
+                        yield AckableMessage(data=message.body, ack=message.ack)
+        except (RuntimeError, asyncio.CancelledError):
+            log.info("stopped consuming %s", queue.name)
+
+    async def _admit(self, message: AbstractIncomingMessage, queue: str) -> bool:
+        """True if the message is a job message for a task this worker knows; otherwise
+        dead-letter it with the reason and acknowledge it."""
+        try:
+            parsed = parse_job_message(message.body)
+        except MalformedMessageError as exc:
+            reason = f"malformed message: {exc}"
+        else:
+            if self.find_task(parsed.task_name) is not None:
+                return True
+            reason = f"unknown task {parsed.task_name!r}"
+        log.warning("dead-lettering message %s from %s: %s", message.message_id, queue, reason)
+        envelope = dead_letter(
+            body=message.body,
+            reason=reason,
+            source_queue=self.topology.logical(queue) or queue,
+            dead_letter_queue=self.topology.dead_letter_logical,
+            at=self._clock.now(),
+            headers={k: str(v) for k, v in (message.headers or {}).items() if k != "x-death"},
+        )
+        try:
+            await self.publish(envelope)
+        except BrokerUnavailableError:
+            # Not safely parked yet: put it back so that it is tried again later.
+            await asyncio.sleep(1)
+            with contextlib.suppress(Exception):
+                await message.nack(requeue=True)
+            return False
+        await message.ack()
+        return False
+
+
+class EmbeddedJobBroker(InMemoryBroker):
+    """Taskiq's in-memory broker with delays and an in-memory dead-letter queue."""
+
+    def __init__(self, settings: RabbitSettings, *, clock: Clock | None = None) -> None:
+        super().__init__(max_async_tasks=100)
+        self.topology = Topology.from_settings(settings)
+        self._settings = settings
+        self._clock = clock or SystemClock()
+        self.dead_letters: deque[Envelope] = deque(maxlen=1000)
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    @property
+    def is_connected(self) -> bool:
+        return True
+
+    async def publish(self, envelope: Envelope) -> None:
+        if envelope.queue == self._settings.dead_letter_queue:
+            self.dead_letters.append(envelope)
+            return
+        if envelope.queue not in self._settings.queues:
+            raise ValueError(f"unknown queue {envelope.queue!r}")
+        delay_s = _delay_ms(envelope, self._clock) / 1000
+        if delay_s <= 0:
+            self._deliver(envelope)
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if handle is not None:
+                self._timers.discard(handle)
+            self._deliver(envelope)
+
+        handle = loop.call_later(delay_s, fire)
+        self._timers.add(handle)
+
+    def _deliver(self, envelope: Envelope) -> None:
+        try:
+            parsed = parse_job_message(envelope.body)
+        except MalformedMessageError as exc:
+            self._park(envelope, f"malformed message: {exc}")
+            return
+        if self.find_task(parsed.task_name) is None:
+            self._park(envelope, f"unknown task {parsed.task_name!r}")
+            return
+        task = asyncio.create_task(self.receiver.callback(message=envelope.body))
+        self._running_tasks.add(task)
+        task.add_done_callback(self._running_tasks.discard)
+
+    def _park(self, envelope: Envelope, reason: str) -> None:
+        log.warning("dead-lettering message %s: %s", envelope.id, reason)
+        self.dead_letters.append(
+            dead_letter(
+                body=envelope.body,
+                reason=reason,
+                source_queue=envelope.queue,
+                dead_letter_queue=self._settings.dead_letter_queue,
+                at=self._clock.now(),
+            )
+        )
+
+    async def shutdown(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        await super().shutdown()
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,124 @@
+"""Messages as they travel: an envelope per message, and the job message format.
+
+A job message is a Taskiq message (JSON) for the task named after the job type,
+whose only argument is the job id. The job row, not the message, holds the
+payload: a message is a pointer to work, never the work itself.
+"""
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobrail.kernel.ids import JobId, new_id
+
+HEADER_REASON = "x-jobrail-reason"
+HEADER_SOURCE_QUEUE = "x-jobrail-source-queue"
+HEADER_JOB_ID = "x-jobrail-job-id"
+HEADER_TASK = "x-jobrail-task"
+HEADER_DEAD_AT = "x-jobrail-dead-lettered-at"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One message to publish to a queue (a logical name such as ``jobs.default``)."""
+
+    queue: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    not_before: datetime | None = None
+    id: uuid.UUID = field(default_factory=new_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobMessage:
+    """What a worker needs from a delivered job message."""
+
+    message_id: str
+    task_name: str
+    job_id: JobId
+    labels: Mapping[str, Any]
+
+
+class MalformedMessageError(ValueError):
+    """The bytes are not a job message this platform can run."""
+
+
+def job_envelope(
+    *,
+    job_id: JobId,
+    job_type: str,
+    queue: str,
+    tenant_id: str,
+    trace_context: Mapping[str, str] | None = None,
+    not_before: datetime | None = None,
+) -> Envelope:
+    message_id = new_id()
+    labels: dict[str, Any] = {"queue_name": queue, "tenant_id": tenant_id}
+    labels.update(trace_context or {})
+    body: dict[str, Any] = {
+        "task_id": str(message_id),
+        "task_name": job_type,
+        "labels": labels,
+        "labels_types": None,
+        "args": [],
+        "kwargs": {"job_id": str(job_id)},
+    }
+    return Envelope(
+        id=message_id,
+        queue=queue,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        headers={HEADER_JOB_ID: str(job_id), HEADER_TASK: job_type},
+        not_before=not_before,
+    )
+
+
+def parse_job_message(body: bytes) -> JobMessage:
+    """Parse a job message strictly: JSON only, with a task name and a job id."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedMessageError(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MalformedMessageError("body is not a JSON object")
+    task_name = data.get("task_name")
+    task_id = data.get("task_id")
+    kwargs = data.get("kwargs")
+    labels = data.get("labels", {})
+    if not isinstance(task_name, str) or not task_name:
+        raise MalformedMessageError("task_name is missing")
+    if not isinstance(task_id, str) or not task_id:
+        raise MalformedMessageError("task_id is missing")
+    if not isinstance(labels, dict) or not isinstance(data.get("args", []), list):
+        raise MalformedMessageError("labels or args have the wrong type")
+    if not isinstance(kwargs, dict) or set(kwargs) != {"job_id"}:
+        raise MalformedMessageError("kwargs must be exactly {job_id}")
+    try:
+        job_id = JobId(uuid.UUID(str(kwargs["job_id"])))
+    except ValueError:
+        raise MalformedMessageError("job_id is not a UUID") from None
+    return JobMessage(message_id=task_id, task_name=task_name, job_id=job_id, labels=labels)
+
+
+def dead_letter(
+    *,
+    body: bytes,
+    reason: str,
+    source_queue: str,
+    dead_letter_queue: str,
+    at: datetime,
+    headers: Mapping[str, str] | None = None,
+) -> Envelope:
+    """The original message, unchanged, addressed to the dead-letter queue with its reason."""
+    return Envelope(
+        queue=dead_letter_queue,
+        body=body,
+        headers={
+            **(headers or {}),
+            HEADER_REASON: reason[:1000],
+            HEADER_SOURCE_QUEUE: source_queue,
+            HEADER_DEAD_AT: at.isoformat(),
+        },
+    )

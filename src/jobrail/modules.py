@@ -1,0 +1,42 @@
+"""Modules: how a bounded context plugs into the platform.
+
+A module (``contexts.billing``, ``jobrail.demo``) exposes a ``module`` attribute:
+its job types, its HTTP routers and its dishka providers. The platform loads the
+modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
+"""
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dishka import Provider
+from fastapi import APIRouter
+
+from jobrail.jobs.registry import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    name: str
+    jobs: Sequence[JobSpec] = ()
+    routers: Sequence[APIRouter] = ()
+    providers: Sequence[Provider] = field(default_factory=tuple)
+
+
+class ModuleLoadError(Exception):
+    pass
+
+
+def load_modules(paths: Sequence[str]) -> list[Module]:
+    modules = []
+    for path in paths:
+        try:
+            imported: Any = importlib.import_module(path)
+        except ImportError as exc:
+            raise ModuleLoadError(f"module {path!r} cannot be imported: {exc}") from exc
+        module = getattr(imported, "module", None)
+        if not isinstance(module, Module):
+            raise ModuleLoadError(f"{path} has no `module = Module(...)` attribute")
+        modules.append(module)
+    return modules

@@ -1,0 +1,1 @@
+"""SQLAlchemy (asyncio) persistence: engine, tables, unit of work and the job store."""

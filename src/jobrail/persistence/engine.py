@@ -1,0 +1,51 @@
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from jobrail.settings import DatabaseSettings
+
+
+def create_engine(settings: DatabaseSettings) -> AsyncEngine:
+    """One engine per process, made by the composition root (never at import time)."""
+    url = settings.url.get_secret_value()
+    if settings.is_sqlite:
+        return _sqlite_engine(url, settings)
+    return create_async_engine(
+        url,
+        echo=settings.echo,
+        pool_size=settings.pool_size,
+        max_overflow=settings.max_overflow,
+        pool_timeout=settings.pool_timeout_s,
+        pool_pre_ping=True,
+        connect_args={"timeout": settings.connect_timeout_s},
+    )
+
+
+def _sqlite_engine(url: str, settings: DatabaseSettings) -> AsyncEngine:
+    engine = create_async_engine(
+        url,
+        echo=settings.echo,
+        connect_args={"timeout": 30},
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transactions into our own hands so that writes begin IMMEDIATE:
+        # SQLite then serialises writers instead of failing them at commit.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[Any]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)

@@ -1,0 +1,172 @@
+"""The jobs table: the repository used by use cases and the store used by workers."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
+from jobrail.jobs.ports import ClaimResult, Cursor, JobFilter, JobPage
+from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.messaging.envelope import Envelope
+from jobrail.persistence.errors import database_errors
+from jobrail.persistence.mapping import job_from_row, job_row, job_state
+from jobrail.persistence.outbox import insert_outbox_rows
+from jobrail.persistence.tables import jobs
+
+_CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
+
+
+def _insert_ignoring_duplicate_key(dialect: str, row: dict[str, Any]) -> Any:
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    return (
+        module.insert(jobs)
+        .values(row)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
+        .returning(jobs.c.id)
+    )
+
+
+class SqlaJobRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def add(self, job: Job) -> Job:
+        dialect = self._session.get_bind().dialect.name
+        with database_errors():
+            inserted = (
+                await self._session.execute(_insert_ignoring_duplicate_key(dialect, job_row(job)))
+            ).scalar_one_or_none()
+            if inserted is not None:
+                return job
+            existing = (
+                (
+                    await self._session.execute(
+                        select(jobs).where(
+                            jobs.c.tenant_id == job.tenant_id,
+                            jobs.c.idempotency_key == job.idempotency_key,
+                        )
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        if existing is None:
+            raise ConflictError("a job with this Idempotency-Key is being created; try again")
+        return job_from_row(existing)
+
+    async def get(
+        self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
+    ) -> Job | None:
+        query = select(jobs).where(jobs.c.id == job_id)
+        if tenant_id is not None:
+            query = query.where(jobs.c.tenant_id == tenant_id)
+        if for_update:
+            query = query.with_for_update()
+        with database_errors():
+            row = (await self._session.execute(query)).mappings().first()
+        return job_from_row(row) if row else None
+
+    async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage:
+        query = select(jobs).where(jobs.c.tenant_id == where.tenant_id)
+        if where.status is not None:
+            query = query.where(jobs.c.status == where.status.value)
+        if where.type is not None:
+            query = query.where(jobs.c.type == where.type)
+        if where.entity_id is not None:
+            query = query.where(jobs.c.entity_id == where.entity_id)
+        if after is not None:
+            query = query.where(
+                or_(
+                    jobs.c.created_at < after.created_at,
+                    and_(jobs.c.created_at == after.created_at, jobs.c.id < after.job_id),
+                )
+            )
+        query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
+        with database_errors():
+            rows = (await self._session.execute(query)).mappings().all()
+        items = [job_from_row(row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            next_cursor = Cursor(created_at=last.created_at, job_id=last.id)
+        return JobPage(items=items, next_cursor=next_cursor)
+
+    async def save(self, job: Job) -> None:
+        with database_errors():
+            await self._session.execute(
+                update(jobs).where(jobs.c.id == job.id).values(job_state(job))
+            )
+
+
+class SqlaJobStore:
+    """Each method is one short transaction of its own: a worker never holds a
+    transaction open while a job runs."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+        # Mirrors Job.can_start and Job.is_due, as one conditional update, so that two
+        # workers holding the same message cannot both start the job.
+        claimable = and_(
+            jobs.c.status.in_(_CLAIMABLE),
+            or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now + DUE_TOLERANCE),
+        )
+        abandoned = and_(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_until <= now)
+        statement = (
+            update(jobs)
+            .where(jobs.c.id == job_id, or_(claimable, abandoned))
+            .values(
+                status=JobStatus.RUNNING.value,
+                attempts=jobs.c.attempts + 1,
+                started_at=now,
+                updated_at=now,
+                lease_until=now + lease,
+                run_after=None,
+            )
+            .returning(*jobs.c)
+        )
+        with database_errors():
+            async with self._engine.begin() as conn:
+                row = (await conn.execute(statement)).mappings().first()
+                if row is not None:
+                    return ClaimResult(job=job_from_row(row))
+                current = (
+                    (await conn.execute(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+                )
+        return ClaimResult(job=None, current=job_from_row(current) if current else None)
+
+    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+        state = job_state(job)
+        # cancel_requested belongs to whoever asked to cancel; the worker only reads it.
+        del state["cancel_requested"]
+        statement = (
+            update(jobs)
+            .where(
+                jobs.c.id == job.id,
+                jobs.c.status == JobStatus.RUNNING.value,
+                jobs.c.attempts == claimed_attempt,
+            )
+            .values(state)
+        )
+        with database_errors():
+            async with self._engine.begin() as conn:
+                result = await conn.execute(statement)
+                if result.rowcount == 0:
+                    return False
+                if outbox:
+                    await insert_outbox_rows(conn, outbox, job.updated_at)
+        return True
+
+    async def cancel_requested(self, job_id: JobId) -> bool:
+        with database_errors():
+            async with self._engine.connect() as conn:
+                value = await conn.scalar(
+                    select(jobs.c.cancel_requested).where(jobs.c.id == job_id)
+                )
+        return bool(value)

@@ -1,0 +1,65 @@
+"""Rows of the jobs table to and from the Job aggregate."""
+
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.kernel.ids import JobId, TenantId
+
+
+def job_from_row(row: RowMapping) -> Job:
+    return Job(
+        id=JobId(row["id"]),
+        type=row["type"],
+        queue=row["queue"],
+        tenant_id=TenantId(row["tenant_id"]),
+        payload=row["payload"],
+        max_attempts=row["max_attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        status=JobStatus(row["status"]),
+        attempts=row["attempts"],
+        entity_id=row["entity_id"],
+        idempotency_key=row["idempotency_key"],
+        last_error=row["last_error"],
+        result=row["result"],
+        trace_context=row["trace_context"] or {},
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        run_after=row["run_after"],
+        lease_until=row["lease_until"],
+        cancel_requested=row["cancel_requested"],
+    )
+
+
+def job_state(job: Job) -> dict[str, Any]:
+    """The columns that change over a job's life."""
+    return {
+        "status": job.status.value,
+        "attempts": job.attempts,
+        "last_error": job.last_error,
+        "result": job.result,
+        "cancel_requested": job.cancel_requested,
+        "updated_at": job.updated_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "run_after": job.run_after,
+        "lease_until": job.lease_until,
+    }
+
+
+def job_row(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "tenant_id": job.tenant_id,
+        "type": job.type,
+        "queue": job.queue,
+        "entity_id": job.entity_id,
+        "idempotency_key": job.idempotency_key,
+        "payload": job.payload,
+        "max_attempts": job.max_attempts,
+        "trace_context": job.trace_context,
+        "created_at": job.created_at,
+        **job_state(job),
+    }

@@ -1,0 +1,185 @@
+"""The transactional outbox: rows written with the business change, published after.
+
+- ``SqlaOutbox`` adds rows inside a unit of work.
+- ``OutboxPublisher`` is the fast path: right after a commit it publishes the new
+  rows and marks them published.
+- ``OutboxRelay`` publishes whatever the fast path missed (the broker was down, the
+  process died between commit and publish). It runs in worker processes; several
+  relays at once are safe because each batch is taken with FOR UPDATE SKIP LOCKED.
+"""
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from jobrail.jobs.ports import BrokerUnavailableError, Publisher, StoreUnavailableError
+from jobrail.kernel.clock import Clock
+from jobrail.messaging.envelope import Envelope
+from jobrail.persistence.errors import database_errors
+from jobrail.persistence.tables import outbox
+
+log = logging.getLogger("jobrail.outbox")
+
+
+def outbox_row(envelope: Envelope, now: Any) -> dict[str, Any]:
+    return {
+        "id": envelope.id,
+        "queue": envelope.queue,
+        "body": envelope.body,
+        "headers": dict(envelope.headers),
+        "not_before": envelope.not_before,
+        "created_at": now,
+    }
+
+
+async def insert_outbox_rows(
+    conn: AsyncConnection | AsyncSession, envelopes: Sequence[Envelope], now: Any
+) -> None:
+    await conn.execute(insert(outbox), [outbox_row(e, now) for e in envelopes])
+
+
+class SqlaOutbox:
+    def __init__(self, session: AsyncSession, clock: Clock) -> None:
+        self._session = session
+        self._clock = clock
+        self.pending: list[Envelope] = []
+
+    async def add(self, envelope: Envelope) -> None:
+        with database_errors():
+            await insert_outbox_rows(self._session, [envelope], self._clock.now())
+        self.pending.append(envelope)
+
+
+class OutboxPublisher:
+    """Fast path: publish just-committed rows, then mark them published."""
+
+    def __init__(
+        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, timeout: timedelta
+    ) -> None:
+        self._engine = engine
+        self._publisher = publisher
+        self._clock = clock
+        self._timeout = timeout.total_seconds()
+
+    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+        published = []
+        for envelope in envelopes:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await self._publisher.publish(envelope)
+            except (BrokerUnavailableError, TimeoutError) as exc:
+                log.info("fast path could not publish %s (%s); the relay will", envelope.id, exc)
+                break
+            published.append(envelope.id)
+        if not published:
+            return
+        try:
+            with database_errors():
+                async with self._engine.begin() as conn:
+                    await conn.execute(
+                        update(outbox)
+                        .where(outbox.c.id.in_(published))
+                        .values(published_at=self._clock.now())
+                    )
+        except StoreUnavailableError as exc:
+            # Published but not marked: the relay will publish them again, and the
+            # consumers' claim makes the duplicates harmless.
+            log.warning("could not mark %d outbox rows published: %s", len(published), exc)
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        publisher: Publisher,
+        clock: Clock,
+        *,
+        batch: int,
+        min_age: timedelta,
+        interval: timedelta,
+    ) -> None:
+        self._engine = engine
+        self._publisher = publisher
+        self._clock = clock
+        self._batch = batch
+        self._min_age = min_age
+        self._interval = interval.total_seconds()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                published = await self.relay_once()
+            except StoreUnavailableError as exc:
+                log.warning("outbox relay: database unavailable (%s)", exc)
+                published = 0
+            except Exception:
+                log.exception("outbox relay failed; trying again")
+                published = 0
+            if published < self._batch:
+                await asyncio.sleep(self._interval)
+
+    async def relay_once(self) -> int:
+        """Publish one batch of rows the fast path missed; return how many were published."""
+        now = self._clock.now()
+        with database_errors():
+            async with self._engine.begin() as conn:
+                rows = (
+                    await conn.execute(
+                        select(
+                            outbox.c.id,
+                            outbox.c.queue,
+                            outbox.c.body,
+                            outbox.c.headers,
+                            outbox.c.not_before,
+                        )
+                        .where(
+                            outbox.c.published_at.is_(None),
+                            outbox.c.created_at <= now - self._min_age,
+                        )
+                        .order_by(outbox.c.created_at)
+                        .limit(self._batch)
+                        .with_for_update(skip_locked=True)
+                    )
+                ).all()
+                if not rows:
+                    return 0
+                envelopes = [
+                    Envelope(
+                        id=row.id,
+                        queue=row.queue,
+                        body=row.body,
+                        headers=row.headers,
+                        not_before=row.not_before,
+                    )
+                    for row in rows
+                ]
+                results = await asyncio.gather(
+                    *(self._publisher.publish(e) for e in envelopes), return_exceptions=True
+                )
+                published = [e.id for e, r in zip(envelopes, results, strict=True) if r is None]
+                failed = [
+                    (e.id, r) for e, r in zip(envelopes, results, strict=True) if r is not None
+                ]
+                if published:
+                    await conn.execute(
+                        update(outbox)
+                        .where(outbox.c.id.in_(published))
+                        .values(published_at=self._clock.now())
+                    )
+                if failed:
+                    first_error = failed[0][1]
+                    if not isinstance(first_error, BrokerUnavailableError):
+                        log.error("outbox rows cannot be published: %r", first_error)
+                    await conn.execute(
+                        update(outbox)
+                        .where(outbox.c.id.in_([row_id for row_id, _ in failed]))
+                        .values(attempts=outbox.c.attempts + 1, last_error=str(first_error)[:500])
+                    )
+        if published:
+            log.info("outbox relay published %d messages", len(published))
+        return len(published)

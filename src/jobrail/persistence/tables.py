@@ -1,0 +1,120 @@
+"""The platform's tables. Alembic migrations (migrations/) are the only way they change."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; use timezone-aware UTC datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Json: Any = JSON().with_variant(JSONB(), "postgresql")
+
+JOB_STATUSES = ("pending", "running", "retrying", "succeeded", "failed", "cancelled")
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("type", String(128), nullable=False),
+    Column("queue", String(128), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("entity_id", String(255)),
+    Column("idempotency_key", String(255)),
+    Column("payload", Json, nullable=False),
+    Column("result", Json),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("last_error", Text),
+    Column("trace_context", Json, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime),
+    Column("finished_at", UtcDateTime),
+    Column("run_after", UtcDateTime),
+    Column("lease_until", UtcDateTime),
+    CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
+    CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
+    # One job per tenant and idempotency key (NULL keys never collide).
+    Index("uq_jobs_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
+    Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+    Index("ix_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
+    Index("ix_jobs_tenant_entity_created", "tenant_id", "entity_id", "created_at"),
+    Index("ix_jobs_status_created", "status", "created_at"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("queue", String(128), nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("headers", Json, nullable=False),
+    Column("not_before", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("published_at", UtcDateTime),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+    # The relay's access path: unpublished rows, oldest first.
+    Index(
+        "ix_outbox_unpublished_created",
+        "created_at",
+        postgresql_where=text("published_at IS NULL"),
+        sqlite_where=text("published_at IS NULL"),
+    ),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("consumer", String(128), primary_key=True),
+    Column("message_id", String(255), primary_key=True),
+    Column("processed_at", UtcDateTime, nullable=False),
+)

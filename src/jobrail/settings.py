@@ -1,0 +1,243 @@
+"""Settings, split by concern. Every value can come from the environment.
+
+Variables are prefixed with ``JOBRAIL_`` and nested with ``__``:
+``JOBRAIL_DATABASE__URL``, ``JOBRAIL_RETRY__MAX_ATTEMPTS``. A ``.env`` file in the
+working directory is read too. A bad value stops the process at start-up with a
+message that names the variable (see ``load_settings``).
+"""
+
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "JOBRAIL_"
+ENV_NESTED_DELIMITER = "__"
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def _comma_list(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+class DatabaseSettings(BaseModel):
+    url: SecretStr = SecretStr("sqlite+aiosqlite:///./var/jobrail.db")
+    pool_size: PositiveInt = 10
+    max_overflow: Annotated[int, Field(ge=0)] = 10
+    pool_timeout_s: PositiveFloat = 10.0
+    connect_timeout_s: PositiveFloat = 5.0
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _supported_driver(cls, url: SecretStr) -> SecretStr:
+        scheme = url.get_secret_value().split("://", 1)[0]
+        if scheme not in {"postgresql+asyncpg", "sqlite+aiosqlite"}:
+            raise ValueError(
+                "use a postgresql+asyncpg:// or sqlite+aiosqlite:// URL "
+                f"(got a {scheme or 'malformed'}:// URL)"
+            )
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.url.get_secret_value().startswith("sqlite")
+
+
+class RabbitSettings(BaseModel):
+    url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/")
+    prefix: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_.-]*$",
+        description="Prepended to every exchange and queue name (isolates test runs).",
+    )
+    exchange: str = "jobrail"
+    queues: Annotated[list[str], NoDecode] = ["jobs.default", "jobs.high", "jobs.io", "jobs.heavy"]
+    default_queue: str = "jobs.default"
+    dead_letter_queue: str = "jobs.dlq"
+    delay_tiers_ms: Annotated[list[PositiveInt], NoDecode] = [
+        250,
+        1_000,
+        5_000,
+        30_000,
+        120_000,
+        600_000,
+        3_600_000,
+    ]
+    prefetch: PositiveInt = 32
+    connect_timeout_s: PositiveFloat = 5.0
+    publish_timeout_s: PositiveFloat = 5.0
+    quorum_queues: bool = True
+
+    _split_queues = field_validator("queues", "delay_tiers_ms", mode="before")(_comma_list)
+
+    @field_validator("url")
+    @classmethod
+    def _amqp_url(cls, url: SecretStr) -> SecretStr:
+        if not url.get_secret_value().startswith(("amqp://", "amqps://")):
+            raise ValueError("use an amqp:// or amqps:// URL")
+        return url
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not self.queues:
+            raise ValueError("queues: at least one work queue is needed")
+        if self.default_queue not in self.queues:
+            raise ValueError(f"default_queue {self.default_queue!r} is not one of queues")
+        if self.dead_letter_queue in self.queues:
+            raise ValueError("dead_letter_queue must not also be a work queue")
+        if not self.delay_tiers_ms:
+            raise ValueError("delay_tiers_ms: at least one delay tier is needed")
+        self.delay_tiers_ms = sorted(set(self.delay_tiers_ms))
+        return self
+
+    def name(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+
+class RedisSettings(BaseModel):
+    url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    key_prefix: str = "jobrail:"
+    socket_timeout_s: PositiveFloat = 2.0
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: SecretStr) -> SecretStr:
+        if not url.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("use a redis://, rediss:// or unix:// URL")
+        return url
+
+
+class RetrySettings(BaseModel):
+    """Backoff for transient failures: ``min(cap, base * 2**attempt) * random()``."""
+
+    base_s: PositiveFloat = 1.0
+    cap_s: PositiveFloat = 300.0
+    max_attempts: PositiveInt = 5
+    max_attempts_unknown: PositiveInt = Field(
+        default=3, description="Attempts for errors that are neither transient nor permanent."
+    )
+    jitter: Literal["full", "none"] = "full"
+
+
+class JobsSettings(BaseModel):
+    default_timeout_s: PositiveFloat = 60.0
+    timeouts_s: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="Per job type timeout overrides, by job type name."
+    )
+    lease_grace_s: PositiveFloat = Field(
+        default=10.0,
+        description="How long past its timeout a running job stays claimed before another "
+        "worker may take it over (its worker is presumed dead).",
+    )
+    store_retry_max_s: PositiveFloat = Field(
+        default=5.0, description="Cap of the backoff while the database is unreachable."
+    )
+
+
+class OutboxSettings(BaseModel):
+    relay_interval_s: PositiveFloat = 1.0
+    relay_batch: PositiveInt = 200
+    relay_min_age_s: Annotated[float, Field(ge=0)] = Field(
+        default=2.0,
+        description="Rows younger than this are left to the publishing request's fast path.",
+    )
+    fast_path_timeout_s: PositiveFloat = 2.0
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    ready_timeout_s: PositiveFloat = 2.0
+
+
+class WorkerSettings(BaseModel):
+    queues: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Queues this worker consumes; empty means all."
+    )
+    processes: PositiveInt = 1
+    max_async_tasks: PositiveInt = 64
+    shutdown_grace_s: PositiveFloat = 30.0
+
+    _split_queues = field_validator("queues", mode="before")(_comma_list)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        env_file=".env",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    mode: Literal["embedded", "stack"] = "embedded"
+    environment: Literal["development", "test", "production"] = "development"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["jobrail.demo"],
+        description="Import paths of the modules (bounded contexts) to load.",
+    )
+    database: DatabaseSettings = DatabaseSettings()
+    rabbit: RabbitSettings = RabbitSettings()
+    redis: RedisSettings = RedisSettings()
+    retry: RetrySettings = RetrySettings()
+    jobs: JobsSettings = JobsSettings()
+    outbox: OutboxSettings = OutboxSettings()
+    api: ApiSettings = ApiSettings()
+    worker: WorkerSettings = WorkerSettings()
+
+    _split_modules = field_validator("modules", mode="before")(_comma_list)
+
+    @model_validator(mode="after")
+    def _worker_queues_known(self) -> Self:
+        unknown = set(self.worker.queues) - set(self.rabbit.queues)
+        if unknown:
+            raise ValueError(
+                f"worker.queues names queues that rabbit.queues does not have: {sorted(unknown)}"
+            )
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return self.mode == "embedded"
+
+
+class SettingsError(Exception):
+    """Raised at start-up when a setting is missing or invalid."""
+
+
+def _env_name(loc: tuple[str | int, ...]) -> str:
+    parts = [str(part) for part in loc if not isinstance(part, int)]
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(parts).upper()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; raise ``SettingsError`` naming every bad one."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            name = _env_name(loc) if loc else ENV_PREFIX + "*"
+            problems.append(f"  {name}: {error['msg']}")
+        raise SettingsError("invalid settings:\n" + "\n".join(problems)) from None
+    except ValueError as exc:
+        raise SettingsError(f"invalid settings: {exc}") from None

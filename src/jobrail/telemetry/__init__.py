@@ -1,0 +1,1 @@
+"""Logs now; traces and metrics as the observability work lands."""

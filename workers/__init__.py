@@ -1,0 +1,1 @@
+"""Worker entry points: the Taskiq broker with every module's tasks registered."""
