@@ -51,8 +51,7 @@ migrate: install
 	$(BIN)/jobrail migrate
 
 migrate-stack: install
-	@$(STACK_ENV) $(BIN)/python -m jobrail.devtools ensure-database
-	$(STACK_ENV) $(BIN)/jobrail migrate
+	$(STACK_ENV) $(BIN)/jobrail migrate --create-database
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -7,17 +7,16 @@ from sqlalchemy.engine import Connection
 
 from jobrail.persistence.engine import create_engine
 from jobrail.persistence.tables import metadata
-from jobrail.settings import load_settings
+from jobrail.settings import DatabaseSettings, load_settings
 
 config = context.config
 
 
-def _database_url_settings():  # type: ignore[no-untyped-def]
+def _database_settings() -> DatabaseSettings:
     url = config.attributes.get("database_url")
-    settings = load_settings()
-    if url:
-        return settings.database.model_copy(update={"url": url})
-    return settings.database
+    if url is not None:
+        return DatabaseSettings(url=url)
+    return load_settings().database
 
 
 def _run(connection: Connection) -> None:
@@ -32,7 +31,7 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_engine(_database_url_settings())
+    engine = create_engine(_database_settings())
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

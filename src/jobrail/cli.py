@@ -32,6 +32,7 @@ def migrate(settings: Settings) -> None:
     root = _project_root()
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "migrations"))
+    config.attributes["database_url"] = settings.database.url
     command.upgrade(config, "head")
 
 
@@ -65,6 +66,8 @@ def run_worker(settings: Settings, extra: list[str]) -> None:
             "the API process runs the jobs itself"
         )
     argv = [
+        sys.executable,
+        "-m",
         "taskiq",
         "worker",
         "workers.broker:create_broker",
@@ -91,7 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("api", help="serve the API")
     worker = sub.add_parser("worker", help="run Taskiq workers")
     worker.add_argument("taskiq_args", nargs=argparse.REMAINDER)
-    sub.add_parser("migrate", help="apply database migrations")
+    migrate_parser = sub.add_parser("migrate", help="apply database migrations")
+    migrate_parser.add_argument(
+        "--create-database",
+        action="store_true",
+        help="create the Postgres database first if it does not exist",
+    )
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
@@ -99,6 +107,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"jobrail: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if args.command == "migrate":
+        if args.create_database and not settings.database.is_sqlite:
+            import asyncio
+
+            from jobrail.persistence.admin import create_database_if_missing
+
+            asyncio.run(create_database_if_missing(settings.database.url.get_secret_value()))
         migrate(settings)
     elif args.command == "run":
         if not settings.embedded:

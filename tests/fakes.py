@@ -1,0 +1,195 @@
+"""Hand-written fakes of the jobs ports. They keep state; tests assert on that state."""
+
+import copy
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self
+
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.ports import (
+    BrokerUnavailableError,
+    ClaimResult,
+    Cursor,
+    JobFilter,
+    JobPage,
+    StoreUnavailableError,
+)
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.messaging.envelope import Envelope
+
+START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    def __init__(self, now: datetime = START) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+    def advance(self, delta: timedelta) -> None:
+        self.current += delta
+
+
+class FakeJobRepository:
+    def __init__(self, jobs: dict[JobId, Job]) -> None:
+        self._jobs = jobs
+
+    async def add(self, job: Job) -> Job:
+        if job.idempotency_key is not None:
+            for existing in self._jobs.values():
+                if (existing.tenant_id, existing.idempotency_key) == (
+                    job.tenant_id,
+                    job.idempotency_key,
+                ):
+                    return copy.deepcopy(existing)
+        self._jobs[job.id] = copy.deepcopy(job)
+        return job
+
+    async def get(
+        self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
+    ) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is None or (tenant_id is not None and job.tenant_id != tenant_id):
+            return None
+        return copy.deepcopy(job)
+
+    async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage:
+        matching = sorted(
+            (
+                job
+                for job in self._jobs.values()
+                if job.tenant_id == where.tenant_id
+                and (where.status is None or job.status is where.status)
+                and (where.type is None or job.type == where.type)
+                and (where.entity_id is None or job.entity_id == where.entity_id)
+                and (after is None or (job.created_at, job.id) < (after.created_at, after.job_id))
+            ),
+            key=lambda job: (job.created_at, job.id),
+            reverse=True,
+        )
+        items = [copy.deepcopy(job) for job in matching[:limit]]
+        more = len(matching) > limit
+        cursor = Cursor(items[-1].created_at, items[-1].id) if more else None
+        return JobPage(items=items, next_cursor=cursor)
+
+    async def save(self, job: Job) -> None:
+        self._jobs[job.id] = copy.deepcopy(job)
+
+
+class FakeOutbox:
+    def __init__(self) -> None:
+        self.added: list[Envelope] = []
+
+    async def add(self, envelope: Envelope) -> None:
+        self.added.append(envelope)
+
+
+class FakeUnitOfWork:
+    """Changes become visible in `store` only on commit, like a real transaction."""
+
+    def __init__(self, store: dict[JobId, Job] | None = None) -> None:
+        self.store: dict[JobId, Job] = store if store is not None else {}
+        self.published: list[Envelope] = []
+        self.commits = 0
+        self.committed = False
+
+    async def __aenter__(self) -> Self:
+        self._working = copy.deepcopy(self.store)
+        self.jobs = FakeJobRepository(self._working)
+        self.outbox = FakeOutbox()
+        self.committed = False
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._working = {}
+
+    async def commit(self) -> None:
+        self.store.clear()
+        self.store.update(self._working)
+        self.published.extend(self.outbox.added)
+        self.outbox.added = []
+        self.commits += 1
+        self.committed = True
+
+
+@dataclass
+class FakeJobStore:
+    """The worker's store over a dict, with the same conditional semantics as SQL."""
+
+    jobs: dict[JobId, Job] = field(default_factory=dict)
+    outbox: list[Envelope] = field(default_factory=list)
+    unavailable_for: int = 0
+    calls: int = 0
+
+    def _maybe_fail(self) -> None:
+        self.calls += 1
+        if self.unavailable_for > 0:
+            self.unavailable_for -= 1
+            raise StoreUnavailableError("fake database is down")
+
+    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+        self._maybe_fail()
+        job = self.jobs.get(job_id)
+        if job is None:
+            return ClaimResult(job=None, current=None)
+        if not job.can_start(now):
+            return ClaimResult(job=None, current=copy.deepcopy(job))
+        job.start(now, lease)
+        return ClaimResult(job=copy.deepcopy(job))
+
+    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+        self._maybe_fail()
+        current = self.jobs.get(job.id)
+        if (
+            current is None
+            or current.status is not JobStatus.RUNNING
+            or current.attempts != claimed_attempt
+        ):
+            return False
+        cancel_requested = current.cancel_requested or job.cancel_requested
+        self.jobs[job.id] = copy.deepcopy(job)
+        self.jobs[job.id].cancel_requested = cancel_requested
+        self.outbox.extend(outbox)
+        return True
+
+    async def cancel_requested(self, job_id: JobId) -> bool:
+        self._maybe_fail()
+        job = self.jobs.get(job_id)
+        return bool(job and job.cancel_requested)
+
+
+@dataclass
+class FakePublisher:
+    published: list[Envelope] = field(default_factory=list)
+    unavailable_for: int = 0
+
+    async def publish(self, envelope: Envelope) -> None:
+        if self.unavailable_for > 0:
+            self.unavailable_for -= 1
+            raise BrokerUnavailableError("fake broker is down")
+        self.published.append(envelope)
+
+
+@dataclass
+class FakeDispatcher:
+    dispatched: list[Envelope] = field(default_factory=list)
+
+    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+        self.dispatched.extend(envelopes)
+
+
+def make_job(**overrides: Any) -> Job:
+    values: dict[str, Any] = {
+        "id": JobId(uuid.uuid4()),
+        "type": "demo.echo",
+        "queue": "jobs.default",
+        "tenant_id": TenantId("acme"),
+        "payload": {"message": "hi"},
+        "max_attempts": 3,
+        "now": START,
+    }
+    values.update(overrides)
+    return Job.create(**values)

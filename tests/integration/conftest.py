@@ -1,0 +1,172 @@
+"""Fixtures on the real Postgres, RabbitMQ and Redis of this machine."""
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from jobrail.api.app import create_app
+from jobrail.cli import migrate
+from jobrail.messaging.topology import Topology
+from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.settings import Settings, load_settings
+from tests.support.processes import Process, start_worker
+from tests.support.rabbit import RabbitProbe
+from tests.support.services import AMQP_URL, PG_SERVER, REDIS_URL, require, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    require("postgres")
+    url = f"{PG_SERVER}/jobrail_test_{os.getpid()}"
+    asyncio.run(drop_database(url))
+    asyncio.run(create_database_if_missing(url))
+    migrate(Settings(database={"url": url}))  # type: ignore[arg-type]
+    yield url
+    asyncio.run(drop_database(url))
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def stack_env(database_url: str, engine: AsyncEngine) -> dict[str, str]:
+    """Settings (as environment) of a stack-mode process with its own queue names."""
+    require("rabbitmq")
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    return {
+        "JOBRAIL_MODE": "stack",
+        "JOBRAIL_ENVIRONMENT": "test",
+        "JOBRAIL_DATABASE__URL": database_url,
+        "JOBRAIL_RABBIT__URL": AMQP_URL,
+        "JOBRAIL_RABBIT__PREFIX": prefix,
+        "JOBRAIL_REDIS__URL": REDIS_URL,
+        "JOBRAIL_REDIS__KEY_PREFIX": f"{prefix}jobrail:",
+        "JOBRAIL_RETRY__BASE_S": "0.2",
+        "JOBRAIL_RETRY__JITTER": "none",
+        "JOBRAIL_OUTBOX__RELAY_MIN_AGE_S": "0.5",
+        "JOBRAIL_OUTBOX__RELAY_INTERVAL_S": "0.2",
+        "JOBRAIL_JOBS__LEASE_GRACE_S": "1",
+        "JOBRAIL_JOBS__STORE_RETRY_MAX_S": "0.5",
+        "JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "10",
+    }
+
+
+def settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings()
+    for key in env:
+        monkeypatch.delenv(key)
+    return settings
+
+
+@pytest.fixture
+def stack_settings(stack_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    return settings_from(stack_env, monkeypatch)
+
+
+@pytest.fixture
+async def rabbit(stack_settings: Settings) -> AsyncIterator[RabbitProbe]:
+    async with RabbitProbe(Topology.from_settings(stack_settings.rabbit)) as probe:
+        yield probe
+        await probe.delete_topology()
+
+
+class ApiClient(httpx.AsyncClient):
+    async def job(self, job_id: str, tenant: str | None = None) -> dict[str, Any]:
+        headers = {"X-Tenant-Id": tenant} if tenant else {}
+        response = await self.get(f"/jobs/{job_id}", headers=headers)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def echo(self, headers: dict[str, str] | None = None, **payload: Any) -> str:
+        payload.setdefault("message", "hello")
+        response = await self.post("/demo/echo", json=payload, headers=headers or {})
+        assert response.status_code == 202, response.text
+        job_id: str = response.json()["job_id"]
+        return job_id
+
+    async def wait_status(self, job_id: str, *statuses: str, timeout: float = 15) -> dict[str, Any]:
+        async def reached() -> dict[str, Any] | None:
+            job = await self.job(job_id)
+            return job if job["status"] in statuses else None
+
+        result: dict[str, Any] = await wait_for(
+            reached, timeout=timeout, what=f"job {job_id} to be {'/'.join(statuses)}"
+        )
+        return result
+
+
+@pytest.fixture
+def make_api() -> Callable[[Settings], Any]:
+    """An in-process API for the given settings, lifespan and all."""
+
+    def factory(settings: Settings) -> Any:
+        class Running:
+            async def __aenter__(self) -> ApiClient:
+                self.app = create_app(settings)
+                self.lifespan = self.app.router.lifespan_context(self.app)
+                await self.lifespan.__aenter__()
+                self.client = ApiClient(
+                    transport=httpx.ASGITransport(app=self.app), base_url="http://api"
+                )
+                return self.client
+
+            async def __aexit__(self, *exc: object) -> None:
+                await self.client.aclose()
+                await self.lifespan.__aexit__(None, None, None)
+
+        return Running()
+
+    return factory
+
+
+@pytest.fixture
+async def api(
+    stack_settings: Settings, rabbit: RabbitProbe, make_api: Callable[[Settings], Any]
+) -> AsyncIterator[ApiClient]:
+    async with make_api(stack_settings) as client:
+        yield client
+
+
+@pytest.fixture
+def workers(stack_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[Callable[..., Any]]:
+    """Start worker processes (`jobrail worker`); each is stopped at teardown."""
+    started: list[Process] = []
+
+    async def start(name: str = "worker", **extra_env: str) -> Process:
+        process = start_worker({**stack_env, **extra_env}, name=name)
+        started.append(process)
+        queue = rabbit.topology.queues["jobs.default"]
+
+        async def consuming() -> bool:
+            if not process.alive():
+                raise AssertionError(f"{name} exited:\n{process.output()[-3000:]}")
+            try:
+                _, consumers = await rabbit.depth(queue)
+            except Exception:
+                return False
+            return consumers >= len([p for p in started if p.alive()])
+
+        await wait_for(consuming, timeout=30, interval=0.2, what=f"{name} to consume")
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

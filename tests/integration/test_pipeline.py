@@ -1,0 +1,138 @@
+"""The central promise, end to end: 202 and a job id, a worker process runs it, status in the DB."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.persistence.tables import jobs, outbox
+from tests.integration.conftest import ApiClient
+from tests.support.rabbit import RabbitProbe
+
+
+async def test_an_enqueued_job_runs_in_a_worker_process_and_succeeds(
+    api: ApiClient, workers: Callable[..., Any]
+) -> None:
+    await workers()
+
+    job_id = await api.echo(message="over the wire")
+    job = await api.wait_status(job_id, "succeeded")
+
+    assert job["result"] == {"echo": "over the wire"}
+    assert job["attempts"] == 1
+    assert job["started_at"] is not None
+    assert job["finished_at"] is not None
+
+
+async def test_one_idempotency_key_twice_makes_one_job_and_one_message(
+    api: ApiClient, workers: Callable[..., Any], engine: AsyncEngine, rabbit: RabbitProbe
+) -> None:
+    headers = {"Idempotency-Key": "order-42"}
+    first = await api.post("/demo/echo", json={"message": "once"}, headers=headers)
+    second = await api.post("/demo/echo", json={"message": "once"}, headers=headers)
+
+    assert first.status_code == second.status_code == 202
+    assert first.json()["job_id"] == second.json()["job_id"]
+    assert second.headers["Idempotent-Replayed"] == "true"
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(jobs)) == 1
+        assert await conn.scalar(select(func.count()).select_from(outbox)) == 1
+    ready, _ = await rabbit.depth(rabbit.topology.queues["jobs.default"])
+    assert ready == 1
+
+    await workers()
+    job = await api.wait_status(first.json()["job_id"], "succeeded")
+    assert job["attempts"] == 1
+
+
+async def test_a_key_reused_with_another_payload_is_a_conflict(api: ApiClient) -> None:
+    headers = {"Idempotency-Key": "k"}
+    assert (await api.post("/demo/echo", json={"message": "a"}, headers=headers)).status_code == 202
+
+    response = await api.post("/demo/echo", json={"message": "b"}, headers=headers)
+
+    assert response.status_code == 409
+    assert "already used" in response.json()["error"]["message"]
+
+
+async def test_a_transient_failure_is_retried_with_growing_delays_then_succeeds(
+    api: ApiClient, workers: Callable[..., Any]
+) -> None:
+    await workers()
+    job_id = await api.echo(fail_times=3)
+
+    seen: dict[int, dict[str, Any]] = {}
+    job = await api.job(job_id)
+    while job["status"] != "succeeded":
+        if job["status"] == "retrying":
+            seen.setdefault(job["attempts"], job)
+        assert job["status"] in {"pending", "running", "retrying"}, job
+        job = await api.job(job_id)
+
+    assert job["attempts"] == 4
+    assert job["result"] == {"echo": "hello"}
+    from datetime import datetime
+
+    delays = [
+        (
+            datetime.fromisoformat(seen[n]["run_after"])
+            - datetime.fromisoformat(seen[n]["updated_at"])
+        ).total_seconds()
+        for n in sorted(seen)
+    ]
+    # base 0.2s without jitter: 0.2, 0.4, 0.8
+    assert sorted(seen) == [1, 2, 3]
+    assert [round(d, 2) for d in delays] == [0.2, 0.4, 0.8]
+
+
+async def test_a_permanent_failure_fails_at_once_without_retry(
+    api: ApiClient, workers: Callable[..., Any], rabbit: RabbitProbe
+) -> None:
+    await workers()
+    job_id = await api.echo(permanent=True)
+
+    job = await api.wait_status(job_id, "failed")
+
+    assert job["attempts"] == 1
+    assert "permanent error" in job["last_error"]
+    dead = await _dead_letters(rabbit, 1)
+    assert dead[0].headers["x-jobrail-job-id"] == job_id
+
+
+async def test_exhausted_retries_fail_the_job_and_dead_letter_it_with_the_reason(
+    stack_env: dict[str, str],
+    monkeypatch: Any,
+    make_api: Callable[..., Any],
+    workers: Callable[..., Any],
+    rabbit: RabbitProbe,
+) -> None:
+    from tests.integration.conftest import settings_from
+
+    env = {**stack_env, "JOBRAIL_RETRY__MAX_ATTEMPTS": "3"}
+    async with make_api(settings_from(env, monkeypatch)) as api:
+        await workers(JOBRAIL_RETRY__MAX_ATTEMPTS="3")
+        job_id = await api.echo(fail_times=10)
+
+        job = await api.wait_status(job_id, "failed")
+
+    assert job["attempts"] == 3
+    assert "gave up after 3 attempts" in job["last_error"]
+    [dead] = await _dead_letters(rabbit, 1)
+    assert json.loads(dead.body)["kwargs"]["job_id"] == job_id
+    assert "gave up after 3 attempts" in str(dead.headers["x-jobrail-reason"])
+    assert dead.headers["x-jobrail-source-queue"] == "jobs.default"
+
+
+async def _dead_letters(rabbit: RabbitProbe, count: int) -> list[Any]:
+    from tests.support.services import wait_for
+
+    collected: list[Any] = []
+
+    async def enough() -> bool:
+        collected.extend(await rabbit.drain(rabbit.topology.dead_letter_queue))
+        return len(collected) >= count
+
+    await wait_for(enough, timeout=10, what=f"{count} dead letters")
+    return collected

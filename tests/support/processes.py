@@ -1,0 +1,84 @@
+"""Worker and API processes started by tests, with their logs kept for assertions."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+class Process:
+    def __init__(self, argv: list[str], env: dict[str, str], name: str) -> None:
+        self.name = name
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
+            prefix=f"jobrail-{name}-", suffix=".log", delete=False
+        )
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+        full_env.update(env)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def log_records(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.output().splitlines():
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+        return records
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (taskiq runs its workers as children)."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        self.terminate(timeout=15)
+        self._log.close()
+
+
+def start_worker(env: dict[str, str], name: str = "worker") -> Process:
+    return Process([str(BIN / "jobrail"), "worker"], env, name)
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,64 @@
+"""Looking into RabbitMQ from tests: queue depths, reading the DLQ, publishing raw bytes."""
+
+from dataclasses import dataclass
+
+import aio_pika
+
+from jobrail.messaging.topology import Topology
+from tests.support.services import AMQP_URL
+
+
+@dataclass
+class DeadLetter:
+    body: bytes
+    headers: dict[str, object]
+
+
+class RabbitProbe:
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._conn: aio_pika.abc.AbstractConnection | None = None
+
+    async def __aenter__(self) -> "RabbitProbe":
+        self._conn = await aio_pika.connect(AMQP_URL)
+        self.channel = await self._conn.channel()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._conn is not None
+        await self._conn.close()
+
+    async def depth(self, physical_queue: str) -> tuple[int, int]:
+        """(ready messages, consumers) of a queue; a missing queue fails the channel, so
+        each look gets a channel of its own."""
+        assert self._conn is not None
+        async with self._conn.channel() as channel:
+            queue = await channel.declare_queue(physical_queue, passive=True)
+            result = queue.declaration_result
+            return result.message_count or 0, result.consumer_count or 0
+
+    async def drain(self, physical_queue: str) -> list[DeadLetter]:
+        queue = await self.channel.declare_queue(physical_queue, passive=True)
+        messages = []
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            messages.append(DeadLetter(message.body, dict(message.headers or {})))
+        return messages
+
+    async def publish_raw(self, physical_queue: str, body: bytes) -> None:
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(body=body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=physical_queue,
+        )
+
+    async def delete_topology(self) -> None:
+        names = [
+            *self.topology.queues.values(),
+            self.topology.dead_letter_queue,
+            *self.topology.delay_queues.values(),
+        ]
+        assert self._conn is not None
+        async with self._conn.channel() as channel:
+            for name in names:
+                await channel.queue_delete(name, if_unused=False, if_empty=False)
+            for exchange in (self.topology.exchange, self.topology.delay_exchange):
+                await channel.exchange_delete(exchange)

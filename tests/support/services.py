@@ -1,0 +1,89 @@
+"""The real services the integration tests use, and how to reach, reset and restart them.
+
+Outside CI a missing service skips the tests that need it; with CI=true it fails them.
+"""
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+PG_SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+PORTS = {"postgres": 5432, "rabbitmq": 5672, "redis": 6379}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def reachable(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def require(service: str) -> None:
+    if reachable(PORTS[service]):
+        return
+    message = f"{service} is not reachable on 127.0.0.1:{PORTS[service]}"
+    if in_ci():
+        pytest.fail(message + " (CI=true: integration tests may not skip)")
+    pytest.skip(message)
+
+
+def _pg_cluster() -> tuple[str, str]:
+    versions = sorted(path.name for path in Path("/etc/postgresql").iterdir())
+    return versions[-1], "main"
+
+
+def stop_postgres() -> None:
+    version, cluster = _pg_cluster()
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "stop", "-m", "fast"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def start_postgres(timeout: float = 60) -> None:
+    """Start Postgres (if it is down) and wait until it accepts queries."""
+    version, cluster = _pg_cluster()
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "start"],
+        check=False,
+        capture_output=True,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = subprocess.run(
+            ["pg_isready", "-h", "127.0.0.1", "-p", "5432"],
+            check=False,
+            capture_output=True,
+        )
+        if ready.returncode == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("Postgres did not come back")
+
+
+async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = ""):  # type: ignore[no-untyped-def]
+    """Poll an async predicate until it returns something truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await predicate()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what or predicate}; last={last!r}"
+    )

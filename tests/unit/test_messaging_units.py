@@ -1,0 +1,104 @@
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from taskiq import InMemoryBroker
+
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.kernel.ids import JobId, new_id
+from jobrail.messaging.envelope import (
+    MalformedMessageError,
+    job_envelope,
+    parse_job_message,
+)
+from jobrail.messaging.topology import pick_tier
+
+TIERS = [250, 1_000, 5_000, 30_000, 120_000, 600_000, 3_600_000]
+
+
+@given(st.floats(min_value=0.001, max_value=10 * 3_600_000, allow_nan=False))
+def test_delays_through_the_tiers_are_never_early_and_late_by_less_than_the_shortest_tier(
+    delay_ms: float,
+) -> None:
+    waited, remaining, hops = 0.0, delay_ms, 0
+    while (tier := pick_tier(remaining, TIERS)) is not None:
+        waited += tier
+        remaining = delay_ms - waited
+        hops += 1
+
+    assert waited >= delay_ms
+    assert waited - delay_ms < TIERS[0]
+    assert hops <= 30 + delay_ms / TIERS[-1]
+
+
+def test_a_message_due_now_needs_no_tier() -> None:
+    assert pick_tier(0, TIERS) is None
+    assert pick_tier(-5, TIERS) is None
+
+
+def test_the_largest_tier_that_fits_is_chosen() -> None:
+    assert pick_tier(7_000, TIERS) == 5_000
+    assert pick_tier(100, TIERS) == 250
+
+
+def test_backoff_is_bounded_by_the_cap_and_jittered_below_the_bound() -> None:
+    policy = RetryPolicy(base_s=1, cap_s=10, rng=lambda: 0.5)
+    assert [policy.delay(n).total_seconds() for n in (1, 2, 3, 4, 5, 50)] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        5.0,
+        5.0,
+    ]
+
+
+def test_backoff_without_jitter_is_the_bound() -> None:
+    policy = RetryPolicy(base_s=0.2, cap_s=300, jitter=False)
+    assert policy.delay(3) == timedelta(seconds=0.8)
+
+
+def test_job_messages_are_taskiq_messages_that_taskiq_parses_as_json() -> None:
+    job_id = JobId(uuid.uuid4())
+    envelope = job_envelope(
+        job_id=job_id, job_type="demo.echo", queue="jobs.default", tenant_id="acme"
+    )
+
+    message = InMemoryBroker().formatter.loads(envelope.body)
+
+    assert message.task_name == "demo.echo"
+    assert message.kwargs == {"job_id": str(job_id)}
+    assert message.labels["tenant_id"] == "acme"
+    assert parse_job_message(envelope.body).job_id == job_id
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"\x80\x04\x95 not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"task_id": "1", "kwargs": {"job_id": "x"}}', "task_name"),
+        (b'{"task_id": "1", "task_name": "a.b", "kwargs": {}}', "kwargs"),
+        (b'{"task_id": "1", "task_name": "a.b", "kwargs": {"job_id": "nope"}}', "UUID"),
+    ],
+)
+def test_anything_but_a_job_message_is_refused_with_a_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(MalformedMessageError, match=reason):
+        parse_job_message(body)
+
+
+def test_pickle_is_not_how_taskiq_serialises_here() -> None:
+    body = json.dumps({"x": 1}).encode()
+    assert InMemoryBroker().serializer.loadb(body) == {"x": 1}
+    with pytest.raises(ValueError):
+        InMemoryBroker().serializer.loadb(b"\x80\x04\x95\x05\x00\x00\x00")
+
+
+def test_ids_are_time_ordered_uuid7() -> None:
+    ids = [new_id() for _ in range(1000)]
+    assert all(i.version == 7 for i in ids)
+    assert len(set(ids)) == 1000
+    assert [i.int >> 80 for i in ids] == sorted(i.int >> 80 for i in ids)

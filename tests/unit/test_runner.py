@@ -1,0 +1,293 @@
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.runner import Delivery, JobRunner, RunnerConfig
+from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.messaging.envelope import HEADER_REASON
+from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+
+TIMEOUT = timedelta(seconds=30)
+GRACE = timedelta(seconds=10)
+
+
+class Harness:
+    def __init__(self, *, jitter: bool = False, unknown_limit: int = 2) -> None:
+        self.clock = FixedClock()
+        self.store = FakeJobStore()
+        self.dispatcher = FakeDispatcher()
+        self.publisher = FakePublisher()
+        self.runner = JobRunner(
+            self.store,
+            self.dispatcher,
+            self.publisher,
+            self.clock,
+            RetryPolicy(base_s=1, cap_s=60, jitter=jitter, max_attempts_unknown=unknown_limit),
+            RunnerConfig(
+                dead_letter_queue="jobs.dlq",
+                lease_grace=GRACE,
+                store_retry_max=timedelta(milliseconds=1),
+            ),
+        )
+        self.calls = 0
+
+    def add(self, **overrides: Any) -> Job:
+        job = make_job(**overrides)
+        self.store.jobs[job.id] = job
+        return job
+
+    async def run(self, job: Job, handler: Any = None, timeout: timedelta = TIMEOUT) -> Job:
+        async def ok(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
+            return {"echo": payload["message"]}
+
+        async def counted(payload: Mapping[str, Any], ctx: JobContext) -> Any:
+            self.calls += 1
+            return await (handler or ok)(payload, ctx)
+
+        delivery = Delivery(job.id, job.type, job.queue, job.tenant_id, "m1")
+        await self.runner.run(delivery, counted, timeout)
+        return self.store.jobs.get(job.id, job)
+
+
+def raising(error: BaseException) -> Any:
+    async def handler(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        raise error
+
+    return handler
+
+
+async def test_a_job_runs_and_its_result_is_recorded() -> None:
+    h = Harness()
+    job = await h.run(h.add())
+
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.result == {"echo": "hi"}
+    assert job.attempts == 1
+    assert h.dispatcher.dispatched == []
+
+
+async def test_a_transient_error_schedules_a_retry_with_backoff() -> None:
+    h = Harness()
+    job = await h.run(h.add(), raising(TransientError("vendor timeout")))
+
+    assert job.status is JobStatus.RETRYING
+    assert job.last_error == "TransientError: vendor timeout"
+    assert job.run_after == h.clock.now() + timedelta(seconds=1)
+    [message] = h.dispatcher.dispatched
+    assert message.queue == "jobs.default"
+    assert message.not_before == job.run_after
+    assert json.loads(message.body)["kwargs"]["job_id"] == str(job.id)
+
+
+async def test_backoff_doubles_with_each_attempt() -> None:
+    h = Harness()
+    job = h.add(max_attempts=5)
+    delays = []
+    for _ in range(3):
+        job = await h.run(job, raising(TransientError("again")))
+        assert job.run_after is not None
+        delays.append(job.run_after - h.clock.now())
+        h.clock.current = job.run_after
+
+    assert delays == [timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4)]
+
+
+async def test_a_permanent_error_fails_at_once_and_dead_letters() -> None:
+    h = Harness()
+    job = await h.run(h.add(), raising(PermanentError("account closed")))
+
+    assert job.status is JobStatus.FAILED
+    assert job.attempts == 1
+    assert job.last_error == "permanent error: PermanentError: account closed"
+    [dead] = h.dispatcher.dispatched
+    assert dead.queue == "jobs.dlq"
+    assert "account closed" in dead.headers[HEADER_REASON]
+
+
+async def test_retries_end_in_failure_and_the_dead_letter_queue() -> None:
+    h = Harness()
+    job = h.add(max_attempts=2)
+    job = await h.run(job, raising(TransientError("down")))
+    h.clock.current = job.run_after  # type: ignore[assignment]
+    job = await h.run(job, raising(TransientError("down")))
+
+    assert job.status is JobStatus.FAILED
+    assert "gave up after 2 attempts" in (job.last_error or "")
+    assert [m.queue for m in h.dispatcher.dispatched] == ["jobs.default", "jobs.dlq"]
+
+
+async def test_unknown_errors_get_fewer_attempts_than_transient_ones() -> None:
+    h = Harness(unknown_limit=2)
+    job = h.add(max_attempts=5)
+    job = await h.run(job, raising(KeyError("bug")))
+    assert job.status is JobStatus.RETRYING
+    h.clock.current = job.run_after  # type: ignore[assignment]
+    job = await h.run(job, raising(KeyError("bug")))
+
+    assert job.status is JobStatus.FAILED
+    assert job.attempts == 2
+    assert "unexpected error: KeyError" in (job.last_error or "")
+
+
+async def test_a_handler_that_overruns_its_timeout_is_retried() -> None:
+    h = Harness()
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        await asyncio.sleep(10)
+
+    job = await h.run(h.add(), slow, timeout=timedelta(milliseconds=20))
+
+    assert job.status is JobStatus.RETRYING
+    assert job.last_error == "timed out after 0.02s"
+
+
+async def test_a_result_that_is_not_json_fails_the_job() -> None:
+    h = Harness()
+
+    async def odd(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
+        return {"when": object()}
+
+    job = await h.run(h.add(), odd)
+
+    assert job.status is JobStatus.FAILED
+    assert "not JSON" in (job.last_error or "")
+
+
+@pytest.mark.parametrize("status", ["succeeded", "cancelled"])
+async def test_a_message_for_a_finished_job_does_nothing(status: str) -> None:
+    h = Harness()
+    job = h.add()
+    if status == "succeeded":
+        await h.run(job)
+    else:
+        job.cancel(h.clock.now())
+    finished_at = h.store.jobs[job.id].finished_at
+
+    again = await h.run(job)
+
+    assert h.calls == (1 if status == "succeeded" else 0)
+    assert again.status.value == status
+    assert again.finished_at == finished_at
+    assert h.publisher.published == []
+
+
+async def test_a_message_for_a_job_that_does_not_exist_is_dead_lettered() -> None:
+    h = Harness()
+    ghost = make_job()
+
+    await h.run(ghost)
+
+    [dead] = h.publisher.published
+    assert dead.queue == "jobs.dlq"
+    assert "does not exist" in dead.headers[HEADER_REASON]
+    assert h.calls == 0
+
+
+async def test_an_early_message_is_deferred_to_the_jobs_due_time() -> None:
+    h = Harness()
+    due = h.clock.now() + timedelta(minutes=2)
+    job = h.add(run_after=due)
+
+    await h.run(job)
+
+    assert h.calls == 0
+    [again] = h.publisher.published
+    assert again.not_before == due
+    assert h.store.jobs[job.id].status is JobStatus.PENDING
+
+
+async def test_a_message_for_a_job_running_elsewhere_waits_for_its_lease() -> None:
+    h = Harness()
+    job = h.add()
+    h.store.jobs[job.id].start(h.clock.now(), TIMEOUT + GRACE)
+
+    await h.run(job)
+
+    assert h.calls == 0
+    [again] = h.publisher.published
+    assert again.not_before == h.clock.now() + TIMEOUT + GRACE
+
+
+async def test_a_job_whose_worker_died_is_taken_over_after_its_lease() -> None:
+    h = Harness()
+    job = h.add()
+    h.store.jobs[job.id].start(h.clock.now(), TIMEOUT + GRACE)
+    h.clock.advance(TIMEOUT + GRACE)
+
+    job = await h.run(job)
+
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.attempts == 2
+
+
+async def test_an_outcome_from_an_attempt_that_was_taken_over_is_discarded() -> None:
+    h = Harness()
+    job = h.add()
+
+    async def overtaken(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, str]:
+        h.clock.advance(TIMEOUT + GRACE)
+        h.store.jobs[job.id].start(h.clock.now(), TIMEOUT + GRACE)  # another worker
+        return {"late": "yes"}
+
+    result = await h.run(job, overtaken)
+
+    assert result.status is JobStatus.RUNNING
+    assert result.attempts == 2
+    assert result.result is None
+
+
+async def test_cancel_requested_is_honoured_at_a_checkpoint() -> None:
+    h = Harness()
+    job = h.add()
+
+    async def cooperative(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        h.store.jobs[job.id].cancel(h.clock.now())
+        await ctx.checkpoint()
+        raise AssertionError("should have stopped at the checkpoint")
+
+    result = await h.run(job, cooperative)
+
+    assert result.status is JobStatus.CANCELLED
+    assert result.finished_at is not None
+
+
+async def test_a_failed_attempt_of_a_cancelled_job_is_not_retried() -> None:
+    h = Harness()
+    job = h.add()
+
+    async def failing_after_cancel(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        h.store.jobs[job.id].cancel(h.clock.now())
+        raise TransientError("down")
+
+    result = await h.run(job, failing_after_cancel)
+
+    assert result.status is JobStatus.CANCELLED
+    assert h.dispatcher.dispatched == []
+
+
+async def test_the_runner_waits_out_a_database_outage_instead_of_losing_the_job() -> None:
+    h = Harness()
+    job = h.add()
+    h.store.unavailable_for = 3
+
+    result = await h.run(job)
+
+    assert result.status is JobStatus.SUCCEEDED
+    assert h.store.calls == 5  # 3 failures, then claim and record
+
+
+async def test_a_deferral_waits_out_a_broker_outage() -> None:
+    h = Harness()
+    job = h.add(run_after=h.clock.now() + timedelta(minutes=1))
+    h.publisher.unavailable_for = 2
+
+    await h.run(job)
+
+    assert len(h.publisher.published) == 1

@@ -1,0 +1,90 @@
+import pytest
+from pydantic import BaseModel
+
+from jobrail.jobs.registry import JobRegistry, JobSpec, job
+from jobrail.settings import SettingsError, load_settings
+
+
+class P(BaseModel):
+    x: int
+
+
+async def handler(payload: P, ctx: object) -> None:
+    return None
+
+
+def test_a_bad_setting_is_reported_by_its_variable_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRAIL_DATABASE__POOL_SIZE", "lots")
+    monkeypatch.setenv("JOBRAIL_RABBIT__URL", "http://rabbit")
+
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+
+    message = str(caught.value)
+    assert "JOBRAIL_DATABASE__POOL_SIZE" in message
+    assert "JOBRAIL_RABBIT__URL: Value error, use an amqp:// or amqps:// URL" in message
+
+
+def test_an_unsupported_database_driver_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRAIL_DATABASE__URL", "postgresql://u:secret@db/x")
+
+    with pytest.raises(SettingsError, match="JOBRAIL_DATABASE__URL") as caught:
+        load_settings()
+    assert "secret" not in str(caught.value)
+
+
+def test_lists_can_be_given_as_comma_separated_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRAIL_WORKER__QUEUES", "jobs.high, jobs.io")
+    monkeypatch.setenv("JOBRAIL_RABBIT__DELAY_TIERS_MS", "5000,100")
+
+    settings = load_settings()
+
+    assert settings.worker.queues == ["jobs.high", "jobs.io"]
+    assert settings.rabbit.delay_tiers_ms == [100, 5000]
+
+
+def test_a_worker_cannot_consume_a_queue_that_is_not_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JOBRAIL_WORKER__QUEUES", "jobs.nope")
+
+    with pytest.raises(SettingsError, match=r"jobs\.nope"):
+        load_settings()
+
+
+def test_secrets_do_not_show_in_the_settings_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u:hunter2@db/x")
+    assert "hunter2" not in repr(load_settings())
+
+
+def test_a_job_type_on_an_unknown_queue_is_refused_at_start_up() -> None:
+    spec = job("t.x", payload=P, queue="jobs.nope")(handler)
+    with pytest.raises(ValueError, match=r"queue 'jobs\.nope'"):
+        JobRegistry([spec], queues=["jobs.default"], default_timeout_s=1)
+
+
+def test_job_type_names_are_dotted_lower_case() -> None:
+    with pytest.raises(ValueError, match="dotted"):
+        JobSpec(name="Echo", handler=handler, payload=P)
+
+
+def test_a_job_type_is_declared_once() -> None:
+    spec = job("t.x", payload=P)(handler)
+    with pytest.raises(ValueError, match="declared twice"):
+        JobRegistry([spec, spec], queues=["jobs.default"], default_timeout_s=1)
+
+
+def test_timeouts_come_from_the_type_unless_settings_override_them() -> None:
+    quick = job("t.quick", payload=P, timeout_s=5)(handler)
+    plain = job("t.plain", payload=P)(handler)
+    registry = JobRegistry(
+        [quick, plain], queues=["jobs.default"], default_timeout_s=60, timeouts_s={"t.plain": 9}
+    )
+
+    assert registry.timeout("t.quick").total_seconds() == 5
+    assert registry.timeout("t.plain").total_seconds() == 9
+
+
+def test_timeouts_for_unknown_job_types_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown job types"):
+        JobRegistry([], queues=["jobs.default"], default_timeout_s=1, timeouts_s={"t.zzz": 1})
