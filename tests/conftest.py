@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["tests.support.fixtures"]
+
 # Tests never read a developer's .env or inherit JOBRAIL_* settings from the shell.
 for _name in [name for name in os.environ if name.startswith("JOBRAIL_")]:
     del os.environ[_name]

@@ -68,7 +68,9 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
     )
     broker: AmqpJobBroker | EmbeddedJobBroker
     if settings.embedded:
-        broker = EmbeddedJobBroker(settings.rabbit)
+        broker = EmbeddedJobBroker(
+            settings.rabbit, shutdown_grace_s=settings.worker.shutdown_grace_s
+        )
     else:
         broker = AmqpJobBroker(settings.rabbit, consume=settings.worker.queues)
     broker.is_worker_process = worker or settings.embedded

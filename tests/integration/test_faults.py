@@ -14,7 +14,7 @@ from jobrail.kernel.ids import JobId
 from jobrail.messaging.envelope import job_envelope
 from jobrail.persistence.tables import outbox
 from jobrail.settings import Settings
-from tests.integration.conftest import ApiClient, settings_from
+from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import start_postgres, stop_postgres, wait_for
 

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.persistence.tables import jobs, outbox
-from tests.integration.conftest import ApiClient
+from tests.support.fixtures import ApiClient
 from tests.support.rabbit import RabbitProbe
 
 
@@ -108,7 +108,7 @@ async def test_exhausted_retries_fail_the_job_and_dead_letter_it_with_the_reason
     workers: Callable[..., Any],
     rabbit: RabbitProbe,
 ) -> None:
-    from tests.integration.conftest import settings_from
+    from tests.support.fixtures import settings_from
 
     env = {**stack_env, "JOBRAIL_RETRY__MAX_ATTEMPTS": "3"}
     async with make_api(settings_from(env, monkeypatch)) as api:

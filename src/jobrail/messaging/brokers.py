@@ -285,9 +285,16 @@ class AmqpJobBroker(AioPikaBroker):
 class EmbeddedJobBroker(InMemoryBroker):
     """Taskiq's in-memory broker with delays and an in-memory dead-letter queue."""
 
-    def __init__(self, settings: RabbitSettings, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: RabbitSettings,
+        *,
+        shutdown_grace_s: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__(max_async_tasks=100)
         self.topology = Topology.from_settings(settings)
+        self._shutdown_grace_s = shutdown_grace_s
         self._settings = settings
         self._clock = clock or SystemClock()
         self.dead_letters: deque[Envelope] = deque(maxlen=1000)
@@ -344,9 +351,19 @@ class EmbeddedJobBroker(InMemoryBroker):
         )
 
     async def shutdown(self) -> None:
+        """Let running jobs finish within the grace period, then stop the rest: they stay
+        claimed in the database and resume after their lease when the process restarts."""
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
+        running = set(self._running_tasks)
+        if running:
+            _done, unfinished = await asyncio.wait(running, timeout=self._shutdown_grace_s)
+            for task in unfinished:
+                task.cancel()
+            if unfinished:
+                log.warning("stopped %d unfinished jobs at shutdown", len(unfinished))
+                await asyncio.wait(unfinished, timeout=5)
         await super().shutdown()
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from jobrail.settings import RabbitSettings
 
-DELAY_HEADER = "x-jobrail-delay-tier"
+# Headers exchanges ignore headers that start with "x-" when matching bindings.
+DELAY_HEADER = "jobrail-delay-tier"
 
 
 def pick_tier(delay_ms: float, tiers_ms: Sequence[int]) -> int | None:

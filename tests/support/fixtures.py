@@ -4,6 +4,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -20,18 +21,23 @@ from tests.support.processes import Process, start_worker
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import AMQP_URL, PG_SERVER, REDIS_URL, require, wait_for
 
-pytestmark = pytest.mark.integration
+
+def _in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking set-up code even when the caller is inside an event loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(function, *args).result()
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
+    """A database of this test session's own, migrated with Alembic, dropped at the end."""
     require("postgres")
     url = f"{PG_SERVER}/jobrail_test_{os.getpid()}"
-    asyncio.run(drop_database(url))
-    asyncio.run(create_database_if_missing(url))
-    migrate(Settings(database={"url": url}))  # type: ignore[arg-type]
+    _in_thread(asyncio.run, drop_database(url))
+    _in_thread(asyncio.run, create_database_if_missing(url))
+    _in_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
     yield url
-    asyncio.run(drop_database(url))
+    _in_thread(asyncio.run, drop_database(url))
 
 
 @pytest.fixture

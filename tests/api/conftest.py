@@ -1,0 +1,39 @@
+"""The API in embedded mode: a SQLite file and the in-process worker, no services needed."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jobrail.cli import migrate
+from jobrail.settings import Settings
+from tests.support.fixtures import ApiClient
+
+
+def embedded_settings(tmp_path: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "mode": "embedded",
+        "environment": "test",
+        "database": {"url": f"sqlite+aiosqlite:///{tmp_path}/jobrail.db"},
+        "retry": {"base_s": 0.05, "jitter": "none", "max_attempts": 3},
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def migrated(settings: Settings) -> Settings:
+    await asyncio.to_thread(migrate, settings)
+    return settings
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
+    import httpx
+
+    from jobrail.api.app import create_app
+
+    app = create_app(await migrated(embedded_settings(tmp_path)))
+    async with app.router.lifespan_context(app):
+        async with ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
+            yield c

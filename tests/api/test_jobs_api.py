@@ -1,0 +1,172 @@
+import uuid
+from pathlib import Path
+
+import httpx
+
+from jobrail.api.app import create_app
+from tests.api.conftest import embedded_settings, migrated
+from tests.support.fixtures import ApiClient
+
+
+async def test_enqueue_answers_202_with_a_job_id_and_a_location(api: ApiClient) -> None:
+    response = await api.post("/demo/echo", json={"message": "hi"})
+
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "pending"
+    assert response.headers["Location"] == f"/jobs/{body['job_id']}"
+    job = await api.wait_status(body["job_id"], "succeeded", timeout=5)
+    assert job["result"] == {"echo": "hi"}
+
+
+async def test_a_bad_body_is_a_422_that_names_the_field(api: ApiClient) -> None:
+    response = await api.post("/demo/echo", json={"message": "x", "sleep_ms": -1, "extra": 1})
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert {tuple(d["loc"]) for d in error["details"]} == {
+        ("body", "sleep_ms"),
+        ("body", "extra"),
+    }
+
+
+async def test_malformed_json_is_a_422_with_a_json_body(api: ApiClient) -> None:
+    response = await api.post(
+        "/demo/echo", content=b"{not json", headers={"content-type": "application/json"}
+    )
+
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "validation_error"
+
+
+async def test_an_unknown_job_is_a_404_and_a_bad_id_a_422(api: ApiClient) -> None:
+    missing = await api.get(f"/jobs/{uuid.uuid4()}")
+    bad = await api.get("/jobs/not-a-uuid")
+
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    assert bad.status_code == 422
+
+
+async def test_an_unknown_route_is_a_json_404(api: ApiClient) -> None:
+    response = await api.get("/nope")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+async def test_another_tenants_job_is_not_found_and_not_listed(api: ApiClient) -> None:
+    job_id = await api.echo(headers={"X-Tenant-Id": "acme"})
+
+    assert (await api.get(f"/jobs/{job_id}", headers={"X-Tenant-Id": "acme"})).status_code == 200
+    assert (await api.get(f"/jobs/{job_id}", headers={"X-Tenant-Id": "globex"})).status_code == 404
+    assert (await api.get(f"/jobs/{job_id}")).status_code == 404
+    listed = await api.get("/jobs", headers={"X-Tenant-Id": "globex"})
+    assert listed.json()["items"] == []
+    cancel = await api.post(f"/jobs/{job_id}/cancel", headers={"X-Tenant-Id": "globex"})
+    assert cancel.status_code == 404
+
+
+async def test_a_malformed_tenant_header_is_a_400(api: ApiClient) -> None:
+    response = await api.get("/jobs", headers={"X-Tenant-Id": "no spaces please"})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request"
+
+
+async def test_jobs_are_listed_newest_first_in_pages_and_filtered(api: ApiClient) -> None:
+    ids = [await api.echo(message=str(i)) for i in range(5)]
+    failing = await api.echo(permanent=True)
+    await api.wait_status(failing, "failed", timeout=5)
+    for job_id in ids:
+        await api.wait_status(job_id, "succeeded", timeout=5)
+
+    first = (await api.get("/jobs", params={"limit": 4})).json()
+    second = (await api.get("/jobs", params={"limit": 4, "cursor": first["next_cursor"]})).json()
+    failed = (await api.get("/jobs", params={"status": "failed"})).json()
+    by_type = (await api.get("/jobs", params={"type": "demo.echo", "limit": 200})).json()
+
+    listed = [j["id"] for j in first["items"] + second["items"]]
+    assert listed == [failing, *reversed(ids)]
+    assert second["next_cursor"] is None
+    assert [j["id"] for j in failed["items"]] == [failing]
+    assert len(by_type["items"]) == 6
+    bad_cursor = await api.get("/jobs", params={"cursor": "garbage"})
+    assert bad_cursor.status_code == 422
+    bad_status = await api.get("/jobs", params={"status": "sleeping"})
+    assert bad_status.status_code == 422
+
+
+async def test_cancel_stops_a_running_job_at_its_next_checkpoint(api: ApiClient) -> None:
+    job_id = await api.echo(sleep_ms=10_000)
+    await api.wait_status(job_id, "running", timeout=5)
+
+    response = await api.post(f"/jobs/{job_id}/cancel")
+
+    assert response.status_code == 200
+    assert response.json()["cancel_requested"] is True
+    job = await api.wait_status(job_id, "cancelled", timeout=3)
+    assert job["result"] is None
+
+
+async def test_cancel_of_a_finished_job_is_a_409(api: ApiClient) -> None:
+    job_id = await api.echo()
+    await api.wait_status(job_id, "succeeded", timeout=5)
+
+    response = await api.post(f"/jobs/{job_id}/cancel")
+
+    assert response.status_code == 409
+    assert "it is succeeded" in response.json()["error"]["message"]
+
+
+async def test_redrive_runs_a_failed_job_again(api: ApiClient) -> None:
+    job_id = await api.echo(fail_times=3)  # max_attempts is 3 here: the first round fails
+    failed = await api.wait_status(job_id, "failed", timeout=5)
+    assert failed["attempts"] == 3
+
+    response = await api.post(f"/jobs/{job_id}/redrive")
+
+    assert response.status_code == 202
+    assert response.json()["attempts"] == 0
+    again = await api.wait_status(job_id, "failed", timeout=5)
+    assert again["attempts"] == 3  # it ran a fresh round of attempts
+    assert again["finished_at"] > failed["finished_at"]
+    not_failed = await api.post(f"/jobs/{(await api.echo())}/redrive")
+    assert not_failed.status_code == 409
+
+
+async def test_the_openapi_schema_describes_every_route(api: ApiClient) -> None:
+    schema = (await api.get("/openapi.json")).json()
+
+    paths = schema["paths"]
+    assert {"/health", "/ready", "/jobs", "/jobs/{job_id}", "/demo/echo"} <= set(paths)
+    accepted = paths["/demo/echo"]["post"]["responses"]["202"]
+    assert accepted["content"]["application/json"]["schema"]["$ref"].endswith("/JobAccepted")
+    job = paths["/jobs/{job_id}"]["get"]["responses"]
+    assert job["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/JobOut")
+    assert job["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+async def test_unfinished_jobs_resume_after_an_embedded_restart(tmp_path: Path) -> None:
+    settings = await migrated(
+        embedded_settings(
+            tmp_path,
+            worker={"shutdown_grace_s": 0.2},
+            jobs={"timeouts_s": {"demo.echo": 3}, "lease_grace_s": 0.2},
+        )
+    )
+    first = create_app(settings)
+    async with first.router.lifespan_context(first):
+        client = ApiClient(transport=httpx.ASGITransport(app=first), base_url="http://api")
+        job_id = await client.echo(sleep_ms=1500, message="interrupted")
+        await client.wait_status(job_id, "running", timeout=5)
+    # The process "stopped" mid-job: the job is still claimed by the dead attempt.
+    second = create_app(settings)
+    async with second.router.lifespan_context(second):
+        client = ApiClient(transport=httpx.ASGITransport(app=second), base_url="http://api")
+        assert (await client.job(job_id))["status"] == "running"
+        job = await client.wait_status(job_id, "succeeded", timeout=15)
+
+    assert job["result"] == {"echo": "interrupted"}
+    assert job["attempts"] == 2

@@ -1,0 +1,188 @@
+"""The worker's job store: the fake and the SQL store (SQLite and Postgres) behave the same."""
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from jobrail.cli import migrate
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.persistence.jobs import SqlaJobRepository, SqlaJobStore
+from jobrail.persistence.tables import outbox
+from jobrail.settings import Settings
+from tests.fakes import START, FakeJobStore, make_job
+from tests.support.services import require
+
+LEASE = timedelta(seconds=30)
+
+
+class StoreUnderTest:
+    """A job store plus a way to put jobs into it and read them back."""
+
+    def __init__(self, store: Any, put: Any, read: Any, outbox_count: Any) -> None:
+        self.store, self.put, self.read, self.outbox_count = store, put, read, outbox_count
+
+
+@pytest.fixture(params=["fake", "sqlite", "postgres"])
+async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    if request.param == "fake":
+        fake = FakeJobStore()
+
+        async def put(job: Job) -> None:
+            fake.jobs[job.id] = copy.deepcopy(job)
+
+        async def read(job: Job) -> Job:
+            return copy.deepcopy(fake.jobs[job.id])
+
+        async def count() -> int:
+            return len(fake.outbox)
+
+        yield StoreUnderTest(fake, put, read, count)
+        return
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/contract.db"
+        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    else:
+        require("postgres")
+        url = request.getfixturevalue("database_url")
+    engine = create_async_engine(url)
+    if request.param == "postgres":
+        async with engine.begin() as conn:
+            await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    async def put_sql(job: Job) -> None:
+        async with AsyncSession(engine) as session:
+            repository = SqlaJobRepository(session)
+            if await repository.get(job.id) is None:
+                await repository.add(job)
+            else:
+                await repository.save(job)
+            await session.commit()
+
+    async def read_sql(job: Job) -> Job:
+        async with AsyncSession(engine) as session:
+            found = await SqlaJobRepository(session).get(job.id)
+        assert found is not None
+        return found
+
+    async def count_sql() -> int:
+        async with engine.connect() as conn:
+            return len((await conn.execute(select(outbox.c.id))).all())
+
+    yield StoreUnderTest(SqlaJobStore(engine), put_sql, read_sql, count_sql)
+    await engine.dispose()
+
+
+async def test_claim_starts_a_pending_job(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+
+    claimed = await subject.store.claim(job.id, START, LEASE)
+
+    assert claimed.job is not None
+    assert claimed.job.status is JobStatus.RUNNING
+    assert claimed.job.attempts == 1
+    assert claimed.job.lease_until == START + LEASE
+    assert (await subject.read(job)).status is JobStatus.RUNNING
+
+
+async def test_only_one_of_two_claims_wins(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+
+    first = await subject.store.claim(job.id, START, LEASE)
+    second = await subject.store.claim(job.id, START, LEASE)
+
+    assert first.job is not None
+    assert second.job is None
+    assert second.current is not None
+    assert second.current.status is JobStatus.RUNNING
+
+
+async def test_a_missing_job_cannot_be_claimed(subject: StoreUnderTest) -> None:
+    result = await subject.store.claim(make_job().id, START, LEASE)
+
+    assert result.job is None
+    assert result.current is None
+
+
+async def test_a_job_is_not_claimed_before_it_is_due(subject: StoreUnderTest) -> None:
+    job = make_job(run_after=START + timedelta(seconds=10))
+    await subject.put(job)
+
+    early = await subject.store.claim(job.id, START, LEASE)
+    due = await subject.store.claim(job.id, START + timedelta(seconds=10), LEASE)
+
+    assert early.job is None
+    assert due.job is not None
+
+
+async def test_an_expired_lease_can_be_taken_over(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+    await subject.store.claim(job.id, START, LEASE)
+
+    before = await subject.store.claim(job.id, START + LEASE - timedelta(seconds=1), LEASE)
+    after = await subject.store.claim(job.id, START + LEASE, LEASE)
+
+    assert before.job is None
+    assert after.job is not None
+    assert after.job.attempts == 2
+
+
+async def test_record_writes_the_outcome_and_its_messages(subject: StoreUnderTest) -> None:
+    from jobrail.messaging.envelope import job_envelope
+
+    job = make_job()
+    await subject.put(job)
+    claimed = (await subject.store.claim(job.id, START, LEASE)).job
+    assert claimed is not None
+    claimed.fail("boom", START)
+    message = job_envelope(job_id=job.id, job_type=job.type, queue="jobs.dlq", tenant_id="acme")
+
+    assert await subject.store.record(claimed, 1, [message])
+
+    stored = await subject.read(job)
+    assert stored.status is JobStatus.FAILED
+    assert stored.last_error == "boom"
+    assert await subject.outbox_count() == 1
+
+
+async def test_record_from_a_taken_over_attempt_is_refused(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+    stale = (await subject.store.claim(job.id, START, LEASE)).job
+    assert stale is not None
+    await subject.store.claim(job.id, START + LEASE, LEASE)
+    stale.succeed({"late": True}, START + LEASE)
+
+    assert not await subject.store.record(stale, 1, [])
+
+    stored = await subject.read(job)
+    assert stored.status is JobStatus.RUNNING
+    assert stored.attempts == 2
+    assert await subject.outbox_count() == 0
+
+
+async def test_record_keeps_a_cancel_request_made_while_running(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+    claimed = (await subject.store.claim(job.id, START, LEASE)).job
+    assert claimed is not None
+    running = await subject.read(job)
+    running.cancel(START)
+    await subject.put(running)
+
+    assert await subject.store.cancel_requested(job.id)
+    claimed.retry_later("down", START + LEASE, START)
+    assert await subject.store.record(claimed, 1, [])
+
+    assert (await subject.read(job)).cancel_requested

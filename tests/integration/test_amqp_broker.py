@@ -1,0 +1,96 @@
+"""jobrail's topology on the real RabbitMQ: delay tiers, routing back, dead letters."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.clock import SystemClock
+from jobrail.messaging.brokers import AmqpJobBroker
+from jobrail.messaging.envelope import Envelope
+from jobrail.settings import Settings
+from tests.support.rabbit import RabbitProbe
+from tests.support.services import wait_for
+
+
+@pytest.fixture
+async def broker(stack_settings: Settings, rabbit: RabbitProbe) -> AsyncIterator[AmqpJobBroker]:
+    broker = AmqpJobBroker(stack_settings.rabbit)
+    await broker.startup()
+    yield broker
+    await broker.shutdown()
+
+
+async def _arrival(rabbit: RabbitProbe, queue: str, timeout: float) -> tuple[bytes, float]:
+    start = time.monotonic()
+
+    async def one() -> list[object]:
+        return await rabbit.drain(rabbit.topology.queues[queue])
+
+    [message] = await wait_for(one, timeout=timeout, interval=0.02, what=f"a message on {queue}")
+    return message.body, time.monotonic() - start  # type: ignore[attr-defined]
+
+
+async def test_a_short_delay_is_not_held_up_behind_a_long_one(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    now = SystemClock().now()
+    await broker.publish(
+        Envelope(queue="jobs.default", body=b"long", not_before=now + timedelta(seconds=31))
+    )
+    await broker.publish(
+        Envelope(queue="jobs.high", body=b"short", not_before=now + timedelta(milliseconds=250))
+    )
+
+    body, waited = await _arrival(rabbit, "jobs.high", timeout=5)
+
+    assert body == b"short"
+    assert 0.15 < waited < 2.0
+    assert (await rabbit.depth(rabbit.topology.queues["jobs.default"]))[0] == 0
+    assert (await rabbit.depth(rabbit.topology.delay_queues[30_000]))[0] == 1
+
+
+async def test_a_due_message_goes_straight_to_its_queue(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    await broker.publish(Envelope(queue="jobs.io", body=b"now"))
+
+    body, waited = await _arrival(rabbit, "jobs.io", timeout=2)
+
+    assert body == b"now"
+    assert waited < 0.5
+
+
+async def test_dead_letters_land_in_the_dlq_with_their_headers(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    await broker.publish(
+        Envelope(queue="jobs.dlq", body=b"bad", headers={"x-jobrail-reason": "because"})
+    )
+
+    async def parked() -> list[object]:
+        return await rabbit.drain(rabbit.topology.dead_letter_queue)
+
+    [dead] = await wait_for(parked, what="the dead letter")
+    assert dead.body == b"bad"  # type: ignore[attr-defined]
+    assert dead.headers["x-jobrail-reason"] == "because"  # type: ignore[attr-defined]
+
+
+async def test_publishing_while_disconnected_fails_fast(stack_settings: Settings) -> None:
+    settings = stack_settings.rabbit.model_copy(
+        update={"url": stack_settings.rabbit.url.__class__("amqp://guest:guest@127.0.0.1:1/")}
+    )
+    broker = AmqpJobBroker(settings)
+    await broker.startup()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError):
+            await broker.publish(Envelope(queue="jobs.default", body=b"x"))
+        assert time.monotonic() - started < 0.5
+        assert not broker.is_connected
+    finally:
+        await broker.shutdown()
+    await asyncio.sleep(0)

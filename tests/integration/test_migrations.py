@@ -1,0 +1,63 @@
+"""Alembic is the only schema path: migrations go up and down, and match the tables in code."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.persistence.tables import metadata
+from tests.support.services import PG_SERVER, require
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(url: str) -> Config:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.attributes["database_url"] = url
+    return config
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path}/stairway.db"
+        return
+    require("postgres")
+    url = f"{PG_SERVER}/jobrail_stairway"
+    asyncio.run(drop_database(url))
+    asyncio.run(create_database_if_missing(url))
+    yield url
+    asyncio.run(drop_database(url))
+
+
+def test_every_migration_goes_up_down_and_up_again(empty_database: str) -> None:
+    config = _config(empty_database)
+    revisions = list(ScriptDirectory.from_config(config).walk_revisions("base", "heads"))
+    for revision in reversed(revisions):
+        command.upgrade(config, revision.revision)
+        command.downgrade(config, revision.down_revision or "base")
+        command.upgrade(config, revision.revision)
+
+
+def test_the_migrated_schema_matches_the_tables_in_code(empty_database: str) -> None:
+    command.upgrade(_config(empty_database), "head")
+
+    async def differences() -> list[object]:
+        engine = create_async_engine(empty_database)
+        async with engine.connect() as conn:
+            diff = await conn.run_sync(
+                lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
+            )
+        await engine.dispose()
+        return list(diff)
+
+    assert asyncio.run(differences()) == []

@@ -1,0 +1,131 @@
+"""The outbox relay on Postgres: whatever the fast path missed is published exactly once
+per relay pass, even with several relays running at once."""
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.messaging.envelope import Envelope
+from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, insert_outbox_rows
+from jobrail.persistence.tables import outbox
+from tests.fakes import START, FixedClock
+
+
+class SlowCountingPublisher:
+    def __init__(self) -> None:
+        self.published: Counter[str] = Counter()
+        self.down = False
+
+    async def publish(self, envelope: Envelope) -> None:
+        if self.down:
+            raise BrokerUnavailableError("down")
+        await asyncio.sleep(0.001)
+        self.published[str(envelope.id)] += 1
+
+
+async def _unpublished(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        count = await conn.scalar(
+            select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
+        )
+    return int(count or 0)
+
+
+async def test_concurrent_relays_publish_every_row_once(engine: AsyncEngine) -> None:
+    envelopes = [Envelope(queue="jobs.default", body=b"{}") for _ in range(600)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, envelopes, START)
+    publisher = SlowCountingPublisher()
+    clock = FixedClock(START + timedelta(minutes=1))
+    relays = [
+        OutboxRelay(
+            engine,
+            publisher,
+            clock,
+            batch=50,
+            min_age=timedelta(seconds=2),
+            interval=timedelta(seconds=1),
+        )
+        for _ in range(4)
+    ]
+
+    async def drain(relay: OutboxRelay) -> int:
+        total = 0
+        while (published := await relay.relay_once()) > 0:
+            total += published
+        return total
+
+    totals = await asyncio.gather(*(drain(relay) for relay in relays))
+
+    assert sum(totals) == 600
+    assert len(publisher.published) == 600
+    assert set(publisher.published.values()) == {1}
+    assert sum(1 for t in totals if t > 0) > 1, "the relays should have shared the work"
+    assert await _unpublished(engine) == 0
+
+
+async def test_the_relay_leaves_young_rows_to_the_fast_path(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, [Envelope(queue="jobs.default", body=b"{}")], START)
+    publisher = SlowCountingPublisher()
+    relay = OutboxRelay(
+        engine,
+        publisher,
+        FixedClock(START + timedelta(seconds=1)),
+        batch=10,
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )
+
+    assert await relay.relay_once() == 0
+    assert await _unpublished(engine) == 1
+
+
+async def test_a_relay_pass_with_the_broker_down_keeps_the_rows_and_counts_the_attempt(
+    engine: AsyncEngine,
+) -> None:
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, [Envelope(queue="jobs.default", body=b"{}")], START)
+    publisher = SlowCountingPublisher()
+    publisher.down = True
+    relay = OutboxRelay(
+        engine,
+        publisher,
+        FixedClock(START + timedelta(minutes=1)),
+        batch=10,
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )
+
+    assert await relay.relay_once() == 0
+    publisher.down = False
+    assert await relay.relay_once() == 1
+
+    async with engine.connect() as conn:
+        attempts = await conn.scalar(select(outbox.c.attempts))
+    assert attempts == 1
+    assert await _unpublished(engine) == 0
+
+
+async def test_the_fast_path_marks_what_it_published_and_stops_at_the_first_failure(
+    engine: AsyncEngine,
+) -> None:
+    envelopes = [Envelope(queue="jobs.default", body=b"{}") for _ in range(3)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, envelopes, START)
+
+    class FailsSecond(SlowCountingPublisher):
+        async def publish(self, envelope: Envelope) -> None:
+            if envelope.id == envelopes[1].id:
+                raise BrokerUnavailableError("down")
+            await super().publish(envelope)
+
+    publisher = FailsSecond()
+    await OutboxPublisher(engine, publisher, FixedClock(), timedelta(seconds=1)).dispatch(envelopes)
+
+    assert list(publisher.published) == [str(envelopes[0].id)]
+    assert await _unpublished(engine) == 2
