@@ -34,6 +34,6 @@ async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
     from jobrail.api.app import create_app
 
     app = create_app(await migrated(embedded_settings(tmp_path)))
-    async with app.router.lifespan_context(app):
-        async with ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
-            yield c
+    client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    async with app.router.lifespan_context(app), client:
+        yield client

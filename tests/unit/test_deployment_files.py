@@ -1,0 +1,58 @@
+"""docker-compose.yml and the Dockerfile cannot be run here (no Docker engine), so their
+shape is checked instead: one image, a role per command, services that are waited for."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_api_workers_and_migrations_run_from_one_image_with_different_commands() -> None:
+    services = _compose()["services"]
+    roles = {name: services[name] for name in ("api", "worker", "worker-heavy", "migrate")}
+
+    assert {s["image"] for s in roles.values()} == {"jobrail:latest"}
+    assert {s["build"]["dockerfile"] for s in roles.values()} == {"infra/Dockerfile"}
+    assert roles["api"]["command"] == ["jobrail", "api"]
+    assert roles["worker"]["command"] == ["jobrail", "worker"]
+    assert roles["migrate"]["command"] == ["jobrail", "migrate"]
+    assert roles["worker-heavy"]["environment"]["JOBRAIL_WORKER__QUEUES"] == "jobs.heavy"
+
+
+def test_the_stack_services_are_healthy_before_jobrail_starts() -> None:
+    services = _compose()["services"]
+
+    for backing in ("postgres", "rabbitmq", "redis"):
+        assert "healthcheck" in services[backing]
+    for role in ("api", "worker"):
+        depends = services[role]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+        assert {depends[s]["condition"] for s in ("postgres", "rabbitmq", "redis")} == {
+            "service_healthy"
+        }
+
+
+def test_jobrail_services_point_at_the_compose_services() -> None:
+    env = _compose()["services"]["api"]["environment"]
+
+    assert env["JOBRAIL_MODE"] == "stack"
+    assert "@postgres:5432/" in env["JOBRAIL_DATABASE__URL"]
+    assert "@rabbitmq:5672/" in env["JOBRAIL_RABBIT__URL"]
+    assert env["JOBRAIL_REDIS__URL"].startswith("redis://redis:6379")
+
+
+def test_the_image_is_multi_stage_and_runs_as_a_non_root_user() -> None:
+    lines = (ROOT / "infra" / "Dockerfile").read_text().splitlines()
+    stages = [line for line in lines if line.startswith("FROM ")]
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+
+    assert len(stages) >= 2
+    assert users
+    assert users[-1] not in {"root", "0"}
