@@ -36,9 +36,9 @@ run: install
 	JOBRAIL_MODE=embedded $(BIN)/jobrail run
 
 run-stack: install migrate-stack
-	@trap 'kill 0' INT TERM EXIT; \
-	$(STACK_ENV) $(BIN)/jobrail worker & \
-	$(STACK_ENV) $(BIN)/jobrail api & \
+	@$(STACK_ENV) $(BIN)/jobrail worker & worker=$$!; \
+	$(STACK_ENV) $(BIN)/jobrail api & api=$$!; \
+	trap 'kill -TERM $$worker $$api 2>/dev/null; wait' INT TERM; \
 	wait
 
 api: install
