@@ -130,6 +130,11 @@ class FakeJobStore:
             self.unavailable_for -= 1
             raise StoreUnavailableError("fake database is down")
 
+    async def get(self, job_id: JobId) -> Job | None:
+        self._maybe_fail()
+        job = self.jobs.get(job_id)
+        return copy.deepcopy(job) if job else None
+
     async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
         self._maybe_fail()
         job = self.jobs.get(job_id)

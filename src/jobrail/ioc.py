@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 from dishka import AnyOf, Provider, Scope, from_context, provide
+from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.ports import JobCatalog, JobStore, JobsUnitOfWork, OutboxDispatcher, Publisher
@@ -16,6 +17,12 @@ from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
 from jobrail.jobs.use_cases import CancelJob, EnqueueJob, GetJob, ListJobs, RedriveJob
 from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.limits.api import ApiRateLimiter
+from jobrail.limits.counters import LimitCounters
+from jobrail.limits.gate import GateConfig, JobGate
+from jobrail.limits.memory import MemoryLimits
+from jobrail.limits.model import LimitsBackend
+from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
 from jobrail.persistence.engine import create_engine, create_sessionmaker
 from jobrail.persistence.jobs import SqlaJobStore
@@ -82,6 +89,43 @@ class PlatformProvider(Provider):
         )
 
     @provide(scope=Scope.APP)
+    async def limits_backend(self, settings: Settings) -> AsyncIterator[LimitsBackend]:
+        """Redis in stack mode, process memory in embedded mode."""
+        if settings.embedded:
+            yield MemoryLimits()
+            return
+        redis = Redis.from_url(
+            settings.redis.url.get_secret_value(),
+            socket_timeout=settings.redis.socket_timeout_s,
+            socket_connect_timeout=settings.redis.socket_timeout_s,
+            health_check_interval=15,
+        )
+        backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix)
+        yield backend
+        await backend.close()
+
+    @provide(scope=Scope.APP)
+    def limit_counters(self) -> LimitCounters:
+        return LimitCounters()
+
+    @provide(scope=Scope.APP)
+    def job_gate(
+        self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
+    ) -> JobGate:
+        config = GateConfig(
+            contention_retry=timedelta(seconds=settings.limits.contention_retry_s),
+            jitter=settings.limits.deferral_jitter,
+            unavailable_retry_max=timedelta(seconds=settings.limits.unavailable_retry_max_s),
+        )
+        return JobGate(backend, counters, config)
+
+    @provide(scope=Scope.APP)
+    def api_rate_limiter(
+        self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
+    ) -> ApiRateLimiter:
+        return ApiRateLimiter(backend, settings.api_limits, counters)
+
+    @provide(scope=Scope.APP)
     def job_store(self, engine: AsyncEngine) -> JobStore:
         return SqlaJobStore(engine)
 
@@ -93,6 +137,7 @@ class PlatformProvider(Provider):
         publisher: Publisher,
         clock: Clock,
         retry: RetryPolicy,
+        gate: JobGate,
         settings: Settings,
     ) -> JobRunner:
         config = RunnerConfig(
@@ -100,7 +145,7 @@ class PlatformProvider(Provider):
             lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
             store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
         )
-        return JobRunner(store, dispatcher, publisher, clock, retry, config)
+        return JobRunner(store, dispatcher, publisher, clock, retry, config, gate)
 
     @provide(scope=Scope.REQUEST)
     def unit_of_work(

@@ -161,6 +161,46 @@ class OutboxSettings(BaseModel):
     fast_path_timeout_s: PositiveFloat = 2.0
 
 
+class LimitsSettings(BaseModel):
+    """How a job waits when its limits say no (see jobrail.limits)."""
+
+    contention_retry_s: PositiveFloat = Field(
+        default=0.25,
+        description="When a lock or a concurrency slot is taken, look again after at most this.",
+    )
+    deferral_jitter: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.2, description="Deferrals wait up to this fraction longer, at random."
+    )
+    unavailable_retry_max_s: PositiveFloat = Field(
+        default=30.0, description="Cap of the backoff while Redis is unreachable."
+    )
+
+
+class ApiLimitRule(BaseModel):
+    scope: Literal["ip", "tenant", "global"]
+    limit: PositiveInt
+    window_s: PositiveFloat
+    algorithm: Literal["sliding_window", "token_bucket"] = "sliding_window"
+
+
+class ApiLimitsSettings(BaseModel):
+    """API rate limits by route group. Enqueue routes fail closed without Redis."""
+
+    enabled: bool = True
+    enqueue: list[ApiLimitRule] = [
+        ApiLimitRule(scope="tenant", limit=30, window_s=60),
+        ApiLimitRule(scope="ip", limit=300, window_s=60, algorithm="token_bucket"),
+        ApiLimitRule(scope="global", limit=6000, window_s=60, algorithm="token_bucket"),
+    ]
+    read: list[ApiLimitRule] = [
+        ApiLimitRule(scope="ip", limit=1200, window_s=60, algorithm="token_bucket"),
+        ApiLimitRule(scope="tenant", limit=1200, window_s=60, algorithm="token_bucket"),
+    ]
+    read_fail_open: bool = Field(
+        default=True, description="Serve read routes unlimited while Redis is unreachable."
+    )
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -200,7 +240,9 @@ class Settings(BaseSettings):
     retry: RetrySettings = RetrySettings()
     jobs: JobsSettings = JobsSettings()
     outbox: OutboxSettings = OutboxSettings()
+    limits: LimitsSettings = LimitsSettings()
     api: ApiSettings = ApiSettings()
+    api_limits: ApiLimitsSettings = ApiLimitsSettings()
     worker: WorkerSettings = WorkerSettings()
 
     _split_modules = field_validator("modules", mode="before")(_comma_list)

@@ -9,8 +9,12 @@ import pytest
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import Delivery, JobRunner, RunnerConfig
+from jobrail.jobs.runner import Delivery, JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.limits.counters import LimitCounters
+from jobrail.limits.gate import GateConfig, JobGate
+from jobrail.limits.memory import MemoryLimits
+from jobrail.limits.model import Acquire, JobLimits, LimitsUnavailableError, Lock, TokenBucket
 from jobrail.messaging.envelope import HEADER_REASON
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
@@ -24,6 +28,9 @@ class Harness:
         self.store = FakeJobStore()
         self.dispatcher = FakeDispatcher()
         self.publisher = FakePublisher()
+        self.limits = MemoryLimits(clock_ms=lambda: self.clock.now().timestamp() * 1000)
+        self.counters = LimitCounters()
+        self.gate = JobGate(self.limits, self.counters, GateConfig(jitter=0.0))
         self.runner = JobRunner(
             self.store,
             self.dispatcher,
@@ -35,6 +42,7 @@ class Harness:
                 lease_grace=GRACE,
                 store_retry_max=timedelta(milliseconds=1),
             ),
+            self.gate,
         )
         self.calls = 0
 
@@ -43,7 +51,14 @@ class Harness:
         self.store.jobs[job.id] = job
         return job
 
-    async def run(self, job: Job, handler: Any = None, timeout: timedelta = TIMEOUT) -> Job:
+    async def run(
+        self,
+        job: Job,
+        handler: Any = None,
+        timeout: timedelta = TIMEOUT,
+        limits: JobLimits | None = None,
+        deferrals: int = 0,
+    ) -> Job:
         async def ok(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             return {"echo": payload["message"]}
 
@@ -51,8 +66,8 @@ class Harness:
             self.calls += 1
             return await (handler or ok)(payload, ctx)
 
-        delivery = Delivery(job.id, job.type, job.queue, job.tenant_id, "m1")
-        await self.runner.run(delivery, counted, timeout)
+        delivery = Delivery(job.id, job.type, job.queue, job.tenant_id, "m1", deferrals)
+        await self.runner.run(delivery, JobRun(counted, timeout, limits or JobLimits()))
         return self.store.jobs.get(job.id, job)
 
 
@@ -291,3 +306,113 @@ async def test_a_deferral_waits_out_a_broker_outage() -> None:
     await h.run(job)
 
     assert len(h.publisher.published) == 1
+
+
+ONE_PER_MINUTE = JobLimits(
+    limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=1, per_second=1 / 60)]
+)
+ACCOUNT_LOCK = JobLimits(lock=Lock(key="account:{message}", ttl_s=3))
+
+
+async def test_a_job_over_its_rate_limit_is_deferred_without_spending_an_attempt() -> None:
+    h = Harness()
+    await h.run(h.add(), limits=ONE_PER_MINUTE)
+    second = h.add()
+
+    job = await h.run(second, limits=ONE_PER_MINUTE)
+
+    assert job.status is JobStatus.PENDING
+    assert job.attempts == 0
+    [deferred] = h.publisher.published
+    assert deferred.not_before == h.clock.now() + timedelta(seconds=60)
+    assert json.loads(deferred.body)["labels"]["deferrals"] == 1
+    assert h.counters.deferred == 1
+    assert h.counters.admitted == 1
+
+
+async def test_a_deferred_job_runs_once_the_limit_allows() -> None:
+    h = Harness()
+    await h.run(h.add(), limits=ONE_PER_MINUTE)
+    second = h.add()
+    await h.run(second, limits=ONE_PER_MINUTE)
+    h.clock.advance(timedelta(seconds=60))
+
+    job = await h.run(second, limits=ONE_PER_MINUTE, deferrals=1)
+
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.attempts == 1
+
+
+async def test_the_handler_gets_the_fence_and_the_lock_is_released_after() -> None:
+    h = Harness()
+    fences: list[int | None] = []
+
+    async def fenced(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        fences.append(ctx.fence)
+
+    await h.run(h.add(), fenced, limits=ACCOUNT_LOCK)
+    await h.run(h.add(), fenced, limits=ACCOUNT_LOCK)
+
+    assert len(fences) == 2
+    assert fences[0] is not None and fences[1] is not None
+    assert fences[1] > fences[0]
+    assert h.counters.lock_contention == 0
+
+
+async def test_a_token_taken_for_a_job_another_worker_claimed_first_is_given_back() -> None:
+    h = Harness()
+    job = h.add()
+    claim = h.store.claim
+
+    async def raced(job_id: Any, now: Any, lease: Any) -> Any:
+        await claim(job_id, now, lease)  # another worker wins between our look and our claim
+        return await claim(job_id, now, lease)
+
+    h.store.claim = raced  # type: ignore[method-assign]
+    await h.run(job, limits=ONE_PER_MINUTE)
+
+    assert h.calls == 0
+    peek = await h.limits.peek(Acquire(ONE_PER_MINUTE.limits[0], "vendor:acme"))
+    assert peek.allowed  # the token was refunded
+
+
+async def test_when_redis_is_down_a_limited_job_is_deferred_with_backoff_not_run() -> None:
+    h = Harness()
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise LimitsUnavailableError("connection refused")
+
+    h.limits.admit = down  # type: ignore[method-assign]
+    job = await h.run(h.add(), limits=ACCOUNT_LOCK, deferrals=3)
+
+    assert h.calls == 0
+    assert job.attempts == 0
+    [deferred] = h.publisher.published
+    assert deferred.not_before == h.clock.now() + timedelta(seconds=4)
+    assert h.counters.unavailable == 1
+
+
+async def test_a_job_without_limits_runs_while_redis_is_down() -> None:
+    h = Harness()
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise LimitsUnavailableError("connection refused")
+
+    h.limits.admit = down  # type: ignore[method-assign]
+
+    assert (await h.run(h.add())).status is JobStatus.SUCCEEDED
+
+
+async def test_losing_the_lock_stops_the_attempt_and_retries_the_job() -> None:
+    h = Harness()
+    lock = JobLimits(lock=Lock(key="account:{message}", ttl_s=0.06))
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        await h.limits.reset(Acquire(lock.lock, "account:hi"))  # type: ignore[arg-type]
+        await asyncio.sleep(5)
+
+    job = await h.run(h.add(), slow, limits=lock)
+
+    assert job.status is JobStatus.RETRYING
+    assert "lock was lost" in (job.last_error or "")
+    assert h.counters.lock_lost == 1

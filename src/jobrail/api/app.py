@@ -12,6 +12,7 @@ from jobrail.api import health, jobs
 from jobrail.api.errors import install_error_handlers
 from jobrail.api.tenancy import HeaderTenantResolver, TenantResolver
 from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs
+from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
 
 log = logging.getLogger("jobrail.api")
@@ -25,7 +26,8 @@ def create_app(
     runtime = build_runtime(settings, worker=False)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.api_limiter = await runtime.container.get(ApiRateLimiter)
         await runtime.broker.startup()
         if settings.embedded:
             await resume_unfinished_jobs(runtime)

@@ -5,6 +5,7 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
 
 from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
 from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
 from jobrail.api.tenancy import CurrentTenant
 from jobrail.jobs.domain import JobStatus
@@ -25,12 +26,12 @@ router = APIRouter(
 )
 
 
-@router.get("/{job_id}", summary="A job and its status")
+@router.get("/{job_id}", summary="A job and its status", dependencies=[RateLimitRead])
 async def get_job(job_id: uuid.UUID, tenant: CurrentTenant, get: FromDishka[GetJob]) -> JobOut:
     return JobOut.of(await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id))))
 
 
-@router.get("", summary="Jobs, newest first")
+@router.get("", summary="Jobs, newest first", dependencies=[RateLimitRead])
 async def list_jobs(
     tenant: CurrentTenant,
     list_jobs: FromDishka[ListJobs],
@@ -55,7 +56,12 @@ async def list_jobs(
     )
 
 
-@router.post("/{job_id}/cancel", summary="Cancel a job", description=CancelJob.__doc__)
+@router.post(
+    "/{job_id}/cancel",
+    summary="Cancel a job",
+    description=CancelJob.__doc__,
+    dependencies=[RateLimitEnqueue],
+)
 async def cancel_job(
     job_id: uuid.UUID, tenant: CurrentTenant, cancel: FromDishka[CancelJob]
 ) -> JobOut:
@@ -67,6 +73,7 @@ async def cancel_job(
     status_code=202,
     summary="Run a failed job again",
     description=RedriveJob.__doc__,
+    dependencies=[RateLimitEnqueue],
 )
 async def redrive_job(
     job_id: uuid.UUID, tenant: CurrentTenant, redrive: FromDishka[RedriveJob]

@@ -4,6 +4,7 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Response
 
 from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.rate_limits import RateLimitEnqueue
 from jobrail.api.schemas import JobAccepted, accepted
 from jobrail.api.tenancy import CurrentTenant
 from jobrail.demo.jobs import EchoPayload
@@ -20,6 +21,7 @@ router = APIRouter(
     status_code=202,
     summary="Enqueue a demo job that echoes a message",
     description="Poll `GET /jobs/{job_id}` for its status and result.",
+    dependencies=[RateLimitEnqueue],
 )
 async def echo(
     body: EchoPayload,

@@ -18,6 +18,9 @@ class JobContext:
     attempt: int
     max_attempts: int
     _store: JobStore
+    fence: int | None = None
+    """The fencing token of the job's lock, if it declares one. Pass it to writes that
+    the lock protects, so that a write from a holder that lost the lock is refused."""
 
     async def checkpoint(self) -> None:
         """Stop here if cancel was requested. Long handlers call this between steps."""

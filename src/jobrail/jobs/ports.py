@@ -92,6 +92,10 @@ class ClaimResult:
 class JobStore(Protocol):
     """The worker's short transactions on the jobs table."""
 
+    async def get(self, job_id: JobId) -> Job | None:
+        """The job as it is, without claiming it."""
+        ...
+
     async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
         """Start the job if it is claimable and due (see `Job.can_start`), atomically."""
         ...

@@ -15,7 +15,7 @@ resolves them from the task's request scope.
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +23,14 @@ from pydantic import BaseModel, ValidationError
 
 from jobrail.jobs.ports import JobType
 from jobrail.kernel.errors import InvalidInputError
+from jobrail.limits.model import (
+    Concurrency,
+    JobLimits,
+    KeyTemplate,
+    Lock,
+    SlidingWindow,
+    TokenBucket,
+)
 
 JOB_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
@@ -38,6 +46,7 @@ class JobSpec:
     timeout_s: float | None = None
     max_attempts: int | None = None
     description: str = ""
+    limits: JobLimits = field(default_factory=JobLimits)
 
     def __post_init__(self) -> None:
         if not JOB_NAME.match(self.name):
@@ -49,6 +58,7 @@ class JobSpec:
             raise ValueError(f"job type {self.name}: max_attempts must be at least 1")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"job type {self.name}: timeout_s must be positive")
+        self.limits.check_fields(self.name, [*self.payload.model_fields, "tenant_id"])
 
 
 def job(
@@ -58,8 +68,13 @@ def job(
     queue: str = "jobs.default",
     timeout_s: float | None = None,
     max_attempts: int | None = None,
+    limits: Sequence[TokenBucket | SlidingWindow | Concurrency] = (),
+    lock: Lock | None = None,
 ) -> Callable[[HandlerFunc], JobSpec]:
-    """Declare a job type whose handler is the decorated function."""
+    """Declare a job type whose handler is the decorated function.
+
+    ``limits`` and ``lock`` are acquired together, all or nothing, before each attempt;
+    their keys are templates over the payload's fields and ``tenant_id``."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -70,6 +85,7 @@ def job(
             timeout_s=timeout_s,
             max_attempts=max_attempts,
             description=(handler.__doc__ or "").strip(),
+            limits=JobLimits(limits=tuple(limits), lock=lock),
         )
 
     return declare
@@ -96,6 +112,7 @@ class JobRegistry:
                     f"which is not configured (queues: {', '.join(queues)})"
                 )
             self._specs[spec.name] = spec
+        _check_shared_keys(self._specs.values())
         self._default_timeout_s = default_timeout_s
         self._timeouts_s = dict(timeouts_s or {})
         unknown = set(self._timeouts_s) - set(self._specs)
@@ -129,6 +146,25 @@ class JobRegistry:
         if spec is None:
             raise InvalidInputError(f"unknown job type {name!r}")
         return dump_payload(spec, parse_payload(spec, payload))
+
+
+def _check_shared_keys(specs: Iterable[JobSpec]) -> None:
+    """Job types may share a limit by using the same key; they must then agree on it."""
+    seen: dict[tuple[str, str], tuple[str, object]] = {}
+    for spec in specs:
+        for limit in spec.limits.all():
+            identity = (limit.kind, KeyTemplate(limit.key).template)
+            params = {k: v for k, v in _fields(limit).items() if k != "name"}
+            if identity in seen and seen[identity][1] != params:
+                raise ValueError(
+                    f"job types {seen[identity][0]!r} and {spec.name!r} share the "
+                    f"{limit.kind} key {limit.key!r} with different settings"
+                )
+            seen.setdefault(identity, (spec.name, params))
+
+
+def _fields(limit: TokenBucket | SlidingWindow | Concurrency | Lock) -> dict[str, object]:
+    return asdict(limit)
 
 
 def parse_payload(spec: JobSpec, payload: Mapping[str, Any]) -> BaseModel:

@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,6 +27,8 @@ from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.kernel.ids import JobId
+from jobrail.limits.gate import Deferred, JobGate, Pass
+from jobrail.limits.model import JobLimits
 from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope
 
 log = logging.getLogger("jobrail.runner")
@@ -45,16 +47,27 @@ class Delivery:
     queue: str
     tenant_id: str
     message_id: str
+    deferrals: int = 0
 
-    def again(self, not_before: datetime | None = None) -> Envelope:
-        """The same message, to publish anew."""
+    def again(self, not_before: datetime | None = None, *, deferred: bool = False) -> Envelope:
+        """The same message, to publish anew (counting deferrals by the limits)."""
         return job_envelope(
             job_id=self.job_id,
             job_type=self.job_type,
             queue=self.queue,
             tenant_id=self.tenant_id,
             not_before=not_before,
+            deferrals=self.deferrals + 1 if deferred else self.deferrals,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """What the runner needs of a job type."""
+
+    handler: Handler
+    timeout: timedelta
+    limits: JobLimits = field(default_factory=JobLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +86,9 @@ class JobRunner:
         clock: Clock,
         retry: RetryPolicy,
         config: RunnerConfig,
+        gate: JobGate | None = None,
     ) -> None:
+        self._gate = gate
         self._store = store
         self._dispatcher = dispatcher
         self._publisher = publisher
@@ -81,17 +96,29 @@ class JobRunner:
         self._retry = retry
         self._config = config
 
-    async def run(self, delivery: Delivery, handler: Handler, timeout: timedelta) -> None:
-        lease = timeout + self._config.lease_grace
+    async def run(self, delivery: Delivery, job_run: JobRun) -> None:
         now = self._clock.now()
-        claim = await self._hold_store(lambda: self._store.claim(delivery.job_id, now, lease))
-        if claim.job is None:
-            await self._not_claimed(delivery, claim.current, now)
-            return
-        job = claim.job
-        attempt = job.attempts
-        outbox = await self._attempt(job, handler, timeout)
-        recorded = await self._hold_store(lambda: self._store.record(job, attempt, outbox))
+        hold: Pass | None = None
+        if job_run.limits:
+            admitted = await self._admit(delivery, job_run.limits, now)
+            if admitted is None:
+                return
+            hold = admitted
+        started = False
+        try:
+            lease = job_run.timeout + self._config.lease_grace
+            claim = await self._hold_store(lambda: self._store.claim(delivery.job_id, now, lease))
+            if claim.job is None:
+                await self._not_claimed(delivery, claim.current, now)
+                return
+            started = True
+            job = claim.job
+            attempt = job.attempts
+            outbox = await self._attempt(job, job_run, hold)
+            recorded = await self._hold_store(lambda: self._store.record(job, attempt, outbox))
+        finally:
+            if hold is not None:
+                await hold.release(refund=not started)
         if not recorded:
             log.warning(
                 "job %s attempt %d finished after another worker took it over; "
@@ -104,7 +131,28 @@ class JobRunner:
         if outbox:
             await self._dispatcher.dispatch(outbox)
 
-    async def _attempt(self, job: Job, handler: Handler, timeout: timedelta) -> Sequence[Envelope]:
+    async def _admit(self, delivery: Delivery, limits: JobLimits, now: datetime) -> Pass | None:
+        """Acquire the job's limits and lock, or defer the message (no attempt spent)."""
+        if self._gate is None:
+            raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
+        current = await self._hold_store(lambda: self._store.get(delivery.job_id))
+        if current is None or not current.can_start(now):
+            await self._not_claimed(delivery, current, now)
+            return None
+        values = {**current.payload, "tenant_id": current.tenant_id}
+        verdict = await self._gate.enter(limits, values, delivery.deferrals)
+        if isinstance(verdict, Deferred):
+            log.info(
+                "job %s deferred %.3fs: %s",
+                delivery.job_id,
+                verdict.delay.total_seconds(),
+                verdict.reason,
+            )
+            await self._hold_broker(delivery.again(now + verdict.delay, deferred=True))
+            return None
+        return verdict
+
+    async def _attempt(self, job: Job, job_run: JobRun, hold: Pass | None) -> Sequence[Envelope]:
         """Run the handler once and apply the outcome to `job`; return the messages to send."""
         ctx = JobContext(
             job_id=job.id,
@@ -113,13 +161,18 @@ class JobRunner:
             attempt=job.attempts,
             max_attempts=job.max_attempts,
             _store=self._store,
+            fence=hold.fence if hold else None,
         )
+        timeout = job_run.timeout
         if job.cancel_requested:  # asked while its previous worker was dying
             job.stop_cancelled(self._clock.now())
             return ()
         try:
             async with asyncio.timeout(timeout.total_seconds()):
-                result = await handler(job.payload, ctx)
+                if hold is None:
+                    result = await job_run.handler(job.payload, ctx)
+                else:
+                    result = await hold.run(lambda: job_run.handler(job.payload, ctx))
             stored_result = _json_object(result)
         except JobCancelledError:
             job.stop_cancelled(self._clock.now())

@@ -54,9 +54,12 @@ def job_envelope(
     tenant_id: str,
     trace_context: Mapping[str, str] | None = None,
     not_before: datetime | None = None,
+    deferrals: int = 0,
 ) -> Envelope:
     message_id = new_id()
     labels: dict[str, Any] = {"queue_name": queue, "tenant_id": tenant_id}
+    if deferrals:
+        labels["deferrals"] = deferrals
     labels.update(trace_context or {})
     body: dict[str, Any] = {
         "task_id": str(message_id),

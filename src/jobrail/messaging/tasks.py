@@ -16,7 +16,7 @@ from taskiq import AsyncBroker, Context, TaskiqDepends
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
-from jobrail.jobs.runner import Delivery, Handler, JobRunner
+from jobrail.jobs.runner import Delivery, JobRun, JobRunner
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.kernel.ids import JobId
 
@@ -65,9 +65,9 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             queue=str(labels.get("queue_name") or spec.queue),
             tenant_id=str(labels.get("tenant_id", "")),
             message_id=context.message.task_id,
+            deferrals=int(labels.get("deferrals", 0)),
         )
-        typed: Handler = bound
-        await runner.run(delivery, typed, timeout)
+        await runner.run(delivery, JobRun(handler=bound, timeout=timeout, limits=spec.limits))
 
     run_job.__name__ = run_job.__qualname__ = spec.name.replace(".", "_")
     return run_job

@@ -110,6 +110,14 @@ class SqlaJobStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
+    async def get(self, job_id: JobId) -> Job | None:
+        with database_errors():
+            async with self._engine.connect() as conn:
+                row = (
+                    (await conn.execute(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+                )
+        return job_from_row(row) if row else None
+
     async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
         # Mirrors Job.can_start and Job.is_due, as one conditional update, so that two
         # workers holding the same message cannot both start the job.

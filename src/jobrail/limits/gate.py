@@ -1,0 +1,165 @@
+"""Gating a job on its limits inside task execution (not in a Taskiq ``pre_execute``
+hook, where an exception would leave the RabbitMQ message unacknowledged).
+
+``JobGate.enter`` acquires everything the job type declares in one round trip. Denied:
+the caller defers the message by ``retry_after`` plus jitter, spending no attempt.
+Admitted: the ``Pass`` runs the handler with a watchdog that renews the lock and the
+slot leases every third of their TTL, cancels the handler if they were lost, and
+releases everything in one round trip at the end.
+"""
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from jobrail.kernel.errors import TransientError
+from jobrail.kernel.ids import new_id
+from jobrail.limits.counters import LimitCounters
+from jobrail.limits.model import (
+    Acquire,
+    Concurrency,
+    Grant,
+    JobLimits,
+    KeyTemplate,
+    LimitsBackend,
+    LimitsUnavailableError,
+    Lock,
+)
+
+log = logging.getLogger("jobrail.limits")
+
+T = TypeVar("T")
+
+
+class LockLostError(TransientError):
+    """The job's lock or slot lease ran out while it ran; the attempt was stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    contention_retry: timedelta = timedelta(milliseconds=250)
+    jitter: float = 0.2
+    unavailable_retry_max: timedelta = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    delay: timedelta
+    reason: str
+
+
+class Pass:
+    """An admission: hold it while the job runs, release it when the job ends."""
+
+    def __init__(self, backend: LimitsBackend, grant: Grant, counters: LimitCounters) -> None:
+        self._backend = backend
+        self._grant = grant
+        self._counters = counters
+        ttls = [
+            item.limit.ttl_s if isinstance(item.limit, Lock) else item.limit.lease_s
+            for item in grant.items
+            if isinstance(item.limit, (Lock, Concurrency))
+        ]
+        self._renew_every = min(ttls) / 3 if ttls else None
+        self._ttl = min(ttls) if ttls else None
+
+    @property
+    def fence(self) -> int | None:
+        return self._grant.fence
+
+    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        if self._renew_every is None:
+            return await work()
+        task = asyncio.ensure_future(work())
+        watchdog = asyncio.create_task(self._watch(task))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if watchdog.done() and not watchdog.cancelled() and watchdog.result():
+                raise LockLostError("the job's lock was lost while it ran") from None
+            raise
+        finally:
+            watchdog.cancel()
+            task.cancel()
+
+    async def _watch(self, task: "asyncio.Future[Any]") -> bool:
+        """Renew until the work ends; cancel it and return True if the hold was lost."""
+        assert self._renew_every is not None
+        assert self._ttl is not None
+        loop = asyncio.get_running_loop()
+        confirmed = loop.time()
+        while not task.done():
+            await asyncio.sleep(self._renew_every)
+            try:
+                held = await self._backend.extend(self._grant)
+            except LimitsUnavailableError as exc:
+                # Cannot confirm; the lock is as good as lost once its TTL has passed.
+                held = loop.time() - confirmed < self._ttl
+                log.warning("cannot renew the job's lock (%s)", exc)
+            else:
+                confirmed = loop.time() if held else confirmed
+            if not held:
+                self._counters.lock_lost += 1
+                log.warning("lock lost while the job ran; stopping the attempt")
+                task.cancel()
+                return True
+        return False
+
+    async def release(self, *, refund: bool = False) -> None:
+        try:
+            await self._backend.release(self._grant, refund=refund)
+        except LimitsUnavailableError as exc:
+            # Everything held has a TTL or a lease: it frees itself.
+            log.warning("could not release limits (%s); they expire on their own", exc)
+
+
+class JobGate:
+    def __init__(
+        self,
+        backend: LimitsBackend,
+        counters: LimitCounters,
+        config: GateConfig,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._backend = backend
+        self._counters = counters
+        self._config = config
+        self._rng = rng
+
+    async def enter(
+        self, declared: JobLimits, values: Mapping[str, object], deferrals: int = 0
+    ) -> Pass | Deferred:
+        items = [Acquire(limit, KeyTemplate(limit.key).render(values)) for limit in declared.all()]
+        try:
+            admission = await self._backend.admit(items, holder=new_id().hex)
+        except LimitsUnavailableError as exc:
+            self._counters.unavailable += 1
+            backoff = min(
+                self._config.unavailable_retry_max.total_seconds(), 0.5 * 2 ** min(deferrals, 16)
+            )
+            return Deferred(self._jittered(backoff), f"limits store unavailable: {exc}")
+        if admission.grant is not None:
+            self._counters.admitted += 1
+            return Pass(self._backend, admission.grant, self._counters)
+        self._counters.deferred += 1
+        contended = False
+        waits = []
+        for item, decision in zip(items, admission.decisions, strict=True):
+            if decision.allowed:
+                continue
+            wait = decision.retry_after_s
+            if isinstance(item.limit, (Lock, Concurrency)):
+                contended = True
+                # A holder usually finishes long before its TTL: look again soon.
+                wait = min(wait, self._config.contention_retry.total_seconds())
+            waits.append(wait)
+        if contended:
+            self._counters.lock_contention += 1
+        return Deferred(self._jittered(max(waits)), f"limited by {', '.join(admission.denied_by)}")
+
+    def _jittered(self, seconds: float) -> timedelta:
+        return timedelta(seconds=seconds * (1 + self._config.jitter * self._rng()))

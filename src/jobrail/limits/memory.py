@@ -1,0 +1,211 @@
+"""The in-process limits backend (embedded mode and unit tests).
+
+Same decisions as the Redis backend, step for step: the arithmetic below mirrors the
+Lua in ``redis.py``, and a property test feeds both the same sequences.
+"""
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from jobrail.limits.model import (
+    Acquire,
+    Admission,
+    Concurrency,
+    Decision,
+    Grant,
+    Lock,
+    SlidingWindow,
+    TokenBucket,
+)
+
+FENCE_TTL_MS = 30 * 24 * 3600 * 1000.0
+
+
+def _ms(value: float) -> timedelta | None:
+    return timedelta(milliseconds=value) if value > 0 else timedelta(0)
+
+
+@dataclass
+class _Window:
+    entries: list[tuple[float, str]] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    buckets: dict[str, float] = field(default_factory=dict)  # key -> TAT (ms)
+    windows: dict[str, _Window] = field(default_factory=dict)
+    slots: dict[str, dict[str, float]] = field(default_factory=dict)  # key -> holder -> end
+    locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (token, end)
+    fences: dict[str, float] = field(default_factory=dict)
+    fenced: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+
+class MemoryLimits:
+    def __init__(self, clock_ms: Callable[[], float] | None = None) -> None:
+        self._clock_ms = clock_ms or (lambda: time.time() * 1000)
+        self._state = _State()
+
+    def _now(self, now_ms: float | None) -> float:
+        return self._clock_ms() if now_ms is None else now_ms
+
+    async def admit(
+        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+    ) -> Admission:
+        return self._admit(items, holder, self._now(now_ms), dry_run=False)
+
+    def _admit(
+        self, items: Sequence[Acquire], holder: str, now: float, *, dry_run: bool
+    ) -> Admission:
+        decisions: list[Decision] = []
+        plans: list[Callable[[], int | None]] = []
+        for item in items:
+            decision, plan = self._evaluate(item, holder, now)
+            decisions.append(decision)
+            plans.append(plan)
+        allowed = all(d.allowed for d in decisions)
+        if not allowed or dry_run:
+            return Admission(allowed=allowed, decisions=decisions, grant=None)
+        fence = None
+        for plan in plans:
+            result = plan()
+            if result is not None:
+                fence = result
+        return Admission(
+            allowed=True,
+            decisions=decisions,
+            grant=Grant(items=tuple(items), holder=holder, fence=fence),
+        )
+
+    def _evaluate(
+        self, item: Acquire, holder: str, now: float
+    ) -> tuple[Decision, Callable[[], int | None]]:
+        limit, key, state = item.limit, item.key, self._state
+        if isinstance(limit, TokenBucket):
+            interval = 1000.0 / limit.per_second
+            tau = limit.capacity * interval
+            tat = max(state.buckets.get(key, now), now)
+            new_tat = tat + limit.cost * interval
+            allow_at = new_tat - tau
+            if allow_at <= now:
+                remaining = math.floor((now - allow_at) / interval + 1e-9)
+
+                def take() -> None:
+                    state.buckets[key] = new_tat
+
+                return Decision(limit.name, True, remaining, None), take
+            remaining = max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
+            return Decision(limit.name, False, remaining, _ms(allow_at - now)), _nothing
+        if isinstance(limit, SlidingWindow):
+            window_ms = limit.window_s * 1000
+            log = state.windows.setdefault(key, _Window())
+            log.entries = [e for e in log.entries if e[0] > now - window_ms]
+            count = len(log.entries)
+            if count + limit.cost <= limit.limit:
+
+                def add() -> None:
+                    for j in range(1, limit.cost + 1):
+                        log.entries.append((now, f"{holder}:{j}"))
+                    log.entries.sort()
+
+                return Decision(limit.name, True, limit.limit - count - limit.cost, None), add
+            oldest = sorted(log.entries)[count + limit.cost - limit.limit - 1][0]
+            decision = Decision(
+                limit.name, False, max(0, limit.limit - count), _ms(oldest + window_ms - now)
+            )
+            return decision, _nothing
+        if isinstance(limit, Concurrency):
+            holders = {h: end for h, end in state.slots.get(key, {}).items() if end > now}
+            state.slots[key] = holders
+            if len(holders) < limit.slots:
+
+                def hold() -> None:
+                    holders[holder] = now + limit.lease_s * 1000
+
+                return Decision(limit.name, True, limit.slots - len(holders) - 1, None), hold
+            first_end = min(holders.values())
+            return Decision(limit.name, False, 0, _ms(first_end - now)), _nothing
+        assert isinstance(limit, Lock)
+        current = state.locks.get(key)
+        if current is not None and current[1] > now:
+            return Decision(limit.name, False, 0, _ms(current[1] - now)), _nothing
+
+        def lock() -> int:
+            state.locks[key] = (holder, now + limit.ttl_s * 1000)
+            fence = max(state.fences.get(key, 0.0) + 1, math.floor(now * 1000))
+            state.fences[key] = fence
+            return int(fence)
+
+        return Decision(limit.name, True, 0, None), lock
+
+    async def release(
+        self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
+    ) -> None:
+        state = self._state
+        for item in grant.items:
+            limit, key = item.limit, item.key
+            if isinstance(limit, TokenBucket) and refund:
+                tat = state.buckets.get(key)
+                if tat is not None:
+                    state.buckets[key] = tat - limit.cost * 1000.0 / limit.per_second
+            elif isinstance(limit, SlidingWindow) and refund:
+                log = state.windows.get(key)
+                if log is not None:
+                    mine = {f"{grant.holder}:{j}" for j in range(1, limit.cost + 1)}
+                    log.entries = [e for e in log.entries if e[1] not in mine]
+            elif isinstance(limit, Concurrency):
+                state.slots.get(key, {}).pop(grant.holder, None)
+            elif isinstance(limit, Lock):
+                current = state.locks.get(key)
+                if current is not None and current[0] == grant.holder:
+                    del state.locks[key]
+
+    async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:
+        now, state = self._now(now_ms), self._state
+        held = True
+        for item in grant.items:
+            limit, key = item.limit, item.key
+            if isinstance(limit, Lock):
+                current = state.locks.get(key)
+                if current is None or current[0] != grant.holder or current[1] <= now:
+                    held = False
+                else:
+                    state.locks[key] = (grant.holder, now + limit.ttl_s * 1000)
+            elif isinstance(limit, Concurrency):
+                holders = state.slots.get(key, {})
+                end = holders.get(grant.holder)
+                if end is None or end <= now:
+                    held = False
+                else:
+                    holders[grant.holder] = now + limit.lease_s * 1000
+        return held
+
+    async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
+        admission = self._admit([item], "peek", self._now(now_ms), dry_run=True)
+        return admission.decisions[0]
+
+    async def reset(self, item: Acquire) -> None:
+        state = self._state
+        for table in (state.buckets, state.windows, state.slots, state.locks):
+            table.pop(item.key, None)
+
+    async def fenced_write(
+        self, resource: str, fence: int, value: str, *, now_ms: float | None = None
+    ) -> bool:
+        current = self._state.fenced.get(resource)
+        if current is not None and current[0] > fence:
+            return False
+        self._state.fenced[resource] = (fence, value)
+        return True
+
+    def fenced_value(self, resource: str) -> tuple[int, str] | None:
+        return self._state.fenced.get(resource)
+
+    async def close(self) -> None:
+        return None
+
+
+def _nothing() -> None:
+    return None

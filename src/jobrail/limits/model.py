@@ -1,0 +1,224 @@
+"""What limits are, as data: declarations, the requests sent to a backend, decisions.
+
+Everything here is plain Python; backends (memory, Redis) implement ``LimitsBackend``.
+"""
+
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal, Protocol
+
+Kind = Literal["tb", "sw", "cs", "lk"]
+
+
+class LimitsUnavailableError(Exception):
+    """The limits store (Redis) cannot be reached. Nothing was acquired."""
+
+
+# -- declarations ------------------------------------------------------------------
+
+
+class KeyTemplate:
+    """A key such as ``vendor:{tenant_id}`` filled from a job's payload and tenant."""
+
+    def __init__(self, template: str) -> None:
+        fields = []
+        for _literal, name, spec, conversion in string.Formatter().parse(template):
+            if name is None:
+                continue
+            if not name.isidentifier() or spec or conversion:
+                raise ValueError(f"key template {template!r}: use plain {{field}} placeholders")
+            fields.append(name)
+        self.template = template
+        self.fields = tuple(fields)
+
+    def render(self, values: Mapping[str, object]) -> str:
+        return self.template.format_map({name: values[name] for name in self.fields})
+
+    def __repr__(self) -> str:
+        return f"KeyTemplate({self.template!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBucket:
+    """``capacity`` tokens at most, refilled at ``per_second``; each acquire costs ``cost``.
+
+    Implemented as GCRA: one timestamp per key, an exact ``retry_after``."""
+
+    name: str
+    key: str
+    capacity: float
+    per_second: float
+    cost: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.capacity <= 0 or self.per_second <= 0:
+            raise ValueError(f"limit {self.name}: capacity and per_second must be positive")
+        if not 0 < self.cost <= self.capacity:
+            raise ValueError(f"limit {self.name}: cost must be in (0, capacity]")
+
+    kind: Kind = field(default="tb", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """At most ``limit`` acquires in any window of ``window_s`` seconds (an exact log)."""
+
+    name: str
+    key: str
+    limit: int
+    window_s: float
+    cost: int = 1
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.window_s <= 0:
+            raise ValueError(f"limit {self.name}: limit >= 1 and window_s > 0 are needed")
+        if not 1 <= self.cost <= self.limit:
+            raise ValueError(f"limit {self.name}: cost must be in [1, limit]")
+
+    kind: Kind = field(default="sw", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """At most ``slots`` holders at once. A slot held by a dead worker frees itself when
+    its lease ends; a live holder's lease is renewed while its job runs."""
+
+    name: str
+    key: str
+    slots: int
+    lease_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.lease_s <= 0:
+            raise ValueError(f"limit {self.name}: slots >= 1 and lease_s > 0 are needed")
+
+    kind: Kind = field(default="cs", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    """One holder at a time, with a random token, a TTL renewed while the job runs, and a
+    fencing token that only grows (pass it to writes so a stale holder's write is refused)."""
+
+    key: str
+    ttl_s: float = 30.0
+    name: str = "lock"
+
+    def __post_init__(self) -> None:
+        if self.ttl_s <= 0:
+            raise ValueError("lock ttl_s must be positive")
+
+    kind: Kind = field(default="lk", init=False)
+
+
+Limit = TokenBucket | SlidingWindow | Concurrency | Lock
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """Everything a job type declares: rate limits, concurrency slots and at most one lock."""
+
+    limits: Sequence[TokenBucket | SlidingWindow | Concurrency] = ()
+    lock: Lock | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.limits) or self.lock is not None
+
+    def all(self) -> list[Limit]:
+        return [*self.limits, *([self.lock] if self.lock else [])]
+
+    def check_fields(self, job_type: str, available: Iterable[str]) -> None:
+        """Refuse, at start-up, a key template naming a field the payload does not have."""
+        known = set(available)
+        for limit in self.all():
+            for name in KeyTemplate(limit.key).fields:
+                if name not in known:
+                    raise ValueError(
+                        f"job type {job_type!r}: limit {limit.name!r} key {limit.key!r} "
+                        f"names field {name!r}, which its payload does not have "
+                        f"(fields: {', '.join(sorted(known))})"
+                    )
+
+
+# -- requests to a backend -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """One limit to acquire, with its key already rendered."""
+
+    limit: Limit
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    name: str
+    allowed: bool
+    remaining: float
+    retry_after: timedelta | None
+
+    @property
+    def retry_after_s(self) -> float:
+        return self.retry_after.total_seconds() if self.retry_after else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What an admission holds, to extend and release later."""
+
+    items: Sequence[Acquire]
+    holder: str
+    fence: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    allowed: bool
+    decisions: Sequence[Decision]
+    grant: Grant | None
+
+    @property
+    def retry_after(self) -> timedelta:
+        waits = [d.retry_after for d in self.decisions if not d.allowed and d.retry_after]
+        return max(waits, default=timedelta(0))
+
+    @property
+    def denied_by(self) -> list[str]:
+        return [d.name for d in self.decisions if not d.allowed]
+
+
+class LimitsBackend(Protocol):
+    async def admit(
+        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+    ) -> Admission:
+        """Acquire every item or none of them, in one atomic step (one round trip)."""
+        ...
+
+    async def release(
+        self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
+    ) -> None:
+        """Give back slots and the lock (and, with `refund`, the rate tokens) in one step."""
+        ...
+
+    async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:
+        """Renew the lock and slot leases; False if any of them was lost."""
+        ...
+
+    async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
+        """What acquiring `item` would decide now, without acquiring it."""
+        ...
+
+    async def reset(self, item: Acquire) -> None:
+        """Forget the state of a limit (a full bucket, an empty window, a free lock)."""
+        ...
+
+    async def fenced_write(
+        self, resource: str, fence: int, value: str, *, now_ms: float | None = None
+    ) -> bool:
+        """Store `value` for `resource` unless a write with a newer fence came first."""
+        ...
+
+    async def close(self) -> None: ...

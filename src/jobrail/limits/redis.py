@@ -1,0 +1,372 @@
+"""The Redis limits backend: every operation is one Lua script, one round trip.
+
+Scripts are loaded once and run with EVALSHA (redis-py's ``Script`` reloads them
+if Redis restarted). Time comes from Redis ``TIME``, so workers with skewed clocks
+still agree. Every semantic deadline (a lock's end, a lease's end, a bucket's
+theoretical arrival time, a window entry's age) is stored as a timestamp and
+compared with that time; key TTLs only collect garbage and are never shorter than
+the state they hold.
+
+Keys: ``{prefix}{kind}:{key}`` with kind ``tb`` (token bucket), ``sw`` (sliding
+window), ``cs`` (concurrency slots), ``lk`` (lock) and ``fence`` (fencing counter).
+"""
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from jobrail.limits.model import (
+    Acquire,
+    Admission,
+    Concurrency,
+    Decision,
+    Grant,
+    LimitsUnavailableError,
+    Lock,
+    SlidingWindow,
+    TokenBucket,
+)
+
+FENCE_TTL_MS = 30 * 24 * 3600 * 1000
+
+_NOW = """
+local function now_ms(override)
+  if override ~= '' then return tonumber(override) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local function num(x) return string.format('%.17g', x) end
+local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)) + 1000) end
+"""
+
+# ARGV: now_override, holder, dry_run, n, then per item: kind + 3 params.
+# KEYS: per item one key; a lock also has its fence key right after it.
+ADMIT = (
+    _NOW
+    + """
+local now = now_ms(ARGV[1])
+local holder, dry, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+local out, plans, all = {}, {}, true
+local a, k = 5, 1
+for i = 1, n do
+  local kind, p1, p2, p3 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  a = a + 4
+  local key = KEYS[k]
+  k = k + 1
+  local ok, remaining, retry = 1, 0, 0
+  if kind == 'tb' then
+    local cap, per_s, cost = tonumber(p1), tonumber(p2), tonumber(p3)
+    local interval = 1000 / per_s
+    local tau = cap * interval
+    local tat = tonumber(redis.call('GET', key) or now)
+    if tat < now then tat = now end
+    local new_tat = tat + cost * interval
+    local allow_at = new_tat - tau
+    if allow_at <= now then
+      remaining = math.floor((now - allow_at) / interval + 1e-9)
+      plans[#plans + 1] = {'tb', key, new_tat}
+    else
+      ok, retry = 0, allow_at - now
+      remaining = math.max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
+    end
+  elseif kind == 'sw' then
+    local limit, window, cost = tonumber(p1), tonumber(p2), tonumber(p3)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - window))
+    local count = redis.call('ZCARD', key)
+    if count + cost <= limit then
+      remaining = limit - count - cost
+      plans[#plans + 1] = {'sw', key, cost, window}
+    else
+      local idx = count + cost - limit - 1
+      local oldest = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
+      ok, retry = 0, tonumber(oldest[2]) + window - now
+      remaining = math.max(0, limit - count)
+    end
+  elseif kind == 'cs' then
+    local slots, lease = tonumber(p1), tonumber(p2)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
+    local count = redis.call('ZCARD', key)
+    if count < slots then
+      remaining = slots - count - 1
+      plans[#plans + 1] = {'cs', key, lease}
+    else
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      ok, retry = 0, tonumber(first[2]) - now
+    end
+  else -- 'lk'
+    local ttl = tonumber(p1)
+    local fence_key = KEYS[k]
+    k = k + 1
+    local current = redis.call('GET', key)
+    local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
+    if ends and ends > now then
+      ok, retry = 0, ends - now
+    else
+      plans[#plans + 1] = {'lk', key, ttl, fence_key}
+    end
+  end
+  if ok == 0 then all = false end
+  out[#out + 1] = ok
+  out[#out + 1] = num(remaining)
+  out[#out + 1] = num(retry)
+end
+local fence = ''
+if all and not dry then
+  for _, p in ipairs(plans) do
+    if p[1] == 'tb' then
+      redis.call('SET', p[2], num(p[3]))
+      gc(p[2], p[3] - now)
+    elseif p[1] == 'sw' then
+      for j = 1, p[3] do redis.call('ZADD', p[2], num(now), holder .. ':' .. j) end
+      gc(p[2], p[4])
+    elseif p[1] == 'cs' then
+      redis.call('ZADD', p[2], num(now + p[3]), holder)
+      local ttl = redis.call('PTTL', p[2])
+      if ttl < p[3] + 1000 then gc(p[2], p[3]) end
+    else
+      redis.call('SET', p[2], num(now + p[3]) .. '|' .. holder)
+      gc(p[2], p[3])
+      local f = math.max(tonumber(redis.call('GET', p[4]) or 0) + 1, math.floor(now * 1000))
+      fence = num(f)
+      redis.call('SET', p[4], fence, 'PX', """
+    + str(FENCE_TTL_MS)
+    + """)
+    end
+  end
+end
+table.insert(out, 1, fence)
+table.insert(out, 1, all and 1 or 0)
+return out
+"""
+)
+
+# ARGV: refund, holder, n, then per item: kind + 2 params. KEYS: one per item.
+RELEASE = """
+local refund, holder, n = ARGV[1] == '1', ARGV[2], tonumber(ARGV[3])
+local a = 4
+for i = 1, n do
+  local kind, p1, p2 = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  a = a + 3
+  local key = KEYS[i]
+  if kind == 'tb' and refund then
+    local tat = redis.call('GET', key)
+    if tat then
+      local ttl = redis.call('PTTL', key)
+      local refunded = tonumber(tat) - tonumber(p1) * 1000 / tonumber(p2)
+      redis.call('SET', key, string.format('%.17g', refunded))
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    end
+  elseif kind == 'sw' and refund then
+    for j = 1, tonumber(p1) do redis.call('ZREM', key, holder .. ':' .. j) end
+  elseif kind == 'cs' then
+    redis.call('ZREM', key, holder)
+  elseif kind == 'lk' then
+    local current = redis.call('GET', key)
+    if current and string.match(current, '|(.*)$') == holder then redis.call('DEL', key) end
+  end
+end
+return 1
+"""
+
+# ARGV: now_override, holder, n, then per item: kind + ttl_ms. KEYS: one per item.
+EXTEND = (
+    _NOW
+    + """
+local now = now_ms(ARGV[1])
+local holder, n = ARGV[2], tonumber(ARGV[3])
+local held = 1
+for i = 1, n do
+  local kind, ttl = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
+  local key = KEYS[i]
+  if kind == 'lk' then
+    local current = redis.call('GET', key)
+    local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
+    if current and string.match(current, '|(.*)$') == holder and ends > now then
+      redis.call('SET', key, num(now + ttl) .. '|' .. holder)
+      gc(key, ttl)
+    else
+      held = 0
+    end
+  else
+    local score = redis.call('ZSCORE', key, holder)
+    local ends = score and tonumber(score) or nil
+    if ends and ends > now then
+      redis.call('ZADD', key, 'XX', num(now + ttl), holder)
+      local pttl = redis.call('PTTL', key)
+      if pttl < ttl + 1000 then gc(key, ttl) end
+    else
+      held = 0
+    end
+  end
+end
+return held
+"""
+)
+
+# KEYS: resource. ARGV: fence, value. A write with an older fence than the last is refused.
+FENCED_WRITE = (
+    """
+local current = redis.call('HGET', KEYS[1], 'fence')
+if current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], """
+    + str(FENCE_TTL_MS)
+    + """)
+return 1
+"""
+)
+
+
+def _params(limit: Any) -> list[str]:
+    if isinstance(limit, TokenBucket):
+        return [_num(limit.capacity), _num(limit.per_second), _num(limit.cost)]
+    if isinstance(limit, SlidingWindow):
+        return [str(limit.limit), _num(limit.window_s * 1000), str(limit.cost)]
+    if isinstance(limit, Concurrency):
+        return [str(limit.slots), _num(limit.lease_s * 1000), ""]
+    assert isinstance(limit, Lock)
+    return [_num(limit.ttl_s * 1000), "", ""]
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _retry(value_ms: float) -> timedelta | None:
+    return timedelta(milliseconds=value_ms)
+
+
+class RedisLimits:
+    def __init__(self, redis: Redis, key_prefix: str = "jobrail:") -> None:
+        self._redis = redis
+        self._prefix = key_prefix
+        self._admit = redis.register_script(ADMIT)
+        self._release = redis.register_script(RELEASE)
+        self._extend = redis.register_script(EXTEND)
+        self._fenced = redis.register_script(FENCED_WRITE)
+
+    def key(self, item: Acquire) -> str:
+        return f"{self._prefix}{item.limit.kind}:{item.key}"
+
+    def _keys(self, items: Sequence[Acquire]) -> list[str]:
+        keys = []
+        for item in items:
+            keys.append(self.key(item))
+            if isinstance(item.limit, Lock):
+                keys.append(f"{self._prefix}fence:{item.key}")
+        return keys
+
+    async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
+        try:
+            return await script(keys=keys, args=args)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
+        except RedisError as exc:
+            if "LOADING" in str(exc) or "READONLY" in str(exc):
+                raise LimitsUnavailableError(f"Redis not ready: {exc}") from exc
+            raise
+
+    async def admit(
+        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+    ) -> Admission:
+        return await self._run_admit(items, holder, now_ms, dry_run=False)
+
+    async def _run_admit(
+        self, items: Sequence[Acquire], holder: str, now_ms: float | None, *, dry_run: bool
+    ) -> Admission:
+        args = ["" if now_ms is None else _num(now_ms), holder, "1" if dry_run else "0"]
+        args.append(str(len(items)))
+        for item in items:
+            args.append(item.limit.kind)
+            args.extend(_params(item.limit))
+        raw = await self._call(self._admit, self._keys(items), args)
+        allowed = int(raw[0]) == 1
+        fence = int(float(raw[1])) if raw[1] not in (b"", "") else None
+        decisions = []
+        for i, item in enumerate(items):
+            ok, remaining, retry = raw[2 + 3 * i : 5 + 3 * i]
+            granted = int(ok) == 1
+            decisions.append(
+                Decision(
+                    name=item.limit.name,
+                    allowed=granted,
+                    remaining=float(remaining),
+                    retry_after=None if granted else _retry(float(retry)),
+                )
+            )
+        grant = None
+        if allowed and not dry_run:
+            grant = Grant(items=tuple(items), holder=holder, fence=fence)
+        return Admission(allowed=allowed, decisions=decisions, grant=grant)
+
+    async def release(
+        self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
+    ) -> None:
+        args = ["1" if refund else "0", grant.holder, str(len(grant.items))]
+        for item in grant.items:
+            limit = item.limit
+            if isinstance(limit, TokenBucket):
+                args += ["tb", _num(limit.cost), _num(limit.per_second)]
+            elif isinstance(limit, SlidingWindow):
+                args += ["sw", str(limit.cost), ""]
+            else:
+                args += [limit.kind, "", ""]
+        await self._call(self._release, [self.key(i) for i in grant.items], args)
+
+    async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:
+        held = [i for i in grant.items if isinstance(i.limit, (Lock, Concurrency))]
+        if not held:
+            return True
+        args = ["" if now_ms is None else _num(now_ms), grant.holder, str(len(held))]
+        for item in held:
+            limit = item.limit
+            ttl_s = limit.ttl_s if isinstance(limit, Lock) else limit.lease_s  # type: ignore[union-attr]
+            args += [limit.kind, _num(ttl_s * 1000)]
+        result = await self._call(self._extend, [self.key(i) for i in held], args)
+        return int(result) == 1
+
+    async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
+        admission = await self._run_admit([item], "peek", now_ms, dry_run=True)
+        return admission.decisions[0]
+
+    async def reset(self, item: Acquire) -> None:
+        try:
+            await self._redis.delete(self.key(item))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
+
+    async def holders(self, item: Acquire) -> list[dict[str, Any]]:
+        """Who holds a lock or the slots of a concurrency limit (for operators)."""
+        key = self.key(item)
+        if isinstance(item.limit, Lock):
+            value: Any = await self._redis.get(key)
+            if value is None:
+                return []
+            ends, holder = _text(value).split("|", 1)
+            return [{"holder": holder, "until_ms": float(ends)}]
+        members: Any = await self._redis.zrange(key, 0, -1, withscores=True)
+        return [{"holder": _text(m), "until_ms": float(score)} for m, score in members]
+
+    async def fenced_write(
+        self, resource: str, fence: int, value: str, *, now_ms: float | None = None
+    ) -> bool:
+        key = f"{self._prefix}fenced:{resource}"
+        return int(await self._call(self._fenced, [key], [str(fence), value])) == 1
+
+    async def fenced_value(self, resource: str) -> tuple[int, str] | None:
+        data: Any = await self._redis.hgetall(f"{self._prefix}fenced:{resource}")
+        if not data:
+            return None
+        return int(data[b"fence"]), _text(data[b"value"])
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,112 @@
+"""The memory and Redis backends decide the same, for the same sequences of acquires,
+releases, extensions and clock steps (Redis is given the virtual time)."""
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from jobrail.limits.memory import MemoryLimits
+from jobrail.limits.model import Acquire, Concurrency, Grant, Lock, SlidingWindow, TokenBucket
+from jobrail.limits.redis import RedisLimits
+from tests.support.services import REDIS_URL, require
+
+LIMITS = [
+    TokenBucket("tb", key="tb", capacity=3, per_second=2.5, cost=1),
+    TokenBucket("tb2", key="tb2", capacity=4, per_second=0.7, cost=2),
+    SlidingWindow("sw", key="sw", limit=3, window_s=1.3),
+    Concurrency("cs", key="cs", slots=2, lease_s=0.9),
+    Lock(key="lk", ttl_s=0.6),
+]
+
+
+@dataclass(frozen=True)
+class AdmitOp:
+    which: tuple[int, ...]
+    keys: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseOp:
+    grant: int
+    refund: bool
+
+
+@dataclass(frozen=True)
+class ExtendOp:
+    grant: int
+
+
+@dataclass(frozen=True)
+class PeekOp:
+    which: int
+    key: int
+
+
+ops = st.one_of(
+    st.builds(
+        AdmitOp,
+        st.lists(st.integers(0, len(LIMITS) - 1), min_size=1, max_size=3, unique=True).map(tuple),
+        st.lists(st.integers(0, 1), min_size=3, max_size=3).map(tuple),
+    ),
+    st.builds(ReleaseOp, st.integers(0, 20), st.booleans()),
+    st.builds(ExtendOp, st.integers(0, 20)),
+    st.builds(PeekOp, st.integers(0, len(LIMITS) - 1), st.integers(0, 1)),
+)
+steps = st.lists(st.tuples(ops, st.sampled_from([0.0, 1.0, 17.5, 120.0, 333.3, 700.0])), max_size=40)
+
+
+def _summary(admission: Any) -> Any:
+    return (
+        admission.allowed,
+        [(d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6)) for d in admission.decisions],
+        admission.grant.fence if admission.grant else None,
+    )
+
+
+async def _play(sequence: list[tuple[Any, float]]) -> tuple[list[Any], list[Any]]:
+    redis = Redis.from_url(REDIS_URL)
+    backends = [MemoryLimits(), RedisLimits(redis, key_prefix=f"prop:{uuid.uuid4().hex}:")]
+    results: list[list[Any]] = [[], []]
+    grants: list[list[Grant]] = [[], []]
+    now = 1_000_000.0
+    try:
+        for n, (op, step) in enumerate(sequence):
+            now += step
+            for b, backend in enumerate(backends):
+                if isinstance(op, AdmitOp):
+                    items = [
+                        Acquire(LIMITS[i], f"{LIMITS[i].key}-{op.keys[j]}")
+                        for j, i in enumerate(op.which)
+                    ]
+                    admission = await backend.admit(items, f"holder{n}", now_ms=now)
+                    if admission.grant:
+                        grants[b].append(admission.grant)
+                    results[b].append(("admit", _summary(admission)))
+                elif isinstance(op, ReleaseOp) and op.grant < len(grants[b]):
+                    await backend.release(grants[b][op.grant], refund=op.refund, now_ms=now)
+                    results[b].append(("release",))
+                elif isinstance(op, ExtendOp) and op.grant < len(grants[b]):
+                    held = await backend.extend(grants[b][op.grant], now_ms=now)
+                    results[b].append(("extend", held))
+                elif isinstance(op, PeekOp):
+                    limit = LIMITS[op.which]
+                    decision = await backend.peek(Acquire(limit, f"{limit.key}-{op.key}"), now_ms=now)
+                    results[b].append(
+                        ("peek", decision.allowed, float(decision.remaining), round(decision.retry_after_s, 6))
+                    )
+    finally:
+        await redis.aclose()
+    return results[0], results[1]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps)
+def test_memory_and_redis_backends_decide_the_same(sequence: list[tuple[Any, float]]) -> None:
+    require("redis")
+    memory, redis = asyncio.run(_play(sequence))
+    assert memory == redis

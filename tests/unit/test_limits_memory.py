@@ -1,0 +1,155 @@
+"""Limit semantics, on the memory backend with a virtual clock (milliseconds)."""
+
+from datetime import timedelta
+
+import pytest
+
+from jobrail.limits.memory import MemoryLimits
+from jobrail.limits.model import (
+    Acquire,
+    Concurrency,
+    JobLimits,
+    KeyTemplate,
+    Lock,
+    SlidingWindow,
+    TokenBucket,
+)
+
+BUCKET = TokenBucket("vendor", key="vendor:{tenant_id}", capacity=3, per_second=2)
+WINDOW = SlidingWindow("api", key="t", limit=2, window_s=10)
+SLOTS = Concurrency("conns", key="c", slots=2, lease_s=5)
+LOCK = Lock(key="account:{account_id}", ttl_s=1)
+
+
+def one(limit: object, key: str = "k") -> list[Acquire]:
+    return [Acquire(limit, key)]  # type: ignore[arg-type]
+
+
+async def test_a_bucket_allows_its_burst_then_says_exactly_when_the_next_token_comes() -> None:
+    limits = MemoryLimits()
+    decisions = [(await limits.admit(one(BUCKET), f"h{i}", now_ms=0)) for i in range(4)]
+
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [d.decisions[0].remaining for d in decisions[:3]] == [2, 1, 0]
+    assert decisions[3].retry_after == timedelta(milliseconds=500)
+    assert (await limits.admit(one(BUCKET), "h5", now_ms=499)).allowed is False
+    assert (await limits.admit(one(BUCKET), "h6", now_ms=500)).allowed is True
+
+
+async def test_a_refund_gives_the_token_back() -> None:
+    limits = MemoryLimits()
+    grants = [(await limits.admit(one(BUCKET), f"h{i}", now_ms=0)).grant for i in range(3)]
+    assert grants[0] is not None
+
+    await limits.release(grants[0], refund=True)
+
+    assert (await limits.admit(one(BUCKET), "again", now_ms=0)).allowed
+
+
+async def test_a_sliding_window_counts_acquires_in_the_last_window() -> None:
+    limits = MemoryLimits()
+    assert (await limits.admit(one(WINDOW), "a", now_ms=0)).allowed
+    assert (await limits.admit(one(WINDOW), "b", now_ms=4000)).allowed
+
+    denied = await limits.admit(one(WINDOW), "c", now_ms=9000)
+
+    assert not denied.allowed
+    assert denied.retry_after == timedelta(seconds=1)
+    assert (await limits.admit(one(WINDOW), "d", now_ms=10_001)).allowed
+
+
+async def test_a_slot_held_by_a_dead_worker_frees_itself_when_its_lease_ends() -> None:
+    limits = MemoryLimits()
+    assert (await limits.admit(one(SLOTS), "a", now_ms=0)).allowed
+    assert (await limits.admit(one(SLOTS), "b", now_ms=1000)).allowed
+
+    full = await limits.admit(one(SLOTS), "c", now_ms=2000)
+    assert not full.allowed
+    assert full.retry_after == timedelta(seconds=3)
+    assert (await limits.admit(one(SLOTS), "d", now_ms=5000)).allowed
+
+
+async def test_released_slots_are_free_at_once() -> None:
+    limits = MemoryLimits()
+    grant = (await limits.admit(one(SLOTS), "a", now_ms=0)).grant
+    await limits.admit(one(SLOTS), "b", now_ms=0)
+    assert grant is not None
+
+    await limits.release(grant)
+
+    assert (await limits.admit(one(SLOTS), "c", now_ms=1)).allowed
+
+
+async def test_a_lock_has_one_holder_and_a_fence_that_only_grows() -> None:
+    limits = MemoryLimits()
+    first = await limits.admit(one(LOCK), "a", now_ms=1000)
+    busy = await limits.admit(one(LOCK), "b", now_ms=1500)
+    after_expiry = await limits.admit(one(LOCK), "c", now_ms=2000)
+
+    assert first.allowed and not busy.allowed and after_expiry.allowed
+    assert busy.retry_after == timedelta(milliseconds=500)
+    assert first.grant and after_expiry.grant
+    assert first.grant.fence is not None and after_expiry.grant.fence is not None
+    assert after_expiry.grant.fence > first.grant.fence
+
+
+async def test_only_the_holder_can_extend_or_release_a_lock() -> None:
+    limits = MemoryLimits()
+    old = (await limits.admit(one(LOCK), "a", now_ms=0)).grant
+    new = (await limits.admit(one(LOCK), "b", now_ms=1000)).grant
+    assert old and new
+
+    assert not await limits.extend(old, now_ms=1100)
+    await limits.release(old)
+    assert not (await limits.admit(one(LOCK), "c", now_ms=1200)).allowed
+    assert await limits.extend(new, now_ms=1500)
+    assert not (await limits.admit(one(LOCK), "c", now_ms=2200)).allowed  # extended to 2500
+
+
+async def test_admission_is_all_or_nothing() -> None:
+    limits = MemoryLimits()
+    await limits.admit(one(LOCK, "x"), "holder", now_ms=0)
+
+    denied = await limits.admit([Acquire(BUCKET, "v"), Acquire(LOCK, "x")], "job", now_ms=0)
+
+    assert not denied.allowed
+    assert denied.denied_by == ["lock"]
+    after = await limits.peek(Acquire(BUCKET, "v"), now_ms=0)
+    assert after.remaining == 2  # the bucket was not spent
+
+
+async def test_a_fenced_write_from_an_older_holder_is_refused() -> None:
+    limits = MemoryLimits()
+
+    assert await limits.fenced_write("account:1", 5, "new")
+    assert not await limits.fenced_write("account:1", 4, "stale")
+    assert limits.fenced_value("account:1") == (5, "new")
+
+
+def test_templates_render_from_payload_fields() -> None:
+    assert KeyTemplate("vendor:{tenant_id}:{region}").render(
+        {"tenant_id": "acme", "region": "eu", "other": 1}
+    ) == "vendor:acme:eu"
+
+
+def test_a_template_naming_a_missing_field_is_refused_with_the_task_and_field() -> None:
+    declared = JobLimits(limits=[BUCKET], lock=LOCK)
+
+    with pytest.raises(ValueError, match=r"'sync\.account'.*'account_id'"):
+        declared.check_fields("sync.account", ["tenant_id", "region"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: TokenBucket("x", key="k", capacity=0, per_second=1),
+        lambda: TokenBucket("x", key="k", capacity=1, per_second=1, cost=2),
+        lambda: SlidingWindow("x", key="k", limit=0, window_s=1),
+        lambda: Concurrency("x", key="k", slots=0),
+        lambda: Lock(key="k", ttl_s=0),
+        lambda: KeyTemplate("{a!r}"),
+    ],
+)
+def test_nonsense_declarations_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        bad()  # type: ignore[operator]
