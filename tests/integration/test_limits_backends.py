@@ -57,13 +57,18 @@ ops = st.one_of(
     st.builds(ExtendOp, st.integers(0, 20)),
     st.builds(PeekOp, st.integers(0, len(LIMITS) - 1), st.integers(0, 1)),
 )
-steps = st.lists(st.tuples(ops, st.sampled_from([0.0, 1.0, 17.5, 120.0, 333.3, 700.0])), max_size=40)
+steps = st.lists(
+    st.tuples(ops, st.sampled_from([0.0, 1.0, 17.5, 120.0, 333.3, 700.0])), max_size=40
+)
 
 
 def _summary(admission: Any) -> Any:
     return (
         admission.allowed,
-        [(d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6)) for d in admission.decisions],
+        [
+            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6))
+            for d in admission.decisions
+        ],
         admission.grant.fence if admission.grant else None,
     )
 
@@ -95,9 +100,16 @@ async def _play(sequence: list[tuple[Any, float]]) -> tuple[list[Any], list[Any]
                     results[b].append(("extend", held))
                 elif isinstance(op, PeekOp):
                     limit = LIMITS[op.which]
-                    decision = await backend.peek(Acquire(limit, f"{limit.key}-{op.key}"), now_ms=now)
+                    decision = await backend.peek(
+                        Acquire(limit, f"{limit.key}-{op.key}"), now_ms=now
+                    )
                     results[b].append(
-                        ("peek", decision.allowed, float(decision.remaining), round(decision.retry_after_s, 6))
+                        (
+                            "peek",
+                            decision.allowed,
+                            float(decision.remaining),
+                            round(decision.retry_after_s, 6),
+                        )
                     )
     finally:
         await redis.aclose()

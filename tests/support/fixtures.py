@@ -94,6 +94,21 @@ async def rabbit(stack_settings: Settings) -> AsyncIterator[RabbitProbe]:
 
 
 class ApiClient(httpx.AsyncClient):
+    app: Any = None
+
+    async def enqueue(self, job_type: str, payload: dict[str, Any], tenant: str = "default") -> str:
+        """Enqueue any job type through the EnqueueJob use case of the running app."""
+        from jobrail.api.app import runtime_of
+        from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+        from jobrail.kernel.ids import TenantId
+
+        async with runtime_of(self.app).container() as request:
+            enqueue = await request.get(EnqueueJob)
+            result = await enqueue(
+                EnqueueJobCommand(tenant_id=TenantId(tenant), type=job_type, payload=payload)
+            )
+        return str(result.job.id)
+
     async def job(self, job_id: str, tenant: str | None = None) -> dict[str, Any]:
         headers = {"X-Tenant-Id": tenant} if tenant else {}
         response = await self.get(f"/jobs/{job_id}", headers=headers)
@@ -132,6 +147,7 @@ def make_api() -> Callable[[Settings], Any]:
                 self.client = ApiClient(
                     transport=httpx.ASGITransport(app=self.app), base_url="http://api"
                 )
+                self.client.app = self.app
                 return self.client
 
             async def __aexit__(self, *exc: object) -> None:
@@ -152,12 +168,18 @@ async def api(
 
 
 @pytest.fixture
-def workers(stack_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[Callable[..., Any]]:
+def worker_env(stack_env: dict[str, str]) -> dict[str, str]:
+    """The settings workers start with; a test module may override this fixture."""
+    return stack_env
+
+
+@pytest.fixture
+def workers(worker_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[Callable[..., Any]]:
     """Start worker processes (`jobrail worker`); each is stopped at teardown."""
     started: list[Process] = []
 
     async def start(name: str = "worker", **extra_env: str) -> Process:
-        process = start_worker({**stack_env, **extra_env}, name=name)
+        process = start_worker({**worker_env, **extra_env}, name=name)
         started.append(process)
         queue = rabbit.topology.queues["jobs.default"]
 

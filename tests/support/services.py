@@ -75,6 +75,55 @@ def start_postgres(timeout: float = 60) -> None:
     raise RuntimeError("Postgres did not come back")
 
 
+REDIS_START = [
+    "redis-server",
+    "--daemonize",
+    "yes",
+    "--bind",
+    "127.0.0.1",
+    "-::1",
+    "--port",
+    "6379",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--dir",
+    "/var/lib/redis",
+    "--logfile",
+    "/var/log/redis/ci.log",
+]
+
+
+def stop_redis() -> None:
+    subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
+        check=False,
+        capture_output=True,
+    )
+    deadline = time.monotonic() + 20
+    while reachable(6379) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def start_redis(timeout: float = 30) -> None:
+    """Start Redis (if it is down) and wait until it answers PING."""
+    if not reachable(6379):
+        subprocess.run(REDIS_START, check=False, capture_output=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ping = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if ping.stdout.strip() == "PONG":
+            return
+        time.sleep(0.1)
+    raise RuntimeError("Redis did not come back")
+
+
 async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = ""):  # type: ignore[no-untyped-def]
     """Poll an async predicate until it returns something truthy; return that value."""
     deadline = time.monotonic() + timeout

@@ -86,10 +86,14 @@ async def test_a_lock_has_one_holder_and_a_fence_that_only_grows() -> None:
     busy = await limits.admit(one(LOCK), "b", now_ms=1500)
     after_expiry = await limits.admit(one(LOCK), "c", now_ms=2000)
 
-    assert first.allowed and not busy.allowed and after_expiry.allowed
+    assert first.allowed
+    assert not busy.allowed
+    assert after_expiry.allowed
     assert busy.retry_after == timedelta(milliseconds=500)
-    assert first.grant and after_expiry.grant
-    assert first.grant.fence is not None and after_expiry.grant.fence is not None
+    assert first.grant
+    assert after_expiry.grant
+    assert first.grant.fence is not None
+    assert after_expiry.grant.fence is not None
     assert after_expiry.grant.fence > first.grant.fence
 
 
@@ -97,7 +101,8 @@ async def test_only_the_holder_can_extend_or_release_a_lock() -> None:
     limits = MemoryLimits()
     old = (await limits.admit(one(LOCK), "a", now_ms=0)).grant
     new = (await limits.admit(one(LOCK), "b", now_ms=1000)).grant
-    assert old and new
+    assert old
+    assert new
 
     assert not await limits.extend(old, now_ms=1100)
     await limits.release(old)
@@ -127,9 +132,12 @@ async def test_a_fenced_write_from_an_older_holder_is_refused() -> None:
 
 
 def test_templates_render_from_payload_fields() -> None:
-    assert KeyTemplate("vendor:{tenant_id}:{region}").render(
-        {"tenant_id": "acme", "region": "eu", "other": 1}
-    ) == "vendor:acme:eu"
+    assert (
+        KeyTemplate("vendor:{tenant_id}:{region}").render(
+            {"tenant_id": "acme", "region": "eu", "other": 1}
+        )
+        == "vendor:acme:eu"
+    )
 
 
 def test_a_template_naming_a_missing_field_is_refused_with_the_task_and_field() -> None:
@@ -151,5 +159,5 @@ def test_a_template_naming_a_missing_field_is_refused_with_the_task_and_field() 
     ],
 )
 def test_nonsense_declarations_are_refused(bad: object) -> None:
-    with pytest.raises(ValueError):  # noqa: PT011
+    with pytest.raises(ValueError):
         bad()  # type: ignore[operator]

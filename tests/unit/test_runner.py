@@ -354,7 +354,8 @@ async def test_the_handler_gets_the_fence_and_the_lock_is_released_after() -> No
     await h.run(h.add(), fenced, limits=ACCOUNT_LOCK)
 
     assert len(fences) == 2
-    assert fences[0] is not None and fences[1] is not None
+    assert fences[0] is not None
+    assert fences[1] is not None
     assert fences[1] > fences[0]
     assert h.counters.lock_contention == 0
 

@@ -58,6 +58,7 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     429: "rate_limited",
+    503: "service_unavailable",
 }
 
 

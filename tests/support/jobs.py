@@ -1,0 +1,98 @@
+"""Job types used by the integration tests (loaded with JOBRAIL_MODULES in the workers).
+
+Their limits read the environment at import, so each test can tune them.
+"""
+
+import asyncio
+import os
+import time
+
+import httpx
+from dishka import FromDishka
+from pydantic import BaseModel
+
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.registry import job
+from jobrail.kernel.errors import TransientError
+from jobrail.limits.model import Concurrency, LimitsBackend, Lock, TokenBucket
+from jobrail.modules import Module
+
+RATE = float(os.environ.get("JOBRAIL_TEST_RATE", "10"))
+BURST = float(os.environ.get("JOBRAIL_TEST_BURST", "5"))
+LOCK_TTL = float(os.environ.get("JOBRAIL_TEST_LOCK_TTL", "2"))
+
+
+class Call(BaseModel):
+    url: str
+    n: int = 0
+
+
+class Exclusive(BaseModel):
+    url: str
+    resource: str
+    n: int = 0
+    hold_ms: int = 20
+
+
+class Stall(BaseModel):
+    url: str
+    resource: str
+    name: str
+    stall_s: float = 0
+    stall_on_attempt: int = 1
+
+
+# One client per worker process, made at import: a vendor client is a pooled,
+# long-lived object, and making it per call would put its set-up cost between
+# the limiter's admission and the call.
+_client = httpx.AsyncClient(timeout=5)
+
+
+async def _hit(url: str, **params: object) -> None:
+    response = await _client.get(url, params=params)
+    response.raise_for_status()
+
+
+@job(
+    "test.vendor_call",
+    payload=Call,
+    limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=BURST, per_second=RATE)],
+)
+async def vendor_call(payload: Call, ctx: JobContext) -> dict[str, int]:
+    await _hit(payload.url, n=payload.n, attempt=ctx.attempt)
+    return {"n": payload.n}
+
+
+@job(
+    "test.exclusive",
+    payload=Exclusive,
+    lock=Lock(key="resource:{resource}", ttl_s=LOCK_TTL),
+    limits=[Concurrency("slots", key="pool:{tenant_id}", slots=8, lease_s=30)],
+)
+async def exclusive(payload: Exclusive, ctx: JobContext) -> dict[str, int]:
+    await _hit(payload.url, phase="start", n=payload.n)
+    await asyncio.sleep(payload.hold_ms / 1000)
+    await _hit(payload.url, phase="end", n=payload.n)
+    return {"n": payload.n}
+
+
+@job(
+    "test.stall",
+    payload=Stall,
+    lock=Lock(key="resource:{resource}", ttl_s=LOCK_TTL),
+    timeout_s=30,
+)
+async def stall(
+    payload: Stall, ctx: JobContext, limits: FromDishka[LimitsBackend]
+) -> dict[str, int]:
+    if ctx.attempt == payload.stall_on_attempt and payload.stall_s:
+        time.sleep(payload.stall_s)
+    assert ctx.fence is not None
+    accepted = await limits.fenced_write(payload.resource, ctx.fence, payload.name)
+    await _hit(payload.url, name=payload.name, fence=ctx.fence, accepted=int(accepted))
+    if not accepted:
+        raise TransientError(f"write with fence {ctx.fence} refused: a newer holder wrote")
+    return {"fence": ctx.fence}
+
+
+module = Module(name="tests", jobs=[vendor_call, exclusive, stall])
