@@ -20,6 +20,7 @@ from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 from jobrail.ioc import PlatformProvider
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.registry import JobRegistry
+from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
 from jobrail.messaging.envelope import job_envelope
 from jobrail.messaging.tasks import register_job_tasks
@@ -97,6 +98,7 @@ def install_worker_lifecycle(runtime: Runtime) -> None:
         await runtime.stop_background()
         await runtime.container.close()
 
+    runtime.broker.add_middlewares(LimitsMiddleware(runtime.container))
     runtime.broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, on_startup)
     runtime.broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, on_shutdown)
 

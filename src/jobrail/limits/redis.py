@@ -254,6 +254,14 @@ class RedisLimits:
         self._extend = redis.register_script(EXTEND)
         self._fenced = redis.register_script(FENCED_WRITE)
 
+    async def load_scripts(self) -> None:
+        """Load every script now (EVALSHA would otherwise load each on first use)."""
+        try:
+            for script in (self._admit, self._release, self._extend, self._fenced):
+                script.sha = await self._redis.script_load(script.script)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
+
     def key(self, item: Acquire) -> str:
         return f"{self._prefix}{item.limit.kind}:{item.key}"
 
