@@ -5,11 +5,15 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from jobrail.modules import load_modules
 from jobrail.persistence.engine import create_engine
 from jobrail.persistence.tables import metadata
-from jobrail.settings import DatabaseSettings, load_settings
+from jobrail.settings import DatabaseSettings, Settings, load_settings
 
 config = context.config
+
+# The contexts' tables join the platform's metadata when their modules are imported.
+load_modules(Settings.model_fields["modules"].get_default(call_default_factory=True))
 
 
 def _database_settings() -> DatabaseSettings:

@@ -23,6 +23,7 @@ from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
 from jobrail.messaging.envelope import job_envelope
+from jobrail.messaging.events import EventCatalog
 from jobrail.messaging.tasks import register_job_tasks
 from jobrail.modules import Module, load_modules
 from jobrail.persistence.outbox import OutboxRelay
@@ -67,6 +68,14 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
         default_timeout_s=settings.jobs.default_timeout_s,
         timeouts_s=settings.jobs.timeouts_s,
     )
+    events = EventCatalog(spec for module in modules for spec in module.events)
+    for spec in events:
+        for consumer in spec.consumers:
+            if registry.get(consumer) is None:
+                raise ValueError(
+                    f"event {spec.name} names consumer {consumer!r}, which is not a job type "
+                    "of the loaded modules"
+                )
     broker: AmqpJobBroker | EmbeddedJobBroker
     if settings.embedded:
         broker = EmbeddedJobBroker(
@@ -81,7 +90,12 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
         *(provider for module in modules for provider in module.providers),
         FastapiProvider(),
         TaskiqProvider(),
-        context={Settings: settings, JobRegistry: registry, JobBroker: broker},
+        context={
+            Settings: settings,
+            JobRegistry: registry,
+            JobBroker: broker,
+            EventCatalog: events,
+        },
     )
     if broker.is_worker_process:
         setup_taskiq_dishka(container, broker)

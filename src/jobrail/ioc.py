@@ -24,16 +24,18 @@ from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
+from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.engine import create_engine, create_sessionmaker
 from jobrail.persistence.jobs import SqlaJobStore
 from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay
-from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
 
 
 class PlatformProvider(Provider):
     settings = from_context(provides=Settings, scope=Scope.APP)
     registry = from_context(provides=JobRegistry, scope=Scope.APP)
+    event_catalog = from_context(provides=EventCatalog, scope=Scope.APP)
     broker = from_context(provides=JobBroker, scope=Scope.APP)
 
     @provide(scope=Scope.APP)
@@ -147,14 +149,23 @@ class PlatformProvider(Provider):
         )
         return JobRunner(store, dispatcher, publisher, clock, retry, config, gate)
 
-    @provide(scope=Scope.REQUEST)
-    def unit_of_work(
+    @provide(scope=Scope.APP)
+    def uow_factory(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
         dispatcher: OutboxDispatcher,
         clock: Clock,
-    ) -> AnyOf[SqlaUnitOfWork, JobsUnitOfWork]:
-        return SqlaUnitOfWork(sessionmaker, dispatcher, clock)
+        events: EventCatalog,
+        catalog: JobCatalog,
+        settings: Settings,
+    ) -> UnitOfWorkFactory:
+        return UnitOfWorkFactory(
+            sessionmaker, dispatcher, clock, events, catalog, settings.retry.max_attempts
+        )
+
+    @provide(scope=Scope.REQUEST)
+    def unit_of_work(self, factory: UnitOfWorkFactory) -> AnyOf[SqlaUnitOfWork, JobsUnitOfWork]:
+        return factory(SqlaUnitOfWork)
 
     @provide(scope=Scope.REQUEST)
     def enqueue_job(

@@ -1,7 +1,8 @@
 """Modules: how a bounded context plugs into the platform.
 
 A module (``contexts.billing``, ``jobrail.demo``) exposes a ``module`` attribute:
-its job types, its HTTP routers and its dishka providers. The platform loads the
+its job types, its HTTP routers, its dishka providers and (for the event catalog)
+the integration events it lists. The platform loads the
 modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
 """
 
@@ -14,6 +15,7 @@ from dishka import Provider
 from fastapi import APIRouter
 
 from jobrail.jobs.registry import JobSpec
+from jobrail.messaging.events import EventSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,7 @@ class Module:
     jobs: Sequence[JobSpec] = ()
     routers: Sequence[APIRouter] = ()
     providers: Sequence[Provider] = field(default_factory=tuple)
+    events: Sequence[EventSpec] = ()
 
 
 class ModuleLoadError(Exception):

@@ -223,7 +223,8 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX,
         env_nested_delimiter=ENV_NESTED_DELIMITER,
         env_file=".env",
-        extra="forbid",
+        # Contexts read their own JOBRAIL_<CONTEXT>__* settings from the same .env.
+        extra="ignore",
         validate_default=True,
     )
 
@@ -231,7 +232,13 @@ class Settings(BaseSettings):
     environment: Literal["development", "test", "production"] = "development"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     modules: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["jobrail.demo"],
+        default_factory=lambda: [
+            "jobrail.demo",
+            "contexts.catalog",
+            "contexts.billing",
+            "contexts.notifications",
+            "contexts.sync",
+        ],
         description="Import paths of the modules (bounded contexts) to load.",
     )
     database: DatabaseSettings = DatabaseSettings()

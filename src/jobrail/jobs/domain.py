@@ -163,6 +163,17 @@ class Job:
         self.lease_until = None
         self.updated_at = now
 
+    def throttled(self, error: str, run_after: datetime, now: datetime) -> None:
+        """The attempt was turned away by someone else's rate limit: wait and try
+        again, giving the attempt back."""
+        self._require(JobStatus.RUNNING, "throttle")
+        self.attempts -= 1
+        self.status = JobStatus.RETRYING
+        self.last_error = _clip(error)
+        self.run_after = run_after
+        self.lease_until = None
+        self.updated_at = now
+
     def fail(self, error: str, now: datetime) -> None:
         self._require(JobStatus.RUNNING, "fail")
         self.status = JobStatus.FAILED

@@ -3,11 +3,15 @@
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.envelope import Envelope
+
+if TYPE_CHECKING:
+    from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult
 
 
 class StoreUnavailableError(Exception):
@@ -111,6 +115,26 @@ class JobStore(Protocol):
 class Publisher(Protocol):
     async def publish(self, envelope: Envelope) -> None:
         """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
+        ...
+
+
+class JobQueue(Protocol):
+    async def enqueue(self, cmd: "EnqueueJobCommand") -> "EnqueueResult":
+        """Record a job and its message in the current transaction (EnqueueJob's rules)."""
+        ...
+
+
+class EventPublisher(Protocol):
+    async def publish(self, event: IntegrationEvent) -> None:
+        """Record the integration event for its consumers, in the current transaction.
+        Raises UnknownEventError if the event catalog does not list it."""
+        ...
+
+
+class Inbox(Protocol):
+    async def accept(self, consumer: str, message_id: str) -> bool:
+        """Record that `consumer` took the message, in the current transaction.
+        False if it already had: the message is a duplicate."""
         ...
 
 

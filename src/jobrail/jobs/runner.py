@@ -25,7 +25,7 @@ from jobrail.jobs.ports import (
 )
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.kernel.ids import JobId
 from jobrail.limits.gate import Deferred, JobGate, Pass
 from jobrail.limits.model import JobLimits
@@ -179,6 +179,11 @@ class JobRunner:
             return ()
         except PermanentError as exc:
             return self._fail(job, f"permanent error: {_describe(exc)}")
+        except ThrottledError as exc:
+            now = self._clock.now()
+            run_after = now + timedelta(seconds=exc.retry_after_s)
+            job.throttled(_describe(exc), run_after, now)
+            return (self._again(job, run_after),)
         except TransientError as exc:
             return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
         except TimeoutError:
@@ -200,15 +205,17 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + self._retry.delay(job.attempts)
         job.retry_later(error, run_after, now)
-        return (
-            job_envelope(
-                job_id=job.id,
-                job_type=job.type,
-                queue=job.queue,
-                tenant_id=job.tenant_id,
-                trace_context=job.trace_context,
-                not_before=run_after,
-            ),
+        return (self._again(job, run_after),)
+
+    @staticmethod
+    def _again(job: Job, run_after: datetime) -> Envelope:
+        return job_envelope(
+            job_id=job.id,
+            job_type=job.type,
+            queue=job.queue,
+            tenant_id=job.tenant_id,
+            trace_context=job.trace_context,
+            not_before=run_after,
         )
 
     def _fail(self, job: Job, error: str) -> Sequence[Envelope]:

@@ -31,5 +31,15 @@ class TransientError(Exception):
     """A failure that may go away by itself: retry the job later with backoff."""
 
 
+class ThrottledError(TransientError):
+    """Someone else's rate limit said "not now" (a vendor's 429). The job waits
+    `retry_after_s` and tries again without spending an attempt: being throttled is
+    not the job failing."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PermanentError(Exception):
     """A failure that retrying cannot fix: fail the job at once."""

@@ -5,7 +5,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
@@ -13,6 +12,7 @@ from jobrail.jobs.ports import ClaimResult, Cursor, JobFilter, JobPage
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.envelope import Envelope
+from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row, job_row, job_state
 from jobrail.persistence.outbox import insert_outbox_rows
@@ -22,9 +22,8 @@ _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
 
 
 def _insert_ignoring_duplicate_key(dialect: str, row: dict[str, Any]) -> Any:
-    module: Any = postgresql if dialect == "postgresql" else sqlite
     return (
-        module.insert(jobs)
+        upsert_insert(dialect, jobs)
         .values(row)
         .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
         .returning(jobs.c.id)

@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import JobCatalog, JobsUnitOfWork
+from jobrail.jobs.ports import JobCatalog, JobRepository, JobsUnitOfWork, Outbox
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId, new_id
@@ -46,41 +46,62 @@ class EnqueueJob:
         self._default_max_attempts = default_max_attempts
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        job_type = self._catalog.get(cmd.type)
-        if job_type is None:
-            raise InvalidInputError(f"unknown job type {cmd.type!r}")
-        payload = self._catalog.validate_payload(cmd.type, cmd.payload)
-        now = self._clock.now()
-        candidate = Job.create(
-            id=JobId(new_id()),
-            type=job_type.name,
-            queue=job_type.queue,
-            tenant_id=cmd.tenant_id,
-            payload=payload,
-            max_attempts=job_type.max_attempts or self._default_max_attempts,
-            now=now,
-            entity_id=cmd.entity_id,
-            idempotency_key=cmd.idempotency_key,
-            run_after=cmd.run_after,
-            trace_context=dict(cmd.trace_context),
-        )
         async with self._uow:
-            job = await self._uow.jobs.add(candidate)
-            if job.id != candidate.id:
-                _ensure_same_request(job, candidate)
-                return EnqueueResult(job=job, created=False)
-            await self._uow.outbox.add(
-                job_envelope(
-                    job_id=job.id,
-                    job_type=job.type,
-                    queue=job.queue,
-                    tenant_id=job.tenant_id,
-                    trace_context=job.trace_context,
-                    not_before=job.run_after,
-                )
+            result = await record_job(
+                self._uow.jobs,
+                self._uow.outbox,
+                self._catalog,
+                cmd,
+                now=self._clock.now(),
+                default_max_attempts=self._default_max_attempts,
             )
-            await self._uow.commit()
-        return EnqueueResult(job=job, created=True)
+            if result.created:
+                await self._uow.commit()
+        return result
+
+
+async def record_job(
+    jobs: JobRepository,
+    outbox: Outbox,
+    catalog: JobCatalog,
+    cmd: EnqueueJobCommand,
+    *,
+    now: datetime,
+    default_max_attempts: int,
+) -> EnqueueResult:
+    """Add a job and its message to the caller's transaction (the caller commits)."""
+    job_type = catalog.get(cmd.type)
+    if job_type is None:
+        raise InvalidInputError(f"unknown job type {cmd.type!r}")
+    payload = catalog.validate_payload(cmd.type, cmd.payload)
+    candidate = Job.create(
+        id=JobId(new_id()),
+        type=job_type.name,
+        queue=job_type.queue,
+        tenant_id=cmd.tenant_id,
+        payload=payload,
+        max_attempts=job_type.max_attempts or default_max_attempts,
+        now=now,
+        entity_id=cmd.entity_id,
+        idempotency_key=cmd.idempotency_key,
+        run_after=cmd.run_after,
+        trace_context=dict(cmd.trace_context),
+    )
+    job = await jobs.add(candidate)
+    if job.id != candidate.id:
+        _ensure_same_request(job, candidate)
+        return EnqueueResult(job=job, created=False)
+    await outbox.add(
+        job_envelope(
+            job_id=job.id,
+            job_type=job.type,
+            queue=job.queue,
+            tenant_id=job.tenant_id,
+            trace_context=job.trace_context,
+            not_before=job.run_after,
+        )
+    )
+    return EnqueueResult(job=job, created=True)
 
 
 def _ensure_same_request(existing: Job, candidate: Job) -> None:

@@ -1,0 +1,1 @@
+"""Billing's adapters: HTTP routes, SQL persistence, Taskiq tasks."""

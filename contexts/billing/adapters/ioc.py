@@ -1,0 +1,30 @@
+from dishka import AnyOf, Provider, Scope, provide
+
+from contexts.billing.adapters.persistence import SqlaBillingUnitOfWork
+from contexts.billing.application.ports import BillingUnitOfWork
+from contexts.billing.application.use_cases import (
+    CreateInvoice,
+    GetInvoice,
+    IssueInvoice,
+    ListInvoices,
+    PayInvoice,
+    VoidInvoice,
+)
+from jobrail.persistence.uow import UnitOfWorkFactory
+
+
+class BillingProvider(Provider):
+    scope = Scope.REQUEST
+
+    @provide
+    def unit_of_work(
+        self, factory: UnitOfWorkFactory
+    ) -> AnyOf[SqlaBillingUnitOfWork, BillingUnitOfWork]:
+        return factory(SqlaBillingUnitOfWork)
+
+    create = provide(CreateInvoice)
+    issue = provide(IssueInvoice)
+    pay = provide(PayInvoice)
+    void = provide(VoidInvoice)
+    get = provide(GetInvoice)
+    list = provide(ListInvoices)

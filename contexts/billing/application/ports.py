@@ -1,0 +1,49 @@
+from dataclasses import dataclass
+from typing import Protocol, Self
+
+from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
+from jobrail.jobs.ports import EventPublisher
+from jobrail.kernel.ids import TenantId
+
+
+@dataclass(frozen=True, slots=True)
+class InvoicePage:
+    items: list[Invoice]
+    next_after: InvoiceId | None
+
+
+class InvoiceRepository(Protocol):
+    async def add(self, invoice: Invoice) -> None: ...
+
+    async def get(
+        self, tenant_id: TenantId, invoice_id: InvoiceId, *, for_update: bool = False
+    ) -> Invoice | None:
+        """The tenant's invoice, or None (another tenant's invoice is None too).
+        `for_update` locks it until the transaction ends."""
+        ...
+
+    async def list(
+        self,
+        tenant_id: TenantId,
+        *,
+        status: InvoiceStatus | None,
+        customer_id: str | None,
+        limit: int,
+        after: InvoiceId | None,
+    ) -> InvoicePage: ...
+
+    async def save(self, invoice: Invoice) -> None: ...
+
+
+class BillingUnitOfWork(Protocol):
+    """One transaction over invoices and the events they publish; rolls back unless
+    `commit` is called."""
+
+    invoices: InvoiceRepository
+    events: EventPublisher
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def commit(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Billing's domain: invoices and their lines, in plain Python."""

@@ -1,0 +1,20 @@
+"""The event catalog: every integration event, who produces it, who consumes it.
+
+Consumers are job types; publishing an event records one job per consumer.
+An event that is not listed here cannot be published.
+"""
+
+from contexts.shared.events import InvoicePaidV1
+from jobrail.messaging.events import EventSpec
+from jobrail.modules import Module
+
+EVENTS = [
+    EventSpec(
+        type=InvoicePaidV1,
+        producer="billing",
+        consumers=["notifications.send_receipt"],
+        description="An issued invoice was paid (once per invoice).",
+    ),
+]
+
+module = Module(name="catalog", events=EVENTS)

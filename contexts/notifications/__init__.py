@@ -1,0 +1,10 @@
+"""Notifications: receipts for paid invoices, sent once, over SMTP (or the console)."""
+
+from contexts.notifications.adapters.api import router
+from contexts.notifications.adapters.ioc import NotificationsProvider
+from contexts.notifications.adapters.tasks import send_receipt
+from jobrail.modules import Module
+
+module = Module(
+    name="notifications", jobs=[send_receipt], routers=[router], providers=[NotificationsProvider()]
+)

@@ -1,0 +1,1 @@
+"""Notifications' adapters: SQL, e-mail senders, tasks, routes, settings."""

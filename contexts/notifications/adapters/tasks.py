@@ -1,0 +1,51 @@
+"""Notifications' job types: consumers of integration events."""
+
+from dishka import FromDishka
+
+from contexts.notifications.adapters.settings import NotificationsSettings
+from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
+from contexts.shared.events import InvoicePaidV1
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.registry import job
+from jobrail.limits import Lock, TokenBucket
+from jobrail.messaging.events import EventCatalog, EventDelivery
+
+_settings = NotificationsSettings()
+
+
+@job(
+    "notifications.send_receipt",
+    payload=EventDelivery,
+    queue="jobs.io",
+    timeout_s=60,
+    max_attempts=8,
+    limits=[
+        TokenBucket(
+            "email-provider",
+            key="email-provider",
+            capacity=_settings.provider_burst,
+            per_second=_settings.provider_rate_per_s,
+        )
+    ],
+    # Two deliveries of one event never send at the same time.
+    lock=Lock(key="receipt:{event_id}", ttl_s=30),
+)
+async def send_receipt(
+    payload: EventDelivery,
+    ctx: JobContext,
+    send: FromDishka[SendReceipt],
+    events: FromDishka[EventCatalog],
+) -> dict[str, str]:
+    """On invoice.paid.v1: e-mail the receipt (once per event)."""
+    paid = events.load(payload, InvoicePaidV1)
+    notification = await send(
+        SendReceiptCommand(
+            tenant_id=paid.tenant_id,
+            event_id=payload.event_id,
+            invoice_id=paid.invoice_id,
+            recipient=paid.customer_email,
+            amount_minor=paid.amount_minor,
+            currency=paid.currency,
+        )
+    )
+    return {"notification_id": str(notification.id), "status": notification.status.value}

@@ -1,0 +1,1 @@
+"""Notifications' domain: a message to a recipient and whether it went out."""

@@ -1,0 +1,1 @@
+"""The shared kernel of the contexts: the integration events they exchange."""

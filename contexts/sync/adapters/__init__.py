@@ -1,0 +1,1 @@
+"""Sync's adapters: the vendor's HTTP client and its sandbox, SQL, tasks, routes."""

@@ -1,0 +1,63 @@
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from dishka.integrations.fastapi import DishkaRoute, FromDishka
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel
+
+from contexts.sync.application.use_cases import AccountRef, GetAccount, RequestSync
+from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.api.tenancy import CurrentTenant
+
+router = APIRouter(
+    prefix="/sync/accounts", tags=["sync"], route_class=DishkaRoute, responses=ERROR_RESPONSES
+)
+
+AccountId = Annotated[str, Path(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$")]
+
+
+class SyncAccepted(BaseModel):
+    job_id: uuid.UUID
+    status: str
+
+
+class AccountOut(BaseModel):
+    account_id: str
+    status: Literal["never_synced", "syncing", "synced", "failed"]
+    items_synced: int
+    last_synced_at: datetime | None
+    last_error: str | None
+
+
+@router.post(
+    "/{account_id}/sync",
+    status_code=202,
+    summary="Sync an account from the vendor",
+    description=RequestSync.__doc__,
+    dependencies=[RateLimitEnqueue],
+)
+async def request_sync(
+    account_id: AccountId,
+    response: Response,
+    tenant: CurrentTenant,
+    request_sync: FromDishka[RequestSync],
+) -> SyncAccepted:
+    job = await request_sync(AccountRef(tenant, account_id))
+    response.headers["Location"] = f"/jobs/{job.id}"
+    return SyncAccepted(job_id=job.id, status=job.status.value)
+
+
+@router.get("/{account_id}", summary="An account and its last sync", dependencies=[RateLimitRead])
+async def get_account(
+    account_id: AccountId, tenant: CurrentTenant, get: FromDishka[GetAccount]
+) -> AccountOut:
+    account = await get(AccountRef(tenant, account_id))
+    return AccountOut(
+        account_id=account.account_id,
+        status=account.status.value,
+        items_synced=account.items_synced,
+        last_synced_at=account.last_synced_at,
+        last_error=account.last_error,
+    )

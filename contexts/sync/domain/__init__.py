@@ -1,0 +1,1 @@
+"""Sync's domain: an external account kept in step with a vendor."""
