@@ -2,8 +2,8 @@
 
 import socket
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -18,14 +18,16 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def embedded_server(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
+    tmp_path = tmp_path_factory.mktemp("run")
     server = Process(
         ["make", "--no-print-directory", "-C", str(ROOT), "run"],
         {
             "JOBRAIL_API__PORT": str(port),
             "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
+            "JOBRAIL_SYNC__VENDOR_BASE_URL": f"http://127.0.0.1:{port}/sandbox/vendor",
         },
         name="make-run",
     )
@@ -62,3 +64,48 @@ def test_make_run_echoes_a_job_within_two_seconds(embedded_server: str) -> None:
     assert job["result"] == {"echo": "hello"}
     ready = httpx.get(f"{base}/ready", timeout=5)
     assert ready.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok"}}
+
+
+def _wait(base: str, path: str, done: Callable[[dict[str, Any]], bool], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    body = httpx.get(f"{base}{path}", timeout=5).json()
+    while not done(body) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        body = httpx.get(f"{base}{path}", timeout=5).json()
+    assert done(body), body
+    return body
+
+
+def test_make_run_shows_billing_notifications_and_sync_working(embedded_server: str) -> None:
+    base = embedded_server
+    invoice = httpx.post(
+        f"{base}/billing/invoices",
+        json={
+            "customer_id": "c-1",
+            "customer_email": "ada@example.com",
+            "currency": "EUR",
+            "lines": [{"description": "Plan", "quantity": 1, "unit_price_minor": 4900}],
+        },
+        timeout=5,
+    ).json()
+    assert (
+        httpx.post(f"{base}/billing/invoices/{invoice['id']}/issue", timeout=5).status_code == 200
+    )
+    paid = httpx.post(f"{base}/billing/invoices/{invoice['id']}/pay", timeout=5).json()
+    assert paid["status"] == "paid"
+
+    sent = _wait(
+        base,
+        f"/notifications?invoice_id={invoice['id']}",
+        lambda body: bool(body["items"]) and body["items"][0]["status"] == "sent",
+    )
+    assert sent["items"][0]["recipient"] == "ada@example.com"
+
+    accepted = httpx.post(f"{base}/sync/accounts/demo-pages-4/sync", timeout=5)
+    assert accepted.status_code == 202
+    job = _wait(
+        base, f"/jobs/{accepted.json()['job_id']}", lambda body: body["status"] == "succeeded"
+    )
+    assert job["result"]["items_synced"] == 40
+    account = httpx.get(f"{base}/sync/accounts/demo-pages-4", timeout=5).json()
+    assert account["status"] == "synced"
