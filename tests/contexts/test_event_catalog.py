@@ -1,8 +1,8 @@
 """The event catalog lists every integration event, and only listed events travel."""
 
 import dataclasses
-import re
 import inspect
+import re
 from datetime import UTC, datetime
 from typing import ClassVar
 
