@@ -11,6 +11,7 @@ from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimResult,
+    ClaimToken,
     Cursor,
     JobFilter,
     JobPage,
@@ -79,6 +80,20 @@ class FakeJobRepository:
         self._jobs[job.id] = copy.deepcopy(job)
 
 
+class FakeJobIntake:
+    """Stores jobs into a dict shared with FakeUnitOfWork, with the idempotency rule."""
+
+    def __init__(self, store: dict[JobId, Job]) -> None:
+        self.store = store
+        self.messages: list[Envelope] = []
+
+    async def add(self, job: Job, message: Envelope) -> Job:
+        stored = await FakeJobRepository(self.store).add(job)
+        if stored.id == job.id:
+            self.messages.append(message)
+        return stored
+
+
 class FakeOutbox:
     def __init__(self) -> None:
         self.added: list[Envelope] = []
@@ -145,13 +160,14 @@ class FakeJobStore:
         job.start(now, lease)
         return ClaimResult(job=copy.deepcopy(job))
 
-    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
         self._maybe_fail()
         current = self.jobs.get(job.id)
         if (
             current is None
             or current.status is not JobStatus.RUNNING
-            or current.attempts != claimed_attempt
+            or current.attempts != claim.attempt
+            or current.started_at != claim.started_at
         ):
             return False
         cancel_requested = current.cancel_requested or job.cancel_requested

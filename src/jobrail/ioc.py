@@ -11,7 +11,15 @@ from dishka import AnyOf, Provider, Scope, from_context, provide
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from jobrail.jobs.ports import JobCatalog, JobStore, JobsUnitOfWork, OutboxDispatcher, Publisher
+from jobrail.jobs.ports import (
+    JobCatalog,
+    JobIntake,
+    JobStore,
+    JobsUnitOfWork,
+    OutboxDispatcher,
+    OutboxMarks,
+    Publisher,
+)
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
@@ -26,8 +34,9 @@ from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
 from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.engine import create_engine, create_sessionmaker
-from jobrail.persistence.jobs import SqlaJobStore
-from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay
+from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
+from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
+from jobrail.persistence.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
 
@@ -61,11 +70,31 @@ class PlatformProvider(Provider):
         return broker
 
     @provide(scope=Scope.APP)
+    async def pg_pool(self, settings: Settings) -> AsyncIterator[PgPool | None]:
+        """asyncpg's own pool for the hot paths on Postgres (None on SQLite)."""
+        if settings.database.is_sqlite:
+            yield None
+            return
+        pool = await create_pool(settings.database)
+        yield pool
+        await pool.close()
+
+    @provide(scope=Scope.APP)
+    def outbox_marks(self, pool: PgPool | None, engine: AsyncEngine) -> OutboxMarks:
+        return PgOutboxMarks(pool) if pool is not None else SqlaOutboxMarks(engine)
+
+    @provide(scope=Scope.APP)
+    def job_intake(
+        self, pool: PgPool | None, sessionmaker: async_sessionmaker[AsyncSession]
+    ) -> JobIntake:
+        return PgJobIntake(pool) if pool is not None else SqlaJobIntake(sessionmaker)
+
+    @provide(scope=Scope.APP)
     def dispatcher(
-        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, settings: Settings
+        self, marks: OutboxMarks, publisher: Publisher, clock: Clock, settings: Settings
     ) -> OutboxDispatcher:
         return OutboxPublisher(
-            engine, publisher, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
+            marks, publisher, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
         )
 
     @provide(scope=Scope.APP)
@@ -128,8 +157,8 @@ class PlatformProvider(Provider):
         return ApiRateLimiter(backend, settings.api_limits, counters)
 
     @provide(scope=Scope.APP)
-    def job_store(self, engine: AsyncEngine) -> JobStore:
-        return SqlaJobStore(engine)
+    def job_store(self, pool: PgPool | None, engine: AsyncEngine) -> JobStore:
+        return PgJobStore(pool) if pool is not None else SqlaJobStore(engine)
 
     @provide(scope=Scope.APP)
     def runner(
@@ -167,11 +196,16 @@ class PlatformProvider(Provider):
     def unit_of_work(self, factory: UnitOfWorkFactory) -> AnyOf[SqlaUnitOfWork, JobsUnitOfWork]:
         return factory(SqlaUnitOfWork)
 
-    @provide(scope=Scope.REQUEST)
+    @provide(scope=Scope.APP)
     def enqueue_job(
-        self, uow: JobsUnitOfWork, catalog: JobCatalog, clock: Clock, settings: Settings
+        self,
+        intake: JobIntake,
+        dispatcher: OutboxDispatcher,
+        catalog: JobCatalog,
+        clock: Clock,
+        settings: Settings,
     ) -> EnqueueJob:
-        return EnqueueJob(uow, catalog, clock, settings.retry.max_attempts)
+        return EnqueueJob(intake, dispatcher, catalog, clock, settings.retry.max_attempts)
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

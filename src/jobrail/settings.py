@@ -72,6 +72,8 @@ class RabbitSettings(BaseModel):
     default_queue: str = "jobs.default"
     dead_letter_queue: str = "jobs.dlq"
     delay_tiers_ms: Annotated[list[PositiveInt], NoDecode] = [
+        25,
+        100,
         250,
         1_000,
         5_000,

@@ -82,5 +82,5 @@ async def test_a_listed_event_becomes_one_job_per_consumer_keyed_by_its_id() -> 
 
     [job] = queue.jobs
     assert job.type == "notifications.send_receipt"
-    assert job.idempotency_key == f"event:invoice.paid.v1:{event.event_id}"
+    assert job.idempotency_key == f"event:invoice.paid.v1:{event.event_id}:{job.type}"
     assert job.payload["data"]["invoice_id"] == "i1"

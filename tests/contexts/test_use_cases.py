@@ -147,18 +147,23 @@ async def test_a_receipt_that_failed_to_send_is_sent_on_the_retry() -> None:
     assert sent.attempts == 2
 
 
-async def test_a_rejected_recipient_fails_the_notification_for_good() -> None:
+async def test_a_rejected_recipient_fails_the_notification_until_its_job_is_redriven() -> None:
     uow, clock = FakeNotificationsUnitOfWork(), FixedClock()
-    send = SendReceipt(uow, FakeEmailSender(fail_with=[PermanentError("550 unknown")]), clock)
+    sender = FakeEmailSender(fail_with=[PermanentError("550 unknown")])
+    send = SendReceipt(uow, sender, clock)
 
     with pytest.raises(PermanentError):
         await send(_receipt())
-    await send(_receipt())  # the redelivery sends nothing
-
     [failed] = uow.store.values()
     assert failed.status is NotificationStatus.FAILED
     listed = await ListNotifications(uow)(ListNotificationsQuery(ACME, invoice_id="inv-1"))
     assert [n.id for n in listed] == [failed.id]
+
+    await send(_receipt())  # the job was redriven (the address was fixed)
+
+    [sent] = uow.store.values()
+    assert sent.status is NotificationStatus.SENT
+    assert len(sender.sent) == 1
 
 
 async def test_a_sync_stores_every_page_once_and_finishes() -> None:

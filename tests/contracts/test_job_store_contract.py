@@ -13,9 +13,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail.cli import migrate
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.persistence.jobs import SqlaJobRepository, SqlaJobStore
+from jobrail.jobs.ports import ClaimToken
+from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
+from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
 from jobrail.persistence.tables import outbox
-from jobrail.settings import Settings
+from jobrail.settings import DatabaseSettings, Settings
 from tests.fakes import START, FakeJobStore, make_job
 from tests.support.services import require
 
@@ -77,7 +79,12 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         async with engine.connect() as conn:
             return len((await conn.execute(select(outbox.c.id))).all())
 
-    yield StoreUnderTest(SqlaJobStore(engine), put_sql, read_sql, count_sql)
+    if request.param == "sqlite":
+        yield StoreUnderTest(SqlaJobStore(engine), put_sql, read_sql, count_sql)
+    else:
+        pool = await create_pool(DatabaseSettings(url=url))
+        yield StoreUnderTest(PgJobStore(pool), put_sql, read_sql, count_sql)
+        await pool.close()
     await engine.dispose()
 
 
@@ -148,7 +155,7 @@ async def test_record_writes_the_outcome_and_its_messages(subject: StoreUnderTes
     claimed.fail("boom", START)
     message = job_envelope(job_id=job.id, job_type=job.type, queue="jobs.dlq", tenant_id="acme")
 
-    assert await subject.store.record(claimed, 1, [message])
+    assert await subject.store.record(claimed, ClaimToken.of(claimed), [message])
 
     stored = await subject.read(job)
     assert stored.status is JobStatus.FAILED
@@ -161,10 +168,11 @@ async def test_record_from_a_taken_over_attempt_is_refused(subject: StoreUnderTe
     await subject.put(job)
     stale = (await subject.store.claim(job.id, START, LEASE)).job
     assert stale is not None
+    token = ClaimToken.of(stale)
     await subject.store.claim(job.id, START + LEASE, LEASE)
     stale.succeed({"late": True}, START + LEASE)
 
-    assert not await subject.store.record(stale, 1, [])
+    assert not await subject.store.record(stale, token, [])
 
     stored = await subject.read(job)
     assert stored.status is JobStatus.RUNNING
@@ -183,6 +191,105 @@ async def test_record_keeps_a_cancel_request_made_while_running(subject: StoreUn
 
     assert await subject.store.cancel_requested(job.id)
     claimed.retry_later("down", START + LEASE, START)
-    assert await subject.store.record(claimed, 1, [])
+    assert await subject.store.record(claimed, ClaimToken.of(claimed), [])
 
     assert (await subject.read(job)).cancel_requested
+
+
+@pytest.fixture(params=["fake", "sqlite", "postgres"])
+async def intake(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """A JobIntake, and a way to count the messages it stored."""
+    from tests.fakes import FakeJobIntake
+
+    if request.param == "fake":
+        fake = FakeJobIntake({})
+        yield fake, lambda: _count(len(fake.messages))
+        return
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/intake.db"
+        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    else:
+        require("postgres")
+        url = request.getfixturevalue("database_url")
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM outbox"))
+        await conn.execute(text("DELETE FROM jobs"))
+
+    async def messages() -> int:
+        async with engine.connect() as conn:
+            return len((await conn.execute(select(outbox.c.id))).all())
+
+    if request.param == "sqlite":
+        from sqlalchemy.ext.asyncio import async_sessionmaker
+
+        yield SqlaJobIntake(async_sessionmaker(engine, expire_on_commit=False)), messages
+    else:
+        pool = await create_pool(DatabaseSettings(url=url))
+        yield PgJobIntake(pool), messages
+        await pool.close()
+    await engine.dispose()
+
+
+async def _count(value: int) -> int:
+    return value
+
+
+async def test_intake_stores_a_job_with_its_message(intake: Any) -> None:
+    from jobrail.messaging.envelope import job_envelope
+
+    store, messages = intake
+    job = make_job(idempotency_key="k")
+    message = job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+
+    stored = await store.add(job, message)
+
+    assert stored.id == job.id
+    assert await messages() == 1
+
+
+async def test_intake_returns_the_first_job_for_a_repeated_key_and_stores_no_message(
+    intake: Any,
+) -> None:
+    from jobrail.messaging.envelope import job_envelope
+
+    store, messages = intake
+    first = make_job(idempotency_key="same", payload={"n": 1})
+    second = make_job(idempotency_key="same", payload={"n": 1})
+    for job in (first, second):
+        await store.add(
+            job, job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+        )
+
+    again = await store.add(
+        second,
+        job_envelope(
+            job_id=second.id, job_type=second.type, queue="jobs.default", tenant_id="acme"
+        ),
+    )
+
+    assert again.id == first.id
+    assert again.payload == {"n": 1}
+    assert await messages() == 1
+
+
+async def test_a_late_outcome_after_a_redrive_does_not_overwrite_the_new_run(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job()
+    await subject.put(job)
+    stale = (await subject.store.claim(job.id, START, LEASE)).job
+    assert stale is not None
+    token = ClaimToken.of(stale)
+    # It fails elsewhere, is redriven and claimed again: attempt 1 once more.
+    current = await subject.read(job)
+    current.fail("boom", START)
+    current.redrive(START + LEASE)
+    await subject.put(current)
+    rerun = (await subject.store.claim(job.id, START + 2 * LEASE, LEASE)).job
+    assert rerun is not None
+    assert rerun.attempts == token.attempt
+    stale.succeed({"late": True}, START + 2 * LEASE)
+
+    assert not await subject.store.record(stale, token, [])
+    assert (await subject.read(job)).result is None

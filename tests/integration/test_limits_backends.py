@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
@@ -28,6 +28,8 @@ LIMITS = [
 class AdmitOp:
     which: tuple[int, ...]
     keys: tuple[int, ...]
+    reserve: bool = False
+    prepaid: tuple[bool, ...] = (False, False, False)
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,25 @@ class PeekOp:
     key: int
 
 
+admits = st.builds(
+    AdmitOp,
+    st.lists(st.integers(0, len(LIMITS) - 1), min_size=1, max_size=3, unique=True).map(tuple),
+    st.lists(st.sampled_from([0, 0, 0, 1]), min_size=3, max_size=3).map(tuple),
+    st.booleans(),
+    st.lists(st.booleans(), min_size=3, max_size=3).map(tuple),
+)
+# Admissions dominate and time often stands still, so that limits fill up and say no.
 ops = st.one_of(
-    st.builds(
-        AdmitOp,
-        st.lists(st.integers(0, len(LIMITS) - 1), min_size=1, max_size=3, unique=True).map(tuple),
-        st.lists(st.integers(0, 1), min_size=3, max_size=3).map(tuple),
-    ),
+    admits,
+    admits,
+    admits,
     st.builds(ReleaseOp, st.integers(0, 20), st.booleans()),
     st.builds(ExtendOp, st.integers(0, 20)),
     st.builds(PeekOp, st.integers(0, len(LIMITS) - 1), st.integers(0, 1)),
 )
 steps = st.lists(
-    st.tuples(ops, st.sampled_from([0.0, 1.0, 17.5, 120.0, 333.3, 700.0])), max_size=40
+    st.tuples(ops, st.sampled_from([0.0, 0.0, 0.0, 1.0, 17.5, 120.0, 333.3, 700.0])),
+    max_size=40,
 )
 
 
@@ -66,7 +75,7 @@ def _summary(admission: Any) -> Any:
     return (
         admission.allowed,
         [
-            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6))
+            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6), d.reserved)
             for d in admission.decisions
         ],
         admission.grant.fence if admission.grant else None,
@@ -85,10 +94,16 @@ async def _play(sequence: list[tuple[Any, float]]) -> tuple[list[Any], list[Any]
             for b, backend in enumerate(backends):
                 if isinstance(op, AdmitOp):
                     items = [
-                        Acquire(LIMITS[i], f"{LIMITS[i].key}-{op.keys[j]}")
+                        Acquire(
+                            LIMITS[i],
+                            f"{LIMITS[i].key}-{op.keys[j]}",
+                            prepaid=op.prepaid[j] and isinstance(LIMITS[i], TokenBucket),
+                        )
                         for j, i in enumerate(op.which)
                     ]
-                    admission = await backend.admit(items, f"holder{n}", now_ms=now)
+                    admission = await backend.admit(
+                        items, f"holder{n}", reserve=op.reserve, now_ms=now
+                    )
                     if admission.grant:
                         grants[b].append(admission.grant)
                     results[b].append(("admit", _summary(admission)))
@@ -116,7 +131,18 @@ async def _play(sequence: list[tuple[Any, float]]) -> tuple[list[Any], list[Any]
     return results[0], results[1]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Reservations: a bucket emptied at one instant, then callers that reserve and come back.
+RESERVING = [
+    *[(AdmitOp((0,), (0, 0, 0), True), 0.0)] * 5,
+    (AdmitOp((0, 4), (0, 0, 0), False, (True, False, False)), 400.0),
+    (AdmitOp((1,), (0, 0, 0), True), 0.0),
+    (AdmitOp((1,), (0, 0, 0), True), 0.0),
+    (AdmitOp((1, 4), (0, 0, 0), True), 0.0),
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(RESERVING)
 @given(steps)
 def test_memory_and_redis_backends_decide_the_same(sequence: list[tuple[Any, float]]) -> None:
     require("redis")

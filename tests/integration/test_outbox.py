@@ -10,7 +10,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.messaging.envelope import Envelope
-from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, insert_outbox_rows
+from jobrail.persistence.outbox import (
+    OutboxPublisher,
+    OutboxRelay,
+    SqlaOutboxMarks,
+    insert_outbox_rows,
+)
 from jobrail.persistence.tables import outbox
 from tests.fakes import START, FixedClock
 
@@ -125,7 +130,48 @@ async def test_the_fast_path_marks_what_it_published_and_stops_at_the_first_fail
             await super().publish(envelope)
 
     publisher = FailsSecond()
-    await OutboxPublisher(engine, publisher, FixedClock(), timedelta(seconds=1)).dispatch(envelopes)
+    marks = SqlaOutboxMarks(engine)
+    await OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1)).dispatch(envelopes)
 
     assert list(publisher.published) == [str(envelopes[0].id)]
     assert await _unpublished(engine) == 2
+
+
+async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone(
+    engine: AsyncEngine,
+) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from jobrail.persistence.jobs import SqlaJobRepository, SqlaJobStore
+    from jobrail.persistence.tables import jobs
+    from tests.fakes import make_job
+
+    lost, healthy = make_job(), make_job()
+    async with AsyncSession(engine) as session:
+        for job in (lost, healthy):
+            await SqlaJobRepository(session).add(job)
+        await session.commit()
+    store = SqlaJobStore(engine)
+    await store.claim(lost.id, START, timedelta(seconds=30))
+    await store.claim(healthy.id, START + timedelta(minutes=10), timedelta(seconds=30))
+    publisher = SlowCountingPublisher()
+    now = START + timedelta(minutes=10)
+    relay = OutboxRelay(
+        engine,
+        publisher,
+        FixedClock(now),
+        batch=10,
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )
+
+    assert await relay.sweep_leases() == 1
+    assert await relay.sweep_leases() == 0  # its lease now ends "now": not stale yet
+
+    async with engine.connect() as conn:
+        lease = await conn.scalar(select(jobs.c.lease_until).where(jobs.c.id == lost.id))
+    assert lease == now
+    claimed = await store.claim(lost.id, now, timedelta(seconds=30))
+    assert claimed.job is not None
+    assert claimed.job.attempts == 2
+    assert len(publisher.published) == 1

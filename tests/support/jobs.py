@@ -59,7 +59,7 @@ async def _hit(url: str, **params: object) -> None:
     limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=BURST, per_second=RATE)],
 )
 async def vendor_call(payload: Call, ctx: JobContext) -> dict[str, int]:
-    await _hit(payload.url, n=payload.n, attempt=ctx.attempt)
+    await _hit(payload.url, n=payload.n, attempt=ctx.attempt, sent=time.time())
     return {"n": payload.n}
 
 

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlparse
 class Call:
     at: float
     params: dict[str, str]
+    wall: float = 0.0
 
 
 class Recorder:
@@ -25,7 +26,7 @@ class Recorder:
             def do_GET(self) -> None:
                 params = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
                 with recorder._lock:
-                    recorder.calls.append(Call(time.monotonic(), params))
+                    recorder.calls.append(Call(time.monotonic(), params, time.time()))
                     if params.get("phase") == "start":
                         recorder.active += 1
                         recorder.max_active = max(recorder.max_active, recorder.active)

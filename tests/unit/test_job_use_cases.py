@@ -20,7 +20,7 @@ from jobrail.jobs.use_cases import (
 )
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
-from tests.fakes import FakeUnitOfWork, FixedClock
+from tests.fakes import FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")
 GLOBEX = TenantId("globex")
@@ -51,8 +51,15 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def enqueue(uow: FakeUnitOfWork, registry: JobRegistry, clock: FixedClock) -> EnqueueJob:
-    return EnqueueJob(uow, registry, clock, default_max_attempts=5)
+def dispatcher() -> FakeDispatcher:
+    return FakeDispatcher()
+
+
+@pytest.fixture
+def enqueue(
+    uow: FakeUnitOfWork, registry: JobRegistry, clock: FixedClock, dispatcher: FakeDispatcher
+) -> EnqueueJob:
+    return EnqueueJob(FakeJobIntake(uow.store), dispatcher, registry, clock, default_max_attempts=5)
 
 
 def greet_cmd(**overrides: object) -> EnqueueJobCommand:
@@ -61,19 +68,18 @@ def greet_cmd(**overrides: object) -> EnqueueJobCommand:
     return EnqueueJobCommand(**values)  # type: ignore[arg-type]
 
 
-async def test_enqueue_writes_the_job_and_its_message_in_one_commit(
-    enqueue: EnqueueJob, uow: FakeUnitOfWork
+async def test_enqueue_stores_the_job_and_then_publishes_its_message(
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, dispatcher: FakeDispatcher
 ) -> None:
     result = await enqueue(greet_cmd())
 
     assert result.created
-    assert uow.commits == 1
     stored = uow.store[result.job.id]
     assert stored.status is JobStatus.PENDING
     assert stored.queue == "jobs.high"
     assert stored.max_attempts == 4
     assert stored.tenant_id == ACME
-    [message] = uow.published
+    [message] = dispatcher.dispatched
     assert message.queue == "jobs.high"
     body = json.loads(message.body)
     assert body["task_name"] == "test.greet"
@@ -88,14 +94,14 @@ async def test_the_payload_is_stored_as_validated(enqueue: EnqueueJob, uow: Fake
 
 
 async def test_an_invalid_payload_is_refused_and_nothing_is_written(
-    enqueue: EnqueueJob, uow: FakeUnitOfWork
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, dispatcher: FakeDispatcher
 ) -> None:
     with pytest.raises(InvalidInputError) as caught:
         await enqueue(greet_cmd(payload={"name": 3}))
 
     assert caught.value.details[0]["loc"] == ["name"]
-    assert uow.commits == 0
     assert uow.store == {}
+    assert dispatcher.dispatched == []
 
 
 async def test_an_unknown_job_type_is_refused(enqueue: EnqueueJob, uow: FakeUnitOfWork) -> None:
@@ -105,7 +111,7 @@ async def test_an_unknown_job_type_is_refused(enqueue: EnqueueJob, uow: FakeUnit
 
 
 async def test_the_same_idempotency_key_returns_the_same_job_and_publishes_nothing_new(
-    enqueue: EnqueueJob, uow: FakeUnitOfWork
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, dispatcher: FakeDispatcher
 ) -> None:
     first = await enqueue(greet_cmd(idempotency_key="k1"))
     second = await enqueue(greet_cmd(idempotency_key="k1"))
@@ -113,37 +119,39 @@ async def test_the_same_idempotency_key_returns_the_same_job_and_publishes_nothi
     assert not second.created
     assert second.job.id == first.job.id
     assert len(uow.store) == 1
-    assert len(uow.published) == 1
+    assert len(dispatcher.dispatched) == 1
 
 
-async def test_idempotency_keys_are_per_tenant(enqueue: EnqueueJob, uow: FakeUnitOfWork) -> None:
+async def test_idempotency_keys_are_per_tenant(
+    enqueue: EnqueueJob, dispatcher: FakeDispatcher
+) -> None:
     first = await enqueue(greet_cmd(idempotency_key="k1"))
     other = await enqueue(greet_cmd(idempotency_key="k1", tenant_id=GLOBEX))
 
     assert other.created
     assert other.job.id != first.job.id
-    assert len(uow.published) == 2
+    assert len(dispatcher.dispatched) == 2
 
 
 async def test_a_key_reused_for_a_different_request_is_a_conflict(
-    enqueue: EnqueueJob, uow: FakeUnitOfWork
+    enqueue: EnqueueJob, dispatcher: FakeDispatcher
 ) -> None:
     await enqueue(greet_cmd(idempotency_key="k1"))
 
     with pytest.raises(ConflictError, match="different request"):
         await enqueue(greet_cmd(idempotency_key="k1", payload={"name": "b"}))
-    assert len(uow.published) == 1
+    assert len(dispatcher.dispatched) == 1
 
 
 async def test_a_delayed_job_carries_its_due_time_to_the_message(
-    enqueue: EnqueueJob, uow: FakeUnitOfWork, clock: FixedClock
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, clock: FixedClock, dispatcher: FakeDispatcher
 ) -> None:
     due = clock.now() + timedelta(minutes=5)
 
     result = await enqueue(greet_cmd(run_after=due))
 
     assert uow.store[result.job.id].run_after == due
-    assert uow.published[0].not_before == due
+    assert dispatcher.dispatched[0].not_before == due
 
 
 async def test_get_hides_other_tenants_jobs(enqueue: EnqueueJob, uow: FakeUnitOfWork) -> None:
@@ -227,8 +235,8 @@ async def test_redrive_resets_a_failed_job_and_publishes_it_again(
 
     assert job.status is JobStatus.PENDING
     assert uow.store[created.job.id].attempts == 0
-    assert len(uow.published) == 2
-    assert json.loads(uow.published[-1].body)["kwargs"]["job_id"] == str(created.job.id)
+    [again] = uow.published
+    assert json.loads(again.body)["kwargs"]["job_id"] == str(created.job.id)
 
 
 async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
@@ -238,4 +246,4 @@ async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
 
     with pytest.raises(ConflictError):
         await RedriveJob(uow, clock)(RedriveJobCommand(ACME, created.job.id))
-    assert len(uow.published) == 1
+    assert uow.published == []

@@ -161,3 +161,27 @@ def test_a_template_naming_a_missing_field_is_refused_with_the_task_and_field() 
 def test_nonsense_declarations_are_refused(bad: object) -> None:
     with pytest.raises(ValueError):
         bad()  # type: ignore[operator]
+
+
+async def test_reset_forgets_only_the_limit_of_its_kind() -> None:
+    limits = MemoryLimits()
+    bucket = TokenBucket("v", key="vendor", capacity=1, per_second=0.001)
+    slots = Concurrency("c", key="vendor", slots=1)
+    await limits.admit([Acquire(bucket, "vendor"), Acquire(slots, "vendor")], "h", now_ms=0)
+
+    await limits.reset(Acquire(bucket, "vendor"))
+
+    assert (await limits.peek(Acquire(bucket, "vendor"), now_ms=1)).allowed
+    assert not (await limits.peek(Acquire(slots, "vendor"), now_ms=1)).allowed
+
+
+async def test_expired_state_is_forgotten_so_memory_stays_bounded() -> None:
+    limits = MemoryLimits()
+    for n in range(2048):
+        await limits.admit([Acquire(WINDOW, f"ip-{n}")], f"h{n}", now_ms=n)
+
+    await limits.admit([Acquire(WINDOW, "late")], "x", now_ms=10**9)
+    for n in range(2048):
+        await limits.admit([Acquire(LOCK, "same")], f"y{n}", now_ms=10**9 + 10**6 * n)
+
+    assert len(limits._state.windows) < 1100

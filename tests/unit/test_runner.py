@@ -58,6 +58,8 @@ class Harness:
         timeout: timedelta = TIMEOUT,
         limits: JobLimits | None = None,
         deferrals: int = 0,
+        prepaid: tuple[str, ...] = (),
+        not_before: Any = None,
     ) -> Job:
         async def ok(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             return {"echo": payload["message"]}
@@ -66,7 +68,9 @@ class Harness:
             self.calls += 1
             return await (handler or ok)(payload, ctx)
 
-        delivery = Delivery(job.id, job.type, job.queue, job.tenant_id, "m1", deferrals)
+        delivery = Delivery(
+            job.id, job.type, job.queue, job.tenant_id, "m1", deferrals, not_before, prepaid
+        )
         await self.runner.run(delivery, JobRun(counted, timeout, limits or JobLimits()))
         return self.store.jobs.get(job.id, job)
 
@@ -325,7 +329,9 @@ async def test_a_job_over_its_rate_limit_is_deferred_without_spending_an_attempt
     assert job.attempts == 0
     [deferred] = h.publisher.published
     assert deferred.not_before == h.clock.now() + timedelta(seconds=60)
-    assert json.loads(deferred.body)["labels"]["deferrals"] == 1
+    labels = json.loads(deferred.body)["labels"]
+    assert labels["deferrals"] == 1
+    assert labels["prepaid"] == ["vendor:acme"]  # its token is reserved for it
     assert h.counters.deferred == 1
     assert h.counters.admitted == 1
 
@@ -336,11 +342,36 @@ async def test_a_deferred_job_runs_once_the_limit_allows() -> None:
     second = h.add()
     await h.run(second, limits=ONE_PER_MINUTE)
     h.clock.advance(timedelta(seconds=60))
+    third = h.add()
 
-    job = await h.run(second, limits=ONE_PER_MINUTE, deferrals=1)
+    job = await h.run(
+        second,
+        limits=ONE_PER_MINUTE,
+        deferrals=1,
+        prepaid=("vendor:acme",),
+        not_before=h.clock.now(),
+    )
+    await h.run(third, limits=ONE_PER_MINUTE)
 
     assert job.status is JobStatus.SUCCEEDED
     assert job.attempts == 1
+    # The third came after the second had reserved the token: it waits its turn.
+    assert h.store.jobs[third.id].status is JobStatus.PENDING
+    assert h.publisher.published[-1].not_before == h.clock.now() + timedelta(seconds=60)
+
+
+async def test_a_message_back_early_from_a_delay_tier_goes_round_again_untouched() -> None:
+    h = Harness()
+    job = h.add()
+    due = h.clock.now() + timedelta(seconds=3)
+
+    await h.run(job, limits=ONE_PER_MINUTE, not_before=due)
+
+    assert h.calls == 0
+    assert h.store.calls == 0
+    assert h.counters.admitted == h.counters.deferred == 0
+    [again] = h.publisher.published
+    assert again.not_before == due
 
 
 async def test_the_handler_gets_the_fence_and_the_lock_is_released_after() -> None:
@@ -417,3 +448,16 @@ async def test_losing_the_lock_stops_the_attempt_and_retries_the_job() -> None:
     assert job.status is JobStatus.RETRYING
     assert "lock was lost" in (job.last_error or "")
     assert h.counters.lock_lost == 1
+
+
+async def test_a_job_back_too_late_for_its_reserved_token_competes_again() -> None:
+    h = Harness()
+    await h.run(h.add(), limits=ONE_PER_MINUTE)
+    late = h.add()
+    due = h.clock.now()
+    h.clock.advance(timedelta(seconds=1))  # far past the reservation grace
+
+    job = await h.run(late, limits=ONE_PER_MINUTE, prepaid=("vendor:acme",), not_before=due)
+
+    assert job.status is JobStatus.PENDING
+    assert h.calls == 1

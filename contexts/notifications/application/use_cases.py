@@ -7,11 +7,7 @@ from contexts.notifications.application.ports import (
     EmailSender,
     NotificationsUnitOfWork,
 )
-from contexts.notifications.domain.notification import (
-    Notification,
-    NotificationId,
-    NotificationStatus,
-)
+from contexts.notifications.domain.notification import Notification, NotificationId
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError, PermanentError, TransientError
 from jobrail.kernel.ids import TenantId, new_id
@@ -34,7 +30,8 @@ class SendReceipt:
     """Send the receipt for a paid invoice, once.
 
     - The paid event is taken once (inbox): a redelivered event sends nothing new.
-    - A receipt that could not be sent is retried until it is sent or fails for good.
+    - A receipt that could not be sent is retried until it is sent or fails for good;
+      a receipt that failed for good is sent again when its job is redriven.
     - The message id is the notification's id, so a provider can drop a resend.
     """
 
@@ -45,8 +42,9 @@ class SendReceipt:
 
     async def __call__(self, cmd: SendReceiptCommand) -> Notification:
         notification = await self._accept(cmd)
-        if notification.status is not NotificationStatus.PENDING:
+        if notification.is_sent:
             return notification
+        notification.reopen()
         try:
             await self._sender.send(_receipt(notification, cmd))
         except (TransientError, PermanentError) as exc:

@@ -55,6 +55,11 @@ class Notification:
         if permanent:
             self.status = NotificationStatus.FAILED
 
+    def reopen(self) -> None:
+        """Try a failed notification again (its job was redriven)."""
+        if self.status is NotificationStatus.FAILED:
+            self.status = NotificationStatus.PENDING
+
     def sent(self, now: datetime) -> None:
         self._require_pending("mark as sent")
         self.attempts += 1

@@ -55,6 +55,7 @@ class RetriesExhaustedError(ConflictError):
 
 
 def _clip(error: str) -> str:
+    error = error.replace("\x00", "")  # Postgres text cannot hold NUL
     return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 1] + "…"
 
 

@@ -64,6 +64,17 @@ class JobRepository(Protocol):
         ...
 
 
+class JobIntake(Protocol):
+    async def add(self, job: Job, message: Envelope) -> Job:
+        """Store a new job and its message atomically. If its tenant already has a job
+        with its idempotency key, store nothing and return that job instead."""
+        ...
+
+
+class OutboxMarks(Protocol):
+    async def mark_published(self, ids: Sequence[Any], at: datetime) -> None: ...
+
+
 class Outbox(Protocol):
     async def add(self, envelope: Envelope) -> None:
         """Record a message to publish once the transaction commits."""
@@ -82,6 +93,20 @@ class JobsUnitOfWork(Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
 
     async def commit(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimToken:
+    """Which claim an outcome belongs to: the attempt number and when it started.
+    (The attempt number alone repeats after a redrive resets it.)"""
+
+    attempt: int
+    started_at: datetime
+
+    @classmethod
+    def of(cls, job: Job) -> "ClaimToken":
+        assert job.started_at is not None
+        return cls(attempt=job.attempts, started_at=job.started_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +129,9 @@ class JobStore(Protocol):
         """Start the job if it is claimable and due (see `Job.can_start`), atomically."""
         ...
 
-    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
         """Write the outcome of an attempt and its messages in one transaction, only if
-        the job is still running that attempt. False when another worker took it over."""
+        the job is still running that claim. False when another worker took it over."""
         ...
 
     async def cancel_requested(self, job_id: JobId) -> bool: ...

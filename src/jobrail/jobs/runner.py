@@ -18,6 +18,7 @@ from jobrail.jobs.context import JobCancelledError, JobContext
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
+    ClaimToken,
     JobStore,
     OutboxDispatcher,
     Publisher,
@@ -28,12 +29,17 @@ from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.kernel.ids import JobId
 from jobrail.limits.gate import Deferred, JobGate, Pass
-from jobrail.limits.model import JobLimits
+from jobrail.limits.model import JobLimits, LimitsUnavailableError
 from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope
 
 log = logging.getLogger("jobrail.runner")
 
 T = TypeVar("T")
+
+# How late a job may come back and still use the token reserved for it.
+RESERVATION_GRACE = timedelta(milliseconds=25)
+# A message this close to its time waits in the worker instead of in a delay tier.
+SHORT_WAIT = timedelta(milliseconds=30)
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
 
@@ -48,8 +54,16 @@ class Delivery:
     tenant_id: str
     message_id: str
     deferrals: int = 0
+    not_before: datetime | None = None
+    prepaid: tuple[str, ...] = ()
 
-    def again(self, not_before: datetime | None = None, *, deferred: bool = False) -> Envelope:
+    def again(
+        self,
+        not_before: datetime | None = None,
+        *,
+        deferred: bool = False,
+        prepaid: Sequence[str] | None = None,
+    ) -> Envelope:
         """The same message, to publish anew (counting deferrals by the limits)."""
         return job_envelope(
             job_id=self.job_id,
@@ -58,6 +72,7 @@ class Delivery:
             tenant_id=self.tenant_id,
             not_before=not_before,
             deferrals=self.deferrals + 1 if deferred else self.deferrals,
+            prepaid=self.prepaid if prepaid is None else prepaid,
         )
 
 
@@ -97,25 +112,49 @@ class JobRunner:
         self._config = config
 
     async def run(self, delivery: Delivery, job_run: JobRun) -> None:
-        now = self._clock.now()
+        """Run one delivery to its end. Returns once the outcome is recorded or the
+        message is safely back on the bus; only then may the delivery be acknowledged."""
+        if delivery.not_before is not None:
+            early = (delivery.not_before - self._clock.now()).total_seconds()
+            if early > SHORT_WAIT.total_seconds():
+                # Back early from a delay tier (tiers are coarse): round again for the rest.
+                await self._hold_broker(delivery.again(delivery.not_before))
+                return
+            if early > 0:
+                await asyncio.sleep(early)  # shorter than the shortest tier: wait here
+        claimed: list[Job] = []
+        try:
+            await self._run(delivery, job_run, claimed)
+        except Exception:
+            log.exception("job %s: unexpected error in the runner", delivery.job_id)
+            if not claimed:
+                await self._defer_after_error(delivery)
+            # After a claim, the job keeps its lease; the lease sweeper republishes it
+            # once the lease ends (see OutboxRelay).
+
+    async def _run(self, delivery: Delivery, job_run: JobRun, claimed: list[Job]) -> None:
         hold: Pass | None = None
         if job_run.limits:
-            admitted = await self._admit(delivery, job_run.limits, now)
-            if admitted is None:
+            hold = await self._admit(delivery, job_run.limits)
+            if hold is None:
                 return
-            hold = admitted
         started = False
         try:
             lease = job_run.timeout + self._config.lease_grace
-            claim = await self._hold_store(lambda: self._store.claim(delivery.job_id, now, lease))
+            # The clock is read when the claim is made, not before the waits above:
+            # a lease computed from an old "now" could already have ended.
+            claim = await self._hold_store(
+                lambda: self._store.claim(delivery.job_id, self._clock.now(), lease)
+            )
             if claim.job is None:
-                await self._not_claimed(delivery, claim.current, now)
+                await self._not_claimed(delivery, claim.current, self._clock.now())
                 return
             started = True
             job = claim.job
-            attempt = job.attempts
+            claimed.append(job)
+            token = ClaimToken.of(job)
             outbox = await self._attempt(job, job_run, hold)
-            recorded = await self._hold_store(lambda: self._store.record(job, attempt, outbox))
+            recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
             if hold is not None:
                 await hold.release(refund=not started)
@@ -124,15 +163,22 @@ class JobRunner:
                 "job %s attempt %d finished after another worker took it over; "
                 "its outcome (%s) was discarded",
                 job.id,
-                attempt,
+                token.attempt,
                 job.status.value,
             )
             return
         if outbox:
             await self._dispatcher.dispatch(outbox)
 
-    async def _admit(self, delivery: Delivery, limits: JobLimits, now: datetime) -> Pass | None:
+    async def _defer_after_error(self, delivery: Delivery) -> None:
+        """An unexpected error before the claim: never let the delivery be acknowledged
+        with the job left behind; send the message round again, later each time."""
+        delay = timedelta(seconds=min(60.0, 2.0 * (delivery.deferrals + 1)))
+        await self._hold_broker(delivery.again(self._clock.now() + delay, deferred=True))
+
+    async def _admit(self, delivery: Delivery, limits: JobLimits) -> Pass | None:
         """Acquire the job's limits and lock, or defer the message (no attempt spent)."""
+        now = self._clock.now()
         if self._gate is None:
             raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
         current = await self._hold_store(lambda: self._store.get(delivery.job_id))
@@ -140,7 +186,11 @@ class JobRunner:
             await self._not_claimed(delivery, current, now)
             return None
         values = {**current.payload, "tenant_id": current.tenant_id}
-        verdict = await self._gate.enter(limits, values, delivery.deferrals)
+        # A reserved token must be used on time: a job that comes back late competes
+        # again, so that late jobs cannot bunch their calls together.
+        on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
+        prepaid = delivery.prepaid if on_time else ()
+        verdict = await self._gate.enter(limits, values, delivery.deferrals, prepaid)
         if isinstance(verdict, Deferred):
             log.info(
                 "job %s deferred %.3fs: %s",
@@ -148,7 +198,12 @@ class JobRunner:
                 verdict.delay.total_seconds(),
                 verdict.reason,
             )
-            await self._hold_broker(delivery.again(now + verdict.delay, deferred=True))
+            await self._hold_broker(
+                # From the clock after Redis answered: never earlier than the reserved token.
+                delivery.again(
+                    self._clock.now() + verdict.delay, deferred=True, prepaid=verdict.prepaid
+                )
+            )
             return None
         return verdict
 
@@ -184,7 +239,9 @@ class JobRunner:
             run_after = now + timedelta(seconds=exc.retry_after_s)
             job.throttled(_describe(exc), run_after, now)
             return (self._again(job, run_after),)
-        except TransientError as exc:
+        except (TransientError, StoreUnavailableError, BrokerUnavailableError) as exc:
+            return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
+        except LimitsUnavailableError as exc:
             return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
         except TimeoutError:
             error = f"timed out after {timeout.total_seconds():g}s"
@@ -322,7 +379,7 @@ def _json_object(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if result is None:
         return None
     try:
-        value = json.loads(json.dumps(dict(result)))
+        value = json.loads(json.dumps(dict(result), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"the job's result is not JSON: {exc}") from exc
     assert isinstance(value, dict)

@@ -38,8 +38,8 @@ class OutboxJobQueue:
 
 class OutboxEventPublisher:
     """Publishes an integration event as one job per consumer, in the caller's
-    transaction. The job's idempotency key is the event id, so publishing the same
-    event twice records each consumer's job once."""
+    transaction. The job's idempotency key is the event id and the consumer, so
+    publishing the same event twice records each consumer's job once."""
 
     def __init__(self, queue: OutboxJobQueue, events: EventCatalog) -> None:
         self._queue = queue
@@ -54,6 +54,6 @@ class OutboxEventPublisher:
                     tenant_id=event.tenant_id,
                     type=consumer,
                     payload=delivery,
-                    idempotency_key=f"event:{event.name}:{event.event_id}",
+                    idempotency_key=f"event:{event.name}:{event.event_id}:{consumer}",
                 )
             )

@@ -11,7 +11,7 @@ releases everything in one round trip at the end.
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -28,6 +28,7 @@ from jobrail.limits.model import (
     LimitsBackend,
     LimitsUnavailableError,
     Lock,
+    TokenBucket,
 )
 
 log = logging.getLogger("jobrail.limits")
@@ -50,6 +51,8 @@ class GateConfig:
 class Deferred:
     delay: timedelta
     reason: str
+    prepaid: tuple[str, ...] = ()
+    """Token buckets (rendered keys) whose token is now reserved for the job."""
 
 
 class Pass:
@@ -131,11 +134,23 @@ class JobGate:
         self._rng = rng
 
     async def enter(
-        self, declared: JobLimits, values: Mapping[str, object], deferrals: int = 0
+        self,
+        declared: JobLimits,
+        values: Mapping[str, object],
+        deferrals: int = 0,
+        prepaid: Sequence[str] = (),
     ) -> Pass | Deferred:
-        items = [Acquire(limit, KeyTemplate(limit.key).render(values)) for limit in declared.all()]
+        """Admit the job, or say how long to wait. A token bucket that says no reserves
+        its next token for the job, which comes back when the token is due and pays
+        nothing then: waiting jobs are served in turn, without a stampede."""
+        items = []
+        for limit in declared.all():
+            key = KeyTemplate(limit.key).render(values)
+            items.append(
+                Acquire(limit, key, prepaid=isinstance(limit, TokenBucket) and key in prepaid)
+            )
         try:
-            admission = await self._backend.admit(items, holder=new_id().hex)
+            admission = await self._backend.admit(items, holder=new_id().hex, reserve=True)
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
             backoff = min(
@@ -148,6 +163,12 @@ class JobGate:
         self._counters.deferred += 1
         contended = False
         waits = []
+        reserved = [
+            item.key
+            for item, decision in zip(items, admission.decisions, strict=True)
+            if decision.reserved or item.prepaid
+        ]
+        reservations_only = all(d.allowed or d.reserved for d in admission.decisions)
         for item, decision in zip(items, admission.decisions, strict=True):
             if decision.allowed:
                 continue
@@ -159,7 +180,13 @@ class JobGate:
             waits.append(wait)
         if contended:
             self._counters.lock_contention += 1
-        return Deferred(self._jittered(max(waits)), f"limited by {', '.join(admission.denied_by)}")
+        # A reserved token has a time of its own: no jitter, or it would be wasted.
+        delay = max(waits)
+        return Deferred(
+            timedelta(seconds=delay) if reservations_only else self._jittered(delay),
+            f"limited by {', '.join(admission.denied_by)}",
+            prepaid=tuple(reserved),
+        )
 
     def _jittered(self, seconds: float) -> timedelta:
         return timedelta(seconds=seconds * (1 + self._config.jitter * self._rng()))

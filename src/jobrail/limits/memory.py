@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from jobrail.limits.model import (
     Acquire,
@@ -21,7 +22,7 @@ from jobrail.limits.model import (
     TokenBucket,
 )
 
-FENCE_TTL_MS = 30 * 24 * 3600 * 1000.0
+PRUNE_EVERY = 1024
 
 
 def _ms(value: float) -> timedelta | None:
@@ -31,6 +32,7 @@ def _ms(value: float) -> timedelta | None:
 @dataclass
 class _Window:
     entries: list[tuple[float, str]] = field(default_factory=list)
+    window_ms: float = 0.0
 
 
 @dataclass
@@ -47,25 +49,53 @@ class MemoryLimits:
     def __init__(self, clock_ms: Callable[[], float] | None = None) -> None:
         self._clock_ms = clock_ms or (lambda: time.time() * 1000)
         self._state = _State()
+        self._admits = 0
 
     def _now(self, now_ms: float | None) -> float:
         return self._clock_ms() if now_ms is None else now_ms
 
     async def admit(
-        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+        self,
+        items: Sequence[Acquire],
+        holder: str,
+        *,
+        reserve: bool = False,
+        now_ms: float | None = None,
     ) -> Admission:
-        return self._admit(items, holder, self._now(now_ms), dry_run=False)
+        now = self._now(now_ms)
+        self._admits += 1
+        if self._admits % PRUNE_EVERY == 0:
+            self._prune(now)
+        return self._admit(items, holder, now, dry_run=False, reserve=reserve)
 
     def _admit(
-        self, items: Sequence[Acquire], holder: str, now: float, *, dry_run: bool
+        self,
+        items: Sequence[Acquire],
+        holder: str,
+        now: float,
+        *,
+        dry_run: bool,
+        reserve: bool = False,
     ) -> Admission:
         decisions: list[Decision] = []
         plans: list[Callable[[], int | None]] = []
+        reservations: list[tuple[str, float]] = []
         for item in items:
             decision, plan = self._evaluate(item, holder, now)
+            if reserve and not decision.allowed and isinstance(item.limit, TokenBucket):
+                tat = max(self._state.buckets.get(item.key, now), now)
+                reservations.append(
+                    (item.key, tat + item.limit.cost * 1000.0 / item.limit.per_second)
+                )
+                decision = Decision(
+                    decision.name, False, decision.remaining, decision.retry_after, reserved=True
+                )
             decisions.append(decision)
             plans.append(plan)
         allowed = all(d.allowed for d in decisions)
+        if not allowed and not dry_run:
+            for key, new_tat in reservations:
+                self._state.buckets[key] = new_tat
         if not allowed or dry_run:
             return Admission(allowed=allowed, decisions=decisions, grant=None)
         fence = None
@@ -83,6 +113,8 @@ class MemoryLimits:
         self, item: Acquire, holder: str, now: float
     ) -> tuple[Decision, Callable[[], int | None]]:
         limit, key, state = item.limit, item.key, self._state
+        if isinstance(limit, TokenBucket) and item.prepaid:
+            return Decision(limit.name, True, 0, None), _nothing
         if isinstance(limit, TokenBucket):
             interval = 1000.0 / limit.per_second
             tau = limit.capacity * interval
@@ -101,6 +133,7 @@ class MemoryLimits:
         if isinstance(limit, SlidingWindow):
             window_ms = limit.window_s * 1000
             log = state.windows.setdefault(key, _Window())
+            log.window_ms = window_ms
             log.entries = [e for e in log.entries if e[0] > now - window_ms]
             count = len(log.entries)
             if count + limit.cost <= limit.limit:
@@ -187,9 +220,27 @@ class MemoryLimits:
         return admission.decisions[0]
 
     async def reset(self, item: Acquire) -> None:
+        tables: dict[str, dict[str, Any]] = {
+            "tb": self._state.buckets,
+            "sw": self._state.windows,
+            "cs": self._state.slots,
+            "lk": self._state.locks,
+        }
+        tables[item.limit.kind].pop(item.key, None)
+
+    def _prune(self, now: float) -> None:
+        """Forget what Redis would have expired, so memory stays bounded."""
         state = self._state
-        for table in (state.buckets, state.windows, state.slots, state.locks):
-            table.pop(item.key, None)
+        state.buckets = {k: tat for k, tat in state.buckets.items() if tat > now}
+        state.locks = {k: lock for k, lock in state.locks.items() if lock[1] > now}
+        state.slots = {
+            k: live
+            for k, holders in state.slots.items()
+            if (live := {h: end for h, end in holders.items() if end > now})
+        }
+        for log in state.windows.values():
+            log.entries = [e for e in log.entries if e[0] > now - log.window_ms]
+        state.windows = {k: log for k, log in state.windows.items() if log.entries}
 
     async def fenced_write(
         self, resource: str, fence: int, value: str, *, now_ms: float | None = None

@@ -147,10 +147,12 @@ class JobLimits:
 
 @dataclass(frozen=True, slots=True)
 class Acquire:
-    """One limit to acquire, with its key already rendered."""
+    """One limit to acquire, with its key already rendered. A token bucket item may be
+    `prepaid`: its token was reserved when an earlier admission was denied."""
 
     limit: Limit
     key: str
+    prepaid: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,8 @@ class Decision:
     allowed: bool
     remaining: float
     retry_after: timedelta | None
+    reserved: bool = False
+    """Denied, but the next token was reserved for the caller: due at `retry_after`."""
 
     @property
     def retry_after_s(self) -> float:
@@ -192,9 +196,16 @@ class Admission:
 
 class LimitsBackend(Protocol):
     async def admit(
-        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+        self,
+        items: Sequence[Acquire],
+        holder: str,
+        *,
+        reserve: bool = False,
+        now_ms: float | None = None,
     ) -> Admission:
-        """Acquire every item or none of them, in one atomic step (one round trip)."""
+        """Acquire every item or none of them, in one atomic step (one round trip).
+        With `reserve`, a denial reserves the next token of each token bucket that said
+        no; the caller comes back when it is due, with those items prepaid."""
         ...
 
     async def release(

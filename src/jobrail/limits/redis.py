@@ -44,22 +44,27 @@ local function num(x) return string.format('%.17g', x) end
 local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)) + 1000) end
 """
 
-# ARGV: now_override, holder, dry_run, n, then per item: kind + 3 params.
+# ARGV: now_override, holder, dry_run, reserve, n, then per item: kind + 4 params.
 # KEYS: per item one key; a lock also has its fence key right after it.
+# A token bucket item with p4 = '1' was paid for by an earlier reservation.
+# With reserve = '1', a denied admission reserves the next token of each token bucket
+# that said no (its caller comes back when the token is due, prepaid).
 ADMIT = (
     _NOW
     + """
 local now = now_ms(ARGV[1])
-local holder, dry, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
-local out, plans, all = {}, {}, true
-local a, k = 5, 1
+local holder, dry, reserve, n = ARGV[2], ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
+local out, plans, reservations, all = {}, {}, {}, true
+local a, k = 6, 1
 for i = 1, n do
-  local kind, p1, p2, p3 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  a = a + 4
+  local kind, p1, p2, p3, p4 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  a = a + 5
   local key = KEYS[k]
   k = k + 1
-  local ok, remaining, retry = 1, 0, 0
-  if kind == 'tb' then
+  local ok, remaining, retry, reserved = 1, 0, 0, 0
+  if kind == 'tb' and p4 == '1' then
+    remaining = 0
+  elseif kind == 'tb' then
     local cap, per_s, cost = tonumber(p1), tonumber(p2), tonumber(p3)
     local interval = 1000 / per_s
     local tau = cap * interval
@@ -73,6 +78,10 @@ for i = 1, n do
     else
       ok, retry = 0, allow_at - now
       remaining = math.max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
+      if reserve then
+        reserved = 1
+        reservations[#reservations + 1] = {key, new_tat}
+      end
     end
   elseif kind == 'sw' then
     local limit, window, cost = tonumber(p1), tonumber(p2), tonumber(p3)
@@ -114,8 +123,15 @@ for i = 1, n do
   out[#out + 1] = ok
   out[#out + 1] = num(remaining)
   out[#out + 1] = num(retry)
+  out[#out + 1] = reserved
 end
 local fence = ''
+if not all and not dry then
+  for _, r in ipairs(reservations) do
+    redis.call('SET', r[1], num(r[2]))
+    gc(r[1], r[2] - now)
+  end
+end
 if all and not dry then
   for _, p in ipairs(plans) do
     if p[1] == 'tb' then
@@ -222,15 +238,17 @@ return 1
 )
 
 
-def _params(limit: Any) -> list[str]:
+def _params(item: Acquire) -> list[str]:
+    limit = item.limit
     if isinstance(limit, TokenBucket):
-        return [_num(limit.capacity), _num(limit.per_second), _num(limit.cost)]
+        prepaid = "1" if item.prepaid else "0"
+        return [_num(limit.capacity), _num(limit.per_second), _num(limit.cost), prepaid]
     if isinstance(limit, SlidingWindow):
-        return [str(limit.limit), _num(limit.window_s * 1000), str(limit.cost)]
+        return [str(limit.limit), _num(limit.window_s * 1000), str(limit.cost), ""]
     if isinstance(limit, Concurrency):
-        return [str(limit.slots), _num(limit.lease_s * 1000), ""]
+        return [str(limit.slots), _num(limit.lease_s * 1000), "", ""]
     assert isinstance(limit, Lock)
-    return [_num(limit.ttl_s * 1000), "", ""]
+    return [_num(limit.ttl_s * 1000), "", "", ""]
 
 
 def _num(value: float) -> str:
@@ -276,32 +294,41 @@ class RedisLimits:
     async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
         try:
             return await script(keys=keys, args=args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
-        except RedisError as exc:
-            if "LOADING" in str(exc) or "READONLY" in str(exc):
-                raise LimitsUnavailableError(f"Redis not ready: {exc}") from exc
-            raise
+        except (RedisError, OSError) as exc:
+            # Down, loading, read-only, out of memory: the limits cannot be checked, so
+            # limited work waits (and is never run unprotected).
+            raise LimitsUnavailableError(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc
 
     async def admit(
-        self, items: Sequence[Acquire], holder: str, *, now_ms: float | None = None
+        self,
+        items: Sequence[Acquire],
+        holder: str,
+        *,
+        reserve: bool = False,
+        now_ms: float | None = None,
     ) -> Admission:
-        return await self._run_admit(items, holder, now_ms, dry_run=False)
+        return await self._run_admit(items, holder, now_ms, dry_run=False, reserve=reserve)
 
     async def _run_admit(
-        self, items: Sequence[Acquire], holder: str, now_ms: float | None, *, dry_run: bool
+        self,
+        items: Sequence[Acquire],
+        holder: str,
+        now_ms: float | None,
+        *,
+        dry_run: bool,
+        reserve: bool = False,
     ) -> Admission:
         args = ["" if now_ms is None else _num(now_ms), holder, "1" if dry_run else "0"]
-        args.append(str(len(items)))
+        args += ["1" if reserve else "0", str(len(items))]
         for item in items:
             args.append(item.limit.kind)
-            args.extend(_params(item.limit))
+            args.extend(_params(item))
         raw = await self._call(self._admit, self._keys(items), args)
         allowed = int(raw[0]) == 1
         fence = int(float(raw[1])) if raw[1] not in (b"", "") else None
         decisions = []
         for i, item in enumerate(items):
-            ok, remaining, retry = raw[2 + 3 * i : 5 + 3 * i]
+            ok, remaining, retry, reserved = raw[2 + 4 * i : 6 + 4 * i]
             granted = int(ok) == 1
             decisions.append(
                 Decision(
@@ -309,6 +336,7 @@ class RedisLimits:
                     allowed=granted,
                     remaining=float(remaining),
                     retry_after=None if granted else _retry(float(retry)),
+                    reserved=int(reserved) == 1,
                 )
             )
         grant = None

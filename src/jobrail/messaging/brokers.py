@@ -143,9 +143,9 @@ class AmqpJobBroker(AioPikaBroker):
         url = self._settings.url.get_secret_value()
         timeout = self._settings.connect_timeout_s
         write_conn = await aio_pika.connect_robust(url, timeout=timeout)
+        read_conn = None
         try:
             write_channel = await write_conn.channel()
-            read_conn = None
             if self.is_worker_process:
                 read_conn = await aio_pika.connect_robust(url, timeout=timeout)
             self.write_conn, self.write_channel = write_conn, write_channel
@@ -162,8 +162,10 @@ class AmqpJobBroker(AioPikaBroker):
             )
             self._publish_channel = channel
         except BaseException:
-            with contextlib.suppress(Exception):
-                await write_conn.close()
+            for connection in (read_conn, write_conn):
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
             raise
 
     async def _declare_jobrail_topology(self, channel: AbstractChannel) -> None:
@@ -204,7 +206,10 @@ class AmqpJobBroker(AioPikaBroker):
         channel, work, delay = self._publish_channel, self._work_exchange, self._delay_exchange
         if channel is None or channel.is_closed or work is None or delay is None:
             raise BrokerUnavailableError("not connected to RabbitMQ")
-        routing_key = self.topology.physical(envelope.queue)
+        try:
+            routing_key = self.topology.physical(envelope.queue)
+        except ValueError as exc:
+            raise BrokerUnavailableError(str(exc)) from exc
         headers: dict[str, Any] = dict(envelope.headers)
         tier = pick_tier(_delay_ms(envelope, self._clock), self._settings.delay_tiers_ms)
         exchange = work
@@ -278,7 +283,8 @@ class AmqpJobBroker(AioPikaBroker):
             with contextlib.suppress(Exception):
                 await message.nack(requeue=True)
             return False
-        await message.ack()
+        with contextlib.suppress(Exception):  # a closed channel redelivers it anyway
+            await message.ack()
         return False
 
 

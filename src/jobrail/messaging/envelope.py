@@ -7,7 +7,7 @@ payload: a message is a pointer to work, never the work itself.
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -55,11 +55,19 @@ def job_envelope(
     trace_context: Mapping[str, str] | None = None,
     not_before: datetime | None = None,
     deferrals: int = 0,
+    prepaid: Sequence[str] = (),
 ) -> Envelope:
+    """A job message. `not_before` also travels in the labels, so that a worker can tell
+    a message that came back early from a delay tier; `prepaid` lists the token buckets
+    whose token was reserved for this job."""
     message_id = new_id()
     labels: dict[str, Any] = {"queue_name": queue, "tenant_id": tenant_id}
+    if not_before is not None:
+        labels["not_before"] = not_before.timestamp()
     if deferrals:
         labels["deferrals"] = deferrals
+    if prepaid:
+        labels["prepaid"] = list(prepaid)
     labels.update(trace_context or {})
     body: dict[str, Any] = {
         "task_id": str(message_id),

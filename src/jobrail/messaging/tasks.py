@@ -6,6 +6,7 @@ from the message's dishka request scope, and lets the runner do the rest.
 
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from inspect import Parameter
 from typing import Annotated, Any
 
@@ -66,8 +67,16 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             tenant_id=str(labels.get("tenant_id", "")),
             message_id=context.message.task_id,
             deferrals=int(labels.get("deferrals", 0)),
+            not_before=_when(labels.get("not_before")),
+            prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
         )
         await runner.run(delivery, JobRun(handler=bound, timeout=timeout, limits=spec.limits))
 
     run_job.__name__ = run_job.__qualname__ = spec.name.replace(".", "_")
     return run_job
+
+
+def _when(value: object) -> datetime | None:
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC)
+    return None

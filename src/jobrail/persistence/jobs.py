@@ -5,10 +5,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
-from jobrail.jobs.ports import ClaimResult, Cursor, JobFilter, JobPage
+from jobrail.jobs.ports import ClaimResult, ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.envelope import Envelope
@@ -148,7 +148,7 @@ class SqlaJobStore:
                 )
         return ClaimResult(job=None, current=job_from_row(current) if current else None)
 
-    async def record(self, job: Job, claimed_attempt: int, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
         state = job_state(job)
         # cancel_requested belongs to whoever asked to cancel; the worker only reads it.
         del state["cancel_requested"]
@@ -157,7 +157,8 @@ class SqlaJobStore:
             .where(
                 jobs.c.id == job.id,
                 jobs.c.status == JobStatus.RUNNING.value,
-                jobs.c.attempts == claimed_attempt,
+                jobs.c.attempts == claim.attempt,
+                jobs.c.started_at == claim.started_at,
             )
             .values(state)
         )
@@ -177,3 +178,19 @@ class SqlaJobStore:
                     select(jobs.c.cancel_requested).where(jobs.c.id == job_id)
                 )
         return bool(value)
+
+
+class SqlaJobIntake:
+    """JobIntake in one transaction (the Postgres store does it in one statement)."""
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        self._sessionmaker = sessionmaker
+
+    async def add(self, job: Job, message: Envelope) -> Job:
+        async with self._sessionmaker() as session:
+            stored = await SqlaJobRepository(session).add(job)
+            if stored.id == job.id:
+                with database_errors():
+                    await insert_outbox_rows(session, [message], job.created_at)
+                    await session.commit()
+        return stored

@@ -2,13 +2,12 @@
 
 from typing import Any
 
-from sqlalchemy import RowMapping
-
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.kernel.ids import JobId, TenantId
 
 
-def job_from_row(row: RowMapping) -> Job:
+def job_from_row(row: Any) -> Job:
+    """From a SQLAlchemy RowMapping or an asyncpg Record."""
     return Job(
         id=JobId(row["id"]),
         type=row["type"],

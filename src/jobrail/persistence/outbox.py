@@ -6,6 +6,9 @@
 - ``OutboxRelay`` publishes whatever the fast path missed (the broker was down, the
   process died between commit and publish). It runs in worker processes; several
   relays at once are safe because each batch is taken with FOR UPDATE SKIP LOCKED.
+  It also sweeps leases: a job still "running" long after its lease ended lost both
+  its worker and its message (an unexpected error, a message dropped by an
+  operator), so the relay publishes it again and the next claim takes it over.
 """
 
 import asyncio
@@ -17,11 +20,16 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from jobrail.jobs.ports import BrokerUnavailableError, Publisher, StoreUnavailableError
+from jobrail.jobs.ports import (
+    BrokerUnavailableError,
+    OutboxMarks,
+    Publisher,
+    StoreUnavailableError,
+)
 from jobrail.kernel.clock import Clock
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.envelope import Envelope, job_envelope
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import outbox
+from jobrail.persistence.tables import jobs, outbox
 
 log = logging.getLogger("jobrail.outbox")
 
@@ -55,13 +63,25 @@ class SqlaOutbox:
         self.pending.append(envelope)
 
 
+class SqlaOutboxMarks:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    update(outbox).where(outbox.c.id.in_(list(ids))).values(published_at=at)
+                )
+
+
 class OutboxPublisher:
     """Fast path: publish just-committed rows, then mark them published."""
 
     def __init__(
-        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, timeout: timedelta
+        self, marks: OutboxMarks, publisher: Publisher, clock: Clock, timeout: timedelta
     ) -> None:
-        self._engine = engine
+        self._marks = marks
         self._publisher = publisher
         self._clock = clock
         self._timeout = timeout.total_seconds()
@@ -75,18 +95,16 @@ class OutboxPublisher:
             except (BrokerUnavailableError, TimeoutError) as exc:
                 log.info("fast path could not publish %s (%s); the relay will", envelope.id, exc)
                 break
+            except Exception:
+                # The rows are committed: whatever this is, the relay tries them again.
+                log.exception("fast path failed to publish %s", envelope.id)
+                break
             published.append(envelope.id)
         if not published:
             return
         try:
-            with database_errors():
-                async with self._engine.begin() as conn:
-                    await conn.execute(
-                        update(outbox)
-                        .where(outbox.c.id.in_(published))
-                        .values(published_at=self._clock.now())
-                    )
-        except StoreUnavailableError as exc:
+            await self._marks.mark_published(published, self._clock.now())
+        except Exception as exc:  # noqa: BLE001 - nothing is lost: see below
             # Published but not marked: the relay will publish them again, and the
             # consumers' claim makes the duplicates harmless.
             log.warning("could not mark %d outbox rows published: %s", len(published), exc)
@@ -102,6 +120,8 @@ class OutboxRelay:
         batch: int,
         min_age: timedelta,
         interval: timedelta,
+        sweep_every: timedelta = timedelta(seconds=30),
+        sweep_after: timedelta = timedelta(seconds=60),
     ) -> None:
         self._engine = engine
         self._publisher = publisher
@@ -109,9 +129,19 @@ class OutboxRelay:
         self._batch = batch
         self._min_age = min_age
         self._interval = interval.total_seconds()
+        self._sweep_every = sweep_every.total_seconds()
+        self._sweep_after = sweep_after
+        self._last_sweep = 0.0
 
     async def run_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            if loop.time() - self._last_sweep >= self._sweep_every:
+                self._last_sweep = loop.time()
+                try:
+                    await self.sweep_leases()
+                except Exception:
+                    log.exception("lease sweep failed; trying again later")
             try:
                 published = await self.relay_once()
             except StoreUnavailableError as exc:
@@ -141,7 +171,8 @@ class OutboxRelay:
                             outbox.c.published_at.is_(None),
                             outbox.c.created_at <= now - self._min_age,
                         )
-                        .order_by(outbox.c.created_at)
+                        # Rows that keep failing go last, so they cannot block the rest.
+                        .order_by(outbox.c.attempts, outbox.c.created_at)
                         .limit(self._batch)
                         .with_for_update(skip_locked=True)
                     )
@@ -183,3 +214,48 @@ class OutboxRelay:
         if published:
             log.info("outbox relay published %d messages", len(published))
         return len(published)
+
+    async def sweep_leases(self) -> int:
+        """Publish again the jobs whose lease ended more than `sweep_after` ago."""
+        now = self._clock.now()
+        with database_errors():
+            async with self._engine.begin() as conn:
+                stale = (
+                    select(jobs.c.id)
+                    .where(
+                        jobs.c.status == "running",
+                        jobs.c.lease_until < now - self._sweep_after,
+                    )
+                    .order_by(jobs.c.lease_until)
+                    .limit(self._batch)
+                    .with_for_update(skip_locked=True)
+                )
+                rows = (
+                    await conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id.in_(stale.scalar_subquery()))
+                        .values(lease_until=now)
+                        .returning(
+                            jobs.c.id,
+                            jobs.c.type,
+                            jobs.c.queue,
+                            jobs.c.tenant_id,
+                            jobs.c.trace_context,
+                        )
+                    )
+                ).all()
+        for row in rows:
+            log.warning("job %s lost its worker and its message; publishing it again", row.id)
+            try:
+                await self._publisher.publish(
+                    job_envelope(
+                        job_id=row.id,
+                        job_type=row.type,
+                        queue=row.queue,
+                        tenant_id=row.tenant_id,
+                        trace_context=row.trace_context,
+                    )
+                )
+            except BrokerUnavailableError:
+                return 0  # the lease stays ended: the next sweep tries again
+        return len(rows)

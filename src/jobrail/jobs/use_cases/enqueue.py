@@ -4,11 +4,11 @@ from datetime import datetime
 from typing import Any
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import JobCatalog, JobRepository, JobsUnitOfWork, Outbox
+from jobrail.jobs.ports import JobCatalog, JobIntake, JobRepository, Outbox, OutboxDispatcher
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId, new_id
-from jobrail.messaging.envelope import job_envelope
+from jobrail.messaging.envelope import Envelope, job_envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,43 +38,38 @@ class EnqueueJob:
     """
 
     def __init__(
-        self, uow: JobsUnitOfWork, catalog: JobCatalog, clock: Clock, default_max_attempts: int
+        self,
+        intake: JobIntake,
+        dispatcher: OutboxDispatcher,
+        catalog: JobCatalog,
+        clock: Clock,
+        default_max_attempts: int,
     ) -> None:
-        self._uow = uow
+        self._intake = intake
+        self._dispatcher = dispatcher
         self._catalog = catalog
         self._clock = clock
         self._default_max_attempts = default_max_attempts
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        async with self._uow:
-            result = await record_job(
-                self._uow.jobs,
-                self._uow.outbox,
-                self._catalog,
-                cmd,
-                now=self._clock.now(),
-                default_max_attempts=self._default_max_attempts,
-            )
-            if result.created:
-                await self._uow.commit()
-        return result
+        candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
+        message = message_for(candidate)
+        job = await self._intake.add(candidate, message)
+        if job.id != candidate.id:
+            _ensure_same_request(job, candidate)
+            return EnqueueResult(job=job, created=False)
+        await self._dispatcher.dispatch([message])
+        return EnqueueResult(job=job, created=True)
 
 
-async def record_job(
-    jobs: JobRepository,
-    outbox: Outbox,
-    catalog: JobCatalog,
-    cmd: EnqueueJobCommand,
-    *,
-    now: datetime,
-    default_max_attempts: int,
-) -> EnqueueResult:
-    """Add a job and its message to the caller's transaction (the caller commits)."""
+def new_job(
+    catalog: JobCatalog, cmd: EnqueueJobCommand, now: datetime, default_max_attempts: int
+) -> Job:
     job_type = catalog.get(cmd.type)
     if job_type is None:
         raise InvalidInputError(f"unknown job type {cmd.type!r}")
     payload = catalog.validate_payload(cmd.type, cmd.payload)
-    candidate = Job.create(
+    return Job.create(
         id=JobId(new_id()),
         type=job_type.name,
         queue=job_type.queue,
@@ -87,20 +82,35 @@ async def record_job(
         run_after=cmd.run_after,
         trace_context=dict(cmd.trace_context),
     )
+
+
+def message_for(job: Job) -> Envelope:
+    return job_envelope(
+        job_id=job.id,
+        job_type=job.type,
+        queue=job.queue,
+        tenant_id=job.tenant_id,
+        trace_context=job.trace_context,
+        not_before=job.run_after,
+    )
+
+
+async def record_job(
+    jobs: JobRepository,
+    outbox: Outbox,
+    catalog: JobCatalog,
+    cmd: EnqueueJobCommand,
+    *,
+    now: datetime,
+    default_max_attempts: int,
+) -> EnqueueResult:
+    """Add a job and its message to the caller's transaction (the caller commits)."""
+    candidate = new_job(catalog, cmd, now, default_max_attempts)
     job = await jobs.add(candidate)
     if job.id != candidate.id:
         _ensure_same_request(job, candidate)
         return EnqueueResult(job=job, created=False)
-    await outbox.add(
-        job_envelope(
-            job_id=job.id,
-            job_type=job.type,
-            queue=job.queue,
-            tenant_id=job.tenant_id,
-            trace_context=job.trace_context,
-            not_before=job.run_after,
-        )
-    )
+    await outbox.add(message_for(job))
     return EnqueueResult(job=job, created=True)
 
 

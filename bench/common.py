@@ -1,0 +1,126 @@
+"""Shared plumbing of the benchmarks: isolated names, services, processes, timing."""
+
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgresql+asyncpg://postgres@127.0.0.1:5432")
+AMQP_URL = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def machine() -> dict[str, Any]:
+    mem_kb = 0
+    with Path("/proc/meminfo").open() as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return {
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, 15)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, 9)
+                self.popen.wait(5)
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+
+def spawn(argv: list[str], env: dict[str, str], name: str) -> Proc:
+    log = Path(f"/tmp/jobrail-bench-{name}-{os.getpid()}.log")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+    full.update(env)
+    popen = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=full,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Proc(popen, log)
+
+
+PYTHON = sys.executable
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[Any]], timeout: float, what: str, interval: float = 0.05
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+async def consumers(queue: str) -> int:
+    import aio_pika
+
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+        async with connection.channel() as channel:
+            declared = await channel.declare_queue(queue, passive=True)
+            return int(declared.declaration_result.consumer_count or 0)
+    except Exception:
+        return 0
+    finally:
+        await connection.close()
+
+
+async def delete_queues(names: list[str], exchanges: list[str] = ()) -> None:  # type: ignore[assignment]
+    import aio_pika
+
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection.channel() as channel:
+        for name in names:
+            await channel.queue_delete(name, if_unused=False, if_empty=False)
+        for exchange in exchanges:
+            await channel.exchange_delete(exchange)
+    await connection.close()
+
+
+def rss_mb(pid: int) -> float:
+    import psutil
+
+    process = psutil.Process(pid)
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        total += child.memory_info().rss
+    return round(total / 1024 / 1024, 1)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

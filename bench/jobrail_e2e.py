@@ -1,0 +1,190 @@
+"""jobrail end to end: EnqueueJob (job row + outbox) -> RabbitMQ -> worker processes
+with a limit and a lock -> claim -> no-op handler -> succeeded."""
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.common import (
+    AMQP_URL,
+    PG_SERVER,
+    PYTHON,
+    REDIS_URL,
+    Proc,
+    consumers,
+    delete_queues,
+    rss_mb,
+    spawn,
+    unique,
+    wait_until,
+)
+from jobrail.bootstrap import build_runtime
+from jobrail.cli import migrate
+from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.kernel.ids import TenantId
+from jobrail.messaging.topology import Topology
+from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.persistence.tables import jobs
+from jobrail.settings import Settings
+
+MODULES = "jobrail.demo,bench.jobs"
+
+
+@dataclass
+class Stack:
+    database_url: str
+    amqp_url: str = AMQP_URL
+    redis_url: str = REDIS_URL
+    prefix: str = ""
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            "JOBRAIL_MODE": "stack",
+            "JOBRAIL_ENVIRONMENT": "production",
+            "JOBRAIL_LOG_LEVEL": "WARNING",
+            "JOBRAIL_MODULES": MODULES,
+            "JOBRAIL_DATABASE__URL": self.database_url,
+            "JOBRAIL_RABBIT__URL": self.amqp_url,
+            "JOBRAIL_RABBIT__PREFIX": self.prefix,
+            "JOBRAIL_REDIS__URL": self.redis_url,
+            "JOBRAIL_REDIS__KEY_PREFIX": f"{self.prefix}jobrail:",
+            **extra,
+        }
+
+    def settings(self, **overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "mode": "stack",
+            "modules": MODULES.split(","),
+            "database": {"url": self.database_url},
+            "rabbit": {"url": self.amqp_url, "prefix": self.prefix},
+            "redis": {"url": self.redis_url, "key_prefix": f"{self.prefix}jobrail:"},
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+
+async def create_database() -> str:
+    url = f"{PG_SERVER}/jobrail_bench"
+    await drop_database(url)
+    await create_database_if_missing(url)
+    await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    return url
+
+
+async def enqueue(stack: Stack, count: int, concurrency: int = 64) -> float:
+    """Enqueue `count` bench jobs through EnqueueJob; return jobs/s."""
+    runtime = build_runtime(stack.settings(), worker=False)
+    await runtime.broker.startup()
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(count):
+        queue.put_nowait(n)
+
+    async def client() -> None:
+        while not queue.empty():
+            n = queue.get_nowait()
+            async with runtime.container() as request:
+                use_case = await request.get(EnqueueJob)
+                await use_case(
+                    EnqueueJobCommand(
+                        tenant_id=TenantId("bench"), type="bench.noop", payload={"n": n}
+                    )
+                )
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+    finally:
+        await runtime.broker.shutdown()
+        await runtime.container.close()
+    return count / (time.perf_counter() - started)
+
+
+async def drain(stack: Stack, count: int, processes: int) -> dict[str, float]:
+    """Start `processes` worker processes on a pre-loaded queue; time them from the
+    first claim to the last finish (from the jobs table)."""
+    engine = create_async_engine(stack.database_url)
+    topology = Topology.from_settings(stack.settings().rabbit)
+    worker: Proc = spawn(
+        [PYTHON, "-m", "jobrail.cli", "worker"],
+        stack.env(JOBRAIL_WORKER__PROCESSES=str(processes)),
+        f"jobrail-{processes}",
+    )
+    try:
+        await wait_until(
+            lambda: _at_least(consumers(topology.queues["jobs.default"]), processes),
+            60,
+            "workers",
+        )
+
+        async def done() -> bool:
+            async with engine.connect() as conn:
+                finished = await conn.scalar(
+                    select(func.count()).select_from(jobs).where(jobs.c.status == "succeeded")
+                )
+            return finished == count
+
+        peak = 0.0
+
+        async def watch_memory() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, rss_mb(worker.popen.pid))
+                await asyncio.sleep(0.25)
+
+        watcher = asyncio.create_task(watch_memory())
+        await wait_until(done, 600, "all jobs to succeed", interval=0.2)
+        watcher.cancel()
+        async with engine.connect() as conn:
+            first, last = (
+                await conn.execute(
+                    select(func.min(jobs.c.started_at), func.max(jobs.c.finished_at))
+                )
+            ).one()
+        return {"jobs_per_s": count / (last - first).total_seconds(), "rss_mb_loaded": peak}
+    finally:
+        worker.stop()
+        await engine.dispose()
+
+
+async def _at_least(value: Any, minimum: int) -> bool:
+    return (await value) >= minimum
+
+
+async def reset(stack: Stack) -> None:
+    engine = create_async_engine(stack.database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+    await engine.dispose()
+
+
+async def cleanup(stack: Stack) -> None:
+    topology = Topology.from_settings(stack.settings().rabbit)
+    await delete_queues(
+        [*topology.queues.values(), topology.dead_letter_queue, *topology.delay_queues.values()],
+        [topology.exchange, topology.delay_exchange],
+    )
+
+
+async def run(count: int = 5000, processes: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
+    url = await create_database()
+    results: dict[str, Any] = {"jobs_per_s": {}, "rss_mb_loaded": {}}
+    try:
+        for n in processes:
+            stack = Stack(database_url=url, prefix=unique("bench."))
+            await reset(stack)
+            results.setdefault("enqueue_jobs_per_s", await enqueue(stack, count))
+            measured = await drain(stack, count, n)
+            results["jobs_per_s"][str(n)] = round(measured["jobs_per_s"])
+            results["rss_mb_loaded"][str(n)] = measured["rss_mb_loaded"]
+            await cleanup(stack)
+    finally:
+        await drop_database(url)
+    return results
+
+
+if __name__ == "__main__":
+    print(asyncio.run(run(processes=(1,))))

@@ -1,0 +1,25 @@
+"""The benchmark's job type: a no-op behind a rate limit that never binds and a lock."""
+
+from pydantic import BaseModel
+
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.registry import job
+from jobrail.limits import Lock, TokenBucket
+from jobrail.modules import Module
+
+
+class Noop(BaseModel):
+    n: int
+
+
+@job(
+    "bench.noop",
+    payload=Noop,
+    limits=[TokenBucket("bench", key="bench:{tenant_id}", capacity=1e9, per_second=1e9)],
+    lock=Lock(key="bench:{n}", ttl_s=30),
+)
+async def noop(payload: Noop, ctx: JobContext) -> None:
+    return None
+
+
+module = Module(name="bench", jobs=[noop])

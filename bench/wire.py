@@ -1,0 +1,143 @@
+"""A counting TCP proxy: it forwards bytes and counts protocol messages on the way.
+
+Counting at the wire, not in the code under test, is what makes these figures
+honest: a round trip is a round trip whichever library made it.
+
+- Postgres (frontend messages): a round trip is a Sync ('S') or a simple Query
+  ('Q'); a statement is an Execute ('E') or a simple Query other than
+  BEGIN/COMMIT/ROLLBACK.
+- AMQP 0-9-1 (client frames): a publish is a Basic.Publish method frame.
+"""
+
+import asyncio
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+TRANSACTION_CONTROL = (b"BEGIN", b"COMMIT", b"ROLLBACK", b"START TRANSACTION")
+
+
+@dataclass
+class PostgresCounter:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def parser(self) -> Callable[[bytes], None]:
+        buffer = bytearray()
+        started = False
+
+        def feed(data: bytes) -> None:
+            nonlocal started
+            buffer.extend(data)
+            while True:
+                if not started:  # startup / SSL request: length-prefixed, no type byte
+                    if len(buffer) < 4:
+                        return
+                    (length,) = struct.unpack("!I", buffer[:4])
+                    if len(buffer) < length:
+                        return
+                    code = struct.unpack("!I", buffer[4:8])[0] if length >= 8 else 0
+                    del buffer[:length]
+                    if code != 80877103:  # not an SSLRequest: the real startup message
+                        started = True
+                    continue
+                if len(buffer) < 5:
+                    return
+                kind = chr(buffer[0])
+                (length,) = struct.unpack("!I", buffer[1:5])
+                if len(buffer) < length + 1:
+                    return
+                body = bytes(buffer[5 : length + 1])
+                del buffer[: length + 1]
+                self._count(kind, body)
+
+        return feed
+
+    def _count(self, kind: str, body: bytes) -> None:
+        if kind == "S":
+            self.counts["round_trips"] += 1
+        elif kind == "E":
+            self.counts["statements"] += 1
+        elif kind == "Q":
+            self.counts["round_trips"] += 1
+            text = body.rstrip(b"\x00").strip().upper()
+            if text.startswith(TRANSACTION_CONTROL):
+                self.counts["transaction_control"] += 1
+            else:
+                self.counts["statements"] += 1
+
+
+@dataclass
+class AmqpCounter:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def parser(self) -> Callable[[bytes], None]:
+        buffer = bytearray()
+        header_seen = False
+
+        def feed(data: bytes) -> None:
+            nonlocal header_seen
+            buffer.extend(data)
+            if not header_seen:
+                if len(buffer) < 8:
+                    return
+                del buffer[:8]  # "AMQP\x00\x00\x09\x01"
+                header_seen = True
+            while len(buffer) >= 7:
+                frame_type = buffer[0]
+                (size,) = struct.unpack("!I", buffer[3:7])
+                if len(buffer) < size + 8:
+                    return
+                payload = bytes(buffer[7 : 7 + size])
+                del buffer[: size + 8]
+                if frame_type == 1 and len(payload) >= 4:
+                    class_id, method_id = struct.unpack("!HH", payload[:4])
+                    if (class_id, method_id) == (60, 40):
+                        self.counts["publishes"] += 1
+                    elif (class_id, method_id) == (60, 80):
+                        self.counts["acks"] += 1
+
+        return feed
+
+
+class CountingProxy:
+    def __init__(self, target_port: int, counter: PostgresCounter | AmqpCounter) -> None:
+        self._target_port = target_port
+        self.counter = counter
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> "CountingProxy":
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
+        except OSError:
+            writer.close()
+            return
+        feed = self.counter.parser()
+
+        async def pipe(
+            source: asyncio.StreamReader,
+            sink: asyncio.StreamWriter,
+            count: Callable[[bytes], None] | None,
+        ) -> None:
+            try:
+                while data := await source.read(65536):
+                    if count is not None:
+                        count(data)
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer, feed), pipe(up_reader, writer, None))

@@ -1,0 +1,225 @@
+"""The hot paths on Postgres, in asyncpg directly: one statement, one round trip each.
+
+Enqueue, claim and record run on every job, so they skip the ORM layer and the
+explicit transaction: each is a single statement in autocommit mode, atomic on its
+own (a data-modifying CTE writes the job and its message together). The SQLAlchemy
+store (``persistence/jobs.py``) has the same behaviour for SQLite; the contract tests
+in ``tests/contracts`` hold both, and the fakes, to the same rules.
+"""
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.ports import ClaimResult, ClaimToken, StoreUnavailableError
+from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.ids import JobId
+from jobrail.messaging.envelope import Envelope
+from jobrail.persistence.mapping import job_from_row
+from jobrail.persistence.tables import jobs
+from jobrail.settings import DatabaseSettings
+
+COLUMNS = ", ".join(column.name for column in jobs.columns)
+# ENQUEUE binds values in this order.
+assert COLUMNS == (
+    "id, tenant_id, type, queue, status, entity_id, idempotency_key, payload, result, "
+    "attempts, max_attempts, last_error, trace_context, cancel_requested, created_at, "
+    "updated_at, started_at, finished_at, run_after, lease_until"
+), "the jobs table changed: update ENQUEUE's parameters"
+
+# The SQL below is assembled from constants only; every value is a bind parameter.
+GET = f"SELECT {COLUMNS} FROM jobs WHERE id = $1"
+
+CLAIM = f"""
+UPDATE jobs
+   SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
+       lease_until = $3, run_after = NULL
+ WHERE id = $1
+   AND ((status IN ('pending', 'retrying') AND (run_after IS NULL OR run_after <= $4))
+        OR (status = 'running' AND lease_until <= $2))
+RETURNING {COLUMNS}
+"""
+
+_OUTBOX_ROWS = """
+SELECT * FROM unnest($12::uuid[], $13::text[], $14::bytea[], $15::jsonb[],
+                     $16::timestamptz[], $17::timestamptz[])
+"""
+
+RECORD = f"""
+WITH updated AS (
+    UPDATE jobs
+       SET status = $3, attempts = $4, last_error = $5, result = $6, updated_at = $7,
+           started_at = $8, finished_at = $9, run_after = $10, lease_until = $11
+     WHERE id = $1 AND status = 'running' AND attempts = $2 AND started_at = $18
+    RETURNING id
+), messages AS (
+    INSERT INTO outbox (id, queue, body, headers, not_before, created_at)
+    {_OUTBOX_ROWS} WHERE EXISTS (SELECT 1 FROM updated)
+)
+SELECT count(*) FROM updated
+"""
+
+CANCEL_REQUESTED = "SELECT cancel_requested FROM jobs WHERE id = $1"
+
+ENQUEUE = f"""
+WITH added AS (
+    INSERT INTO jobs ({COLUMNS})
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $18, $19, $20, $21, $22, $23,
+            $24, $25, $26)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id
+), messages AS (
+    INSERT INTO outbox (id, queue, body, headers, not_before, created_at)
+    {_OUTBOX_ROWS} WHERE EXISTS (SELECT 1 FROM added)
+)
+SELECT id FROM added
+"""
+
+BY_KEY = f"SELECT {COLUMNS} FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
+
+MARK_PUBLISHED = "UPDATE outbox SET published_at = $1 WHERE id = ANY($2::uuid[])"
+
+PgPool = asyncpg.Pool
+
+_UNAVAILABLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+)
+
+
+async def _init(connection: asyncpg.Connection) -> None:
+    for kind in ("json", "jsonb"):
+        await connection.set_type_codec(
+            kind, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def create_pool(settings: DatabaseSettings) -> asyncpg.Pool:
+    url = make_url(settings.url.get_secret_value()).set(drivername="postgresql")
+    pool = asyncpg.create_pool(
+        url.render_as_string(hide_password=False),
+        min_size=0,  # connect on first use: a process starts even with the database down
+        max_size=settings.pool_size,
+        timeout=settings.connect_timeout_s,
+        command_timeout=settings.pool_timeout_s * 3,
+        init=_init,
+    )
+    return await pool
+
+
+class _Pg:
+    def __init__(self, pool: asyncpg.Pool, acquire_timeout: float = 10.0) -> None:
+        self._pool = pool
+        self._timeout = acquire_timeout
+
+    async def _fetchrow(self, query: str, *args: Any) -> Any:
+        try:
+            async with self._pool.acquire(timeout=self._timeout) as connection:
+                return await connection.fetchrow(query, *args)
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _execute(self, query: str, *args: Any) -> None:
+        try:
+            async with self._pool.acquire(timeout=self._timeout) as connection:
+                await connection.execute(query, *args)
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _outbox_args(messages: Sequence[Envelope], at: datetime) -> list[Any]:
+    return [
+        [m.id for m in messages],
+        [m.queue for m in messages],
+        [m.body for m in messages],
+        [dict(m.headers) for m in messages],
+        [m.not_before for m in messages],
+        [at for _ in messages],
+    ]
+
+
+class PgJobStore(_Pg):
+    """The worker's job store (see JobStore): one round trip per call."""
+
+    async def get(self, job_id: JobId) -> Job | None:
+        row = await self._fetchrow(GET, job_id)
+        return job_from_row(row) if row else None
+
+    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+        row = await self._fetchrow(CLAIM, job_id, now, now + lease, now + DUE_TOLERANCE)
+        if row is not None:
+            return ClaimResult(job=job_from_row(row))
+        return ClaimResult(job=None, current=await self.get(job_id))
+
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+        row = await self._fetchrow(
+            RECORD,
+            job.id,
+            claim.attempt,
+            job.status.value,
+            job.attempts,
+            job.last_error,
+            job.result,
+            job.updated_at,
+            job.started_at,
+            job.finished_at,
+            job.run_after,
+            job.lease_until,
+            *_outbox_args(outbox, job.updated_at),
+            claim.started_at,
+        )
+        return bool(row and row[0])
+
+    async def cancel_requested(self, job_id: JobId) -> bool:
+        row = await self._fetchrow(CANCEL_REQUESTED, job_id)
+        return bool(row and row[0])
+
+
+class PgJobIntake(_Pg):
+    """Adds a job and its message in one statement (see JobIntake)."""
+
+    async def add(self, job: Job, message: Envelope) -> Job:
+        row = await self._fetchrow(
+            ENQUEUE,
+            job.id,
+            job.tenant_id,
+            job.type,
+            job.queue,
+            job.status.value,
+            job.entity_id,
+            job.idempotency_key,
+            job.payload,
+            job.result,
+            job.attempts,
+            job.max_attempts,
+            *_outbox_args([message], job.created_at),
+            job.last_error,
+            job.trace_context,
+            job.cancel_requested,
+            job.created_at,
+            job.updated_at,
+            job.started_at,
+            job.finished_at,
+            job.run_after,
+            job.lease_until,
+        )
+        if row is not None:
+            return job
+        existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
+        if existing is None:
+            raise ConflictError("a job with this Idempotency-Key is being created; try again")
+        return job_from_row(existing)
+
+
+class PgOutboxMarks(_Pg):
+    async def mark_published(self, ids: Sequence[Any], at: datetime) -> None:
+        await self._execute(MARK_PUBLISHED, at, list(ids))
