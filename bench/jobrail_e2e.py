@@ -32,6 +32,7 @@ from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
 
 MODULES = "jobrail.demo,bench.jobs"
+WORKER_ENV: dict[str, str] = {}
 
 
 @dataclass
@@ -110,7 +111,7 @@ async def drain(stack: Stack, count: int, processes: int) -> dict[str, float]:
     topology = Topology.from_settings(stack.settings().rabbit)
     worker: Proc = spawn(
         [PYTHON, "-m", "jobrail.cli", "worker"],
-        stack.env(JOBRAIL_WORKER__PROCESSES=str(processes)),
+        stack.env(JOBRAIL_WORKER__PROCESSES=str(processes), **WORKER_ENV),
         f"jobrail-{processes}",
     )
     try:

@@ -17,7 +17,7 @@ from dishka.integrations.taskiq import setup_dishka as setup_taskiq_dishka
 from sqlalchemy import select
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
-from jobrail.ioc import PlatformProvider
+from jobrail.ioc import PlatformProvider, ProcessRole
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.middleware import LimitsMiddleware
@@ -95,6 +95,7 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
             JobRegistry: registry,
             JobBroker: broker,
             EventCatalog: events,
+            ProcessRole: ProcessRole.WORKER if worker else ProcessRole.API,
         },
     )
     if broker.is_worker_process:

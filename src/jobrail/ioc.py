@@ -6,6 +6,7 @@ REQUEST scope (one per HTTP request and one per task): unit of work and use case
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from enum import Enum
 
 from dishka import AnyOf, Provider, Scope, from_context, provide
 from redis.asyncio import Redis
@@ -41,10 +42,19 @@ from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
 
 
+class ProcessRole(Enum):
+    """Which kind of process the container serves: the API batches nothing (latency
+    first), workers gather calls for a moment (throughput first)."""
+
+    API = "api"
+    WORKER = "worker"
+
+
 class PlatformProvider(Provider):
     settings = from_context(provides=Settings, scope=Scope.APP)
     registry = from_context(provides=JobRegistry, scope=Scope.APP)
     event_catalog = from_context(provides=EventCatalog, scope=Scope.APP)
+    role = from_context(provides=ProcessRole, scope=Scope.APP)
     broker = from_context(provides=JobBroker, scope=Scope.APP)
 
     @provide(scope=Scope.APP)
@@ -120,7 +130,9 @@ class PlatformProvider(Provider):
         )
 
     @provide(scope=Scope.APP)
-    async def limits_backend(self, settings: Settings) -> AsyncIterator[LimitsBackend]:
+    async def limits_backend(
+        self, settings: Settings, role: ProcessRole
+    ) -> AsyncIterator[LimitsBackend]:
         """Redis in stack mode, process memory in embedded mode."""
         if settings.embedded:
             yield MemoryLimits()
@@ -129,9 +141,13 @@ class PlatformProvider(Provider):
             settings.redis.url.get_secret_value(),
             socket_timeout=settings.redis.socket_timeout_s,
             socket_connect_timeout=settings.redis.socket_timeout_s,
-            health_check_interval=15,
+            # A dead connection fails the command, which the limits treat as "Redis is
+            # away" (limited work waits); no ping before commands, no silent retries.
+            health_check_interval=0,
+            retry=None,
         )
-        backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix)
+        window = settings.worker.batch_window_ms / 1000 if role is ProcessRole.WORKER else 0.0
+        backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix, window_s=window)
         yield backend
         await backend.close()
 
@@ -157,8 +173,10 @@ class PlatformProvider(Provider):
         return ApiRateLimiter(backend, settings.api_limits, counters)
 
     @provide(scope=Scope.APP)
-    def job_store(self, pool: PgPool | None, engine: AsyncEngine) -> JobStore:
-        return PgJobStore(pool) if pool is not None else SqlaJobStore(engine)
+    def job_store(self, pool: PgPool | None, engine: AsyncEngine, settings: Settings) -> JobStore:
+        if pool is None:
+            return SqlaJobStore(engine)
+        return PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
 
     @provide(scope=Scope.APP)
     def runner(

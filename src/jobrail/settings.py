@@ -215,6 +215,10 @@ class WorkerSettings(BaseModel):
     )
     processes: PositiveInt = 1
     max_async_tasks: PositiveInt = 64
+    batch_window_ms: Annotated[float, Field(ge=0, le=50)] = Field(
+        default=1.0,
+        description="How long a worker gathers Redis and Postgres calls into one batch.",
+    )
     shutdown_grace_s: PositiveFloat = 30.0
 
     _split_queues = field_validator("queues", mode="before")(_comma_list)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli import migrate
 from jobrail.jobs.domain import Job, JobStatus
@@ -293,3 +293,47 @@ async def test_a_late_outcome_after_a_redrive_does_not_overwrite_the_new_run(
 
     assert not await subject.store.record(stale, token, [])
     assert (await subject.read(job)).result is None
+
+
+async def test_claims_and_records_made_together_share_a_statement_with_the_same_rules(
+    database_url: str,
+) -> None:
+    """The Postgres store batches calls made in the same moment; each keeps its answer."""
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+    pool = await create_pool(DatabaseSettings(url=database_url))
+    store = PgJobStore(pool, window_s=0.005)
+    jobs_ = [make_job() for _ in range(6)]
+    async with AsyncSession(engine) as session:
+        for job in jobs_:
+            await SqlaJobRepository(session).add(job)
+        await session.commit()
+    ids = [job.id for job in jobs_]
+
+    # Every job asked for once, and the first one twice, in the same moment.
+    claims = await asyncio.gather(*(store.claim(i, START, LEASE) for i in [*ids, ids[0]]))
+
+    claimed = [c.job for c in claims if c.job is not None]
+    assert sorted(j.id for j in claimed) == sorted(ids)
+    assert claims[-1].job is None
+    assert claims[-1].current is not None
+    assert claims[-1].current.status is JobStatus.RUNNING
+    tokens = [ClaimToken.of(job) for job in claimed]
+    for job in claimed:
+        job.succeed({"n": 1}, START)
+    stale = claimed[0]
+    await store.claim(stale.id, START + LEASE, LEASE)  # taken over before its record
+
+    written = await asyncio.gather(
+        *(store.record(job, token, []) for job, token in zip(claimed, tokens, strict=True))
+    )
+
+    assert written == [job.id != stale.id for job in claimed]
+    async with engine.connect() as conn:
+        statuses = dict(
+            (await conn.execute(text("SELECT id, status FROM jobs"))).all()  # type: ignore[arg-type]
+        )
+    assert [statuses[i] for i in ids] == ["running" if i == stale.id else "succeeded" for i in ids]
+    await pool.close()
+    await engine.dispose()

@@ -461,3 +461,39 @@ async def test_a_job_back_too_late_for_its_reserved_token_competes_again() -> No
 
     assert job.status is JobStatus.PENDING
     assert h.calls == 1
+
+
+async def test_a_message_carrying_its_limit_keys_is_gated_without_reading_the_job() -> None:
+    h = Harness()
+    job = h.add()
+    delivery = Delivery(
+        job.id, job.type, job.queue, job.tenant_id, "m1", limit_keys=("vendor:acme",)
+    )
+
+    async def ok(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        return None
+
+    await h.runner.run(delivery, JobRun(ok, TIMEOUT, ONE_PER_MINUTE))
+
+    assert h.store.jobs[job.id].status is JobStatus.SUCCEEDED
+    assert h.store.calls == 2  # claim and record: no look at the job first
+    assert h.counters.admitted == 1
+
+
+def test_enqueued_messages_carry_their_limit_keys() -> None:
+    from pydantic import BaseModel
+
+    from jobrail.jobs.registry import JobRegistry, job
+    from jobrail.jobs.use_cases.enqueue import message_for
+
+    class Account(BaseModel):
+        account_id: str
+
+    @job("t.sync", payload=Account, lock=Lock(key="account:{tenant_id}:{account_id}"))
+    async def sync(payload: Account, ctx: JobContext) -> None:
+        return None
+
+    registry = JobRegistry([sync], queues=["jobs.default"], default_timeout_s=5)
+    message = message_for(make_job(type="t.sync", payload={"account_id": "a7"}), registry)
+
+    assert json.loads(message.body)["labels"]["limit_keys"] == ["account:acme:a7"]

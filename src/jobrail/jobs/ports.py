@@ -186,3 +186,8 @@ class JobCatalog(Protocol):
     def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The payload as it will be stored; raise InvalidInputError if it does not fit."""
         ...
+
+    def limit_keys(self, name: str, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
+        """The keys of the job's limits and lock, filled in (None if it declares none).
+        They travel in the message, so a worker need not read the job to gate it."""
+        ...

@@ -141,6 +141,12 @@ class JobRegistry:
         seconds = self._timeouts_s.get(name) or spec.timeout_s or self._default_timeout_s
         return timedelta(seconds=seconds)
 
+    def limit_keys(self, name: str, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
+        spec = self._specs.get(name)
+        if spec is None or not spec.limits:
+            return None
+        return spec.limits.keys({**payload, "tenant_id": tenant_id})
+
     def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         spec = self._specs.get(name)
         if spec is None:

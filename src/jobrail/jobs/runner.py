@@ -56,6 +56,7 @@ class Delivery:
     deferrals: int = 0
     not_before: datetime | None = None
     prepaid: tuple[str, ...] = ()
+    limit_keys: tuple[str, ...] | None = None
 
     def again(
         self,
@@ -73,6 +74,7 @@ class Delivery:
             not_before=not_before,
             deferrals=self.deferrals + 1 if deferred else self.deferrals,
             prepaid=self.prepaid if prepaid is None else prepaid,
+            limit_keys=self.limit_keys,
         )
 
 
@@ -178,19 +180,22 @@ class JobRunner:
 
     async def _admit(self, delivery: Delivery, limits: JobLimits) -> Pass | None:
         """Acquire the job's limits and lock, or defer the message (no attempt spent)."""
-        now = self._clock.now()
         if self._gate is None:
             raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
-        current = await self._hold_store(lambda: self._store.get(delivery.job_id))
-        if current is None or not current.can_start(now):
-            await self._not_claimed(delivery, current, now)
-            return None
-        values = {**current.payload, "tenant_id": current.tenant_id}
+        now = self._clock.now()
+        keys = delivery.limit_keys
+        if keys is None or len(keys) != len(limits.all()):
+            # An older message without its keys: read the job to fill them in.
+            current = await self._hold_store(lambda: self._store.get(delivery.job_id))
+            if current is None or not current.can_start(now):
+                await self._not_claimed(delivery, current, now)
+                return None
+            keys = tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
         # A reserved token must be used on time: a job that comes back late competes
         # again, so that late jobs cannot bunch their calls together.
         on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
         prepaid = delivery.prepaid if on_time else ()
-        verdict = await self._gate.enter(limits, values, delivery.deferrals, prepaid)
+        verdict = await self._gate.enter(limits, keys, delivery.deferrals, prepaid)
         if isinstance(verdict, Deferred):
             log.info(
                 "job %s deferred %.3fs: %s",
@@ -238,22 +243,29 @@ class JobRunner:
             now = self._clock.now()
             run_after = now + timedelta(seconds=exc.retry_after_s)
             job.throttled(_describe(exc), run_after, now)
-            return (self._again(job, run_after),)
-        except (TransientError, StoreUnavailableError, BrokerUnavailableError) as exc:
-            return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
-        except LimitsUnavailableError as exc:
-            return await self._retry_or_fail(job, _describe(exc), job.max_attempts)
+            return (_again(job, run_after, job_run.limits),)
+        except (
+            TransientError,
+            StoreUnavailableError,
+            BrokerUnavailableError,
+            LimitsUnavailableError,
+        ) as exc:
+            # Infrastructure the handler needed was away: as transient as it gets.
+            return await self._retry_or_fail(job, _describe(exc), job.max_attempts, job_run)
         except TimeoutError:
             error = f"timed out after {timeout.total_seconds():g}s"
-            return await self._retry_or_fail(job, error, job.max_attempts)
+            return await self._retry_or_fail(job, error, job.max_attempts, job_run)
         except Exception as exc:
             log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
             limit = min(job.max_attempts, self._retry.max_attempts_unknown)
-            return await self._retry_or_fail(job, f"unexpected error: {_describe(exc)}", limit)
+            error = f"unexpected error: {_describe(exc)}"
+            return await self._retry_or_fail(job, error, limit, job_run)
         job.succeed(stored_result, self._clock.now())
         return ()
 
-    async def _retry_or_fail(self, job: Job, error: str, attempt_limit: int) -> Sequence[Envelope]:
+    async def _retry_or_fail(
+        self, job: Job, error: str, attempt_limit: int, job_run: JobRun
+    ) -> Sequence[Envelope]:
         if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
             job.stop_cancelled(self._clock.now())
             return ()
@@ -262,18 +274,7 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + self._retry.delay(job.attempts)
         job.retry_later(error, run_after, now)
-        return (self._again(job, run_after),)
-
-    @staticmethod
-    def _again(job: Job, run_after: datetime) -> Envelope:
-        return job_envelope(
-            job_id=job.id,
-            job_type=job.type,
-            queue=job.queue,
-            tenant_id=job.tenant_id,
-            trace_context=job.trace_context,
-            not_before=run_after,
-        )
+        return (_again(job, run_after, job_run.limits),)
 
     def _fail(self, job: Job, error: str) -> Sequence[Envelope]:
         now = self._clock.now()
@@ -373,6 +374,20 @@ async def _hold(
             if failures:
                 log.info("%s is back after %d failed tries", what, failures)
             return result
+
+
+def _again(job: Job, run_after: datetime, limits: JobLimits) -> Envelope:
+    """The job's message for its next attempt."""
+    keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
+    return job_envelope(
+        job_id=job.id,
+        job_type=job.type,
+        queue=job.queue,
+        tenant_id=job.tenant_id,
+        trace_context=job.trace_context,
+        not_before=run_after,
+        limit_keys=keys,
+    )
 
 
 def _json_object(result: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -11,20 +11,18 @@ releases everything in one round trip at the end.
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from jobrail.kernel.errors import TransientError
-from jobrail.kernel.ids import new_id
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
     Acquire,
     Concurrency,
     Grant,
     JobLimits,
-    KeyTemplate,
     LimitsBackend,
     LimitsUnavailableError,
     Lock,
@@ -34,6 +32,11 @@ from jobrail.limits.model import (
 log = logging.getLogger("jobrail.limits")
 
 T = TypeVar("T")
+
+
+def holder_token() -> str:
+    """A random token naming who holds a lock or a slot (unique, not a secret)."""
+    return f"{random.getrandbits(96):024x}"
 
 
 class LockLostError(TransientError):
@@ -69,48 +72,60 @@ class Pass:
         ]
         self._renew_every = min(ttls) / 3 if ttls else None
         self._ttl = min(ttls) if ttls else None
+        self._renewals: set[asyncio.Task[None]] = set()
 
     @property
     def fence(self) -> int | None:
         return self._grant.fence
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work` while renewing the hold every third of its TTL. The renewals are
+        timers, not a task: most jobs end before the first one is due."""
         if self._renew_every is None:
             return await work()
+        loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(work())
-        watchdog = asyncio.create_task(self._watch(task))
+        self._lost = False
+        self._confirmed = loop.time()
+        self._timer = loop.call_later(self._renew_every, self._renew, task)
         try:
             return await task
         except asyncio.CancelledError:
-            if watchdog.done() and not watchdog.cancelled() and watchdog.result():
+            if self._lost:
                 raise LockLostError("the job's lock was lost while it ran") from None
             raise
         finally:
-            watchdog.cancel()
+            self._timer.cancel()
             task.cancel()
 
-    async def _watch(self, task: "asyncio.Future[Any]") -> bool:
-        """Renew until the work ends; cancel it and return True if the hold was lost."""
+    def _renew(self, task: "asyncio.Future[Any]") -> None:
+        if not task.done():
+            renewal = asyncio.ensure_future(self._extend(task))
+            self._renewals.add(renewal)
+            renewal.add_done_callback(self._renewals.discard)
+
+    async def _extend(self, task: "asyncio.Future[Any]") -> None:
         assert self._renew_every is not None
         assert self._ttl is not None
         loop = asyncio.get_running_loop()
-        confirmed = loop.time()
-        while not task.done():
-            await asyncio.sleep(self._renew_every)
-            try:
-                held = await self._backend.extend(self._grant)
-            except LimitsUnavailableError as exc:
-                # Cannot confirm; the lock is as good as lost once its TTL has passed.
-                held = loop.time() - confirmed < self._ttl
-                log.warning("cannot renew the job's lock (%s)", exc)
-            else:
-                confirmed = loop.time() if held else confirmed
-            if not held:
-                self._counters.lock_lost += 1
-                log.warning("lock lost while the job ran; stopping the attempt")
-                task.cancel()
-                return True
-        return False
+        try:
+            held = await self._backend.extend(self._grant)
+        except LimitsUnavailableError as exc:
+            # Cannot confirm; the lock is as good as lost once its TTL has passed.
+            held = loop.time() - self._confirmed < self._ttl
+            log.warning("cannot renew the job's lock (%s)", exc)
+        else:
+            if held:
+                self._confirmed = loop.time()
+        if task.done():
+            return
+        if not held:
+            self._counters.lock_lost += 1
+            log.warning("lock lost while the job ran; stopping the attempt")
+            self._lost = True
+            task.cancel()
+            return
+        self._timer = loop.call_later(self._renew_every, self._renew, task)
 
     async def release(self, *, refund: bool = False) -> None:
         try:
@@ -136,21 +151,20 @@ class JobGate:
     async def enter(
         self,
         declared: JobLimits,
-        values: Mapping[str, object],
+        keys: Sequence[str],
         deferrals: int = 0,
         prepaid: Sequence[str] = (),
     ) -> Pass | Deferred:
-        """Admit the job, or say how long to wait. A token bucket that says no reserves
-        its next token for the job, which comes back when the token is due and pays
-        nothing then: waiting jobs are served in turn, without a stampede."""
-        items = []
-        for limit in declared.all():
-            key = KeyTemplate(limit.key).render(values)
-            items.append(
-                Acquire(limit, key, prepaid=isinstance(limit, TokenBucket) and key in prepaid)
-            )
+        """Admit the job (its limits' `keys`, as `declared.keys` fills them in), or say
+        how long to wait. A token bucket that says no reserves its next token for the
+        job, which comes back when the token is due and pays nothing then: waiting jobs
+        are served in turn, without a stampede."""
+        items = [
+            Acquire(limit, key, prepaid=isinstance(limit, TokenBucket) and key in prepaid)
+            for limit, key in zip(declared.all(), keys, strict=True)
+        ]
         try:
-            admission = await self._backend.admit(items, holder=new_id().hex, reserve=True)
+            admission = await self._backend.admit(items, holder=holder_token(), reserve=True)
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
             backoff = min(

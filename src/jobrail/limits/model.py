@@ -129,6 +129,10 @@ class JobLimits:
     def all(self) -> list[Limit]:
         return [*self.limits, *([self.lock] if self.lock else [])]
 
+    def keys(self, values: Mapping[str, object]) -> list[str]:
+        """Every limit's key (the lock's last), filled from a payload and tenant."""
+        return [KeyTemplate(limit.key).render(values) for limit in self.all()]
+
     def check_fields(self, job_type: str, available: Iterable[str]) -> None:
         """Refuse, at start-up, a key template naming a field the payload does not have."""
         known = set(available)

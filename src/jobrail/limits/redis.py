@@ -17,9 +17,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from jobrail.batching import Coalescer
 from jobrail.limits.model import (
     Acquire,
     Admission,
@@ -264,13 +265,18 @@ def _retry(value_ms: float) -> timedelta | None:
 
 
 class RedisLimits:
-    def __init__(self, redis: Redis, key_prefix: str = "jobrail:") -> None:
+    def __init__(self, redis: Redis, key_prefix: str = "jobrail:", window_s: float = 0.0) -> None:
         self._redis = redis
         self._prefix = key_prefix
         self._admit = redis.register_script(ADMIT)
         self._release = redis.register_script(RELEASE)
         self._extend = redis.register_script(EXTEND)
         self._fenced = redis.register_script(FENCED_WRITE)
+        # Scripts called in the same loop turn go out as one pipeline: still one
+        # command per call, one write and one read for them all.
+        self._calls: Coalescer[tuple[Any, list[str], list[str]], Any] = Coalescer(
+            self._send, window_s
+        )
 
     async def load_scripts(self) -> None:
         """Load every script now (EVALSHA would otherwise load each on first use)."""
@@ -291,9 +297,32 @@ class RedisLimits:
                 keys.append(f"{self._prefix}fence:{item.key}")
         return keys
 
+    async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
+        if len(calls) == 1:  # alone in its turn: a plain call costs less than a pipeline
+            script, keys, args = calls[0]
+            try:
+                return [await script(keys=keys, args=args)]
+            except RedisError as exc:
+                return [exc]
+        pipe = self._redis.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:  # Redis restarted and forgot the scripts: load them, send again
+            for script in {calls[i][0] for i in missing}:
+                script.sha = await self._redis.script_load(script.script)
+            pipe = self._redis.pipeline(transaction=False)
+            for i in missing:
+                script, keys, args = calls[i]
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            for i, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+                results[i] = result
+        return results
+
     async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
         try:
-            return await script(keys=keys, args=args)
+            return await self._calls.submit((script, keys, args))
         except (RedisError, OSError) as exc:
             # Down, loading, read-only, out of memory: the limits cannot be checked, so
             # limited work waits (and is never run unprotected).

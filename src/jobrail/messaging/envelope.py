@@ -56,6 +56,7 @@ def job_envelope(
     not_before: datetime | None = None,
     deferrals: int = 0,
     prepaid: Sequence[str] = (),
+    limit_keys: Sequence[str] | None = None,
 ) -> Envelope:
     """A job message. `not_before` also travels in the labels, so that a worker can tell
     a message that came back early from a delay tier; `prepaid` lists the token buckets
@@ -68,6 +69,8 @@ def job_envelope(
         labels["deferrals"] = deferrals
     if prepaid:
         labels["prepaid"] = list(prepaid)
+    if limit_keys is not None:
+        labels["limit_keys"] = list(limit_keys)
     labels.update(trace_context or {})
     body: dict[str, Any] = {
         "task_id": str(message_id),

@@ -69,6 +69,7 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             deferrals=int(labels.get("deferrals", 0)),
             not_before=_when(labels.get("not_before")),
             prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
+            limit_keys=_keys(labels.get("limit_keys")),
         )
         await runner.run(delivery, JobRun(handler=bound, timeout=timeout, limits=spec.limits))
 
@@ -79,4 +80,10 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
 def _when(value: object) -> datetime | None:
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
+    return None
+
+
+def _keys(value: object) -> tuple[str, ...] | None:
+    if isinstance(value, list):
+        return tuple(str(key) for key in value)
     return None

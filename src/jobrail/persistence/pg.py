@@ -9,12 +9,14 @@ in ``tests/contracts`` hold both, and the fakes, to the same rules.
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import make_url
 
+from jobrail.batching import Coalescer
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.ports import ClaimResult, ClaimToken, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError
@@ -64,6 +66,35 @@ WITH updated AS (
 SELECT count(*) FROM updated
 """
 
+# The same two statements for many jobs at once (see PgJobStore).
+CLAIM_MANY = f"""
+UPDATE jobs
+   SET status = 'running', attempts = jobs.attempts + 1, started_at = c.now,
+       updated_at = c.now, lease_until = c.lease_until, run_after = NULL
+  FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[])
+       AS c(id, now, lease_until, due_by)
+ WHERE jobs.id = c.id
+   AND ((jobs.status IN ('pending', 'retrying')
+         AND (jobs.run_after IS NULL OR jobs.run_after <= c.due_by))
+        OR (jobs.status = 'running' AND jobs.lease_until <= c.now))
+RETURNING {", ".join(f"jobs.{column}" for column in COLUMNS.split(", "))}
+"""
+
+RECORD_MANY = """
+UPDATE jobs
+   SET status = r.status, attempts = r.attempts, last_error = r.last_error,
+       result = r.result, updated_at = r.updated_at, started_at = r.started_at,
+       finished_at = r.finished_at, run_after = r.run_after, lease_until = r.lease_until
+  FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::text[],
+              $7::jsonb[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[],
+              $11::timestamptz[], $12::timestamptz[])
+       AS r(id, claimed_attempt, claimed_at, status, attempts, last_error, result,
+            updated_at, started_at, finished_at, run_after, lease_until)
+ WHERE jobs.id = r.id AND jobs.status = 'running'
+   AND jobs.attempts = r.claimed_attempt AND jobs.started_at = r.claimed_at
+RETURNING jobs.id
+"""
+
 CANCEL_REQUESTED = "SELECT cancel_requested FROM jobs WHERE id = $1"
 
 ENQUEUE = f"""
@@ -103,6 +134,12 @@ async def _init(connection: asyncpg.Connection) -> None:
         )
 
 
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """Release without asyncpg's default reset (a RESET ALL round trip per release):
+    these statements run alone, in autocommit, and change no session state. asyncpg
+    still rolls back a connection left inside a transaction."""
+
+
 async def create_pool(settings: DatabaseSettings) -> asyncpg.Pool:
     url = make_url(settings.url.get_secret_value()).set(drivername="postgresql")
     pool = asyncpg.create_pool(
@@ -112,25 +149,35 @@ async def create_pool(settings: DatabaseSettings) -> asyncpg.Pool:
         timeout=settings.connect_timeout_s,
         command_timeout=settings.pool_timeout_s * 3,
         init=_init,
+        reset=_keep_session,
     )
     return await pool
 
 
 class _Pg:
-    def __init__(self, pool: asyncpg.Pool, acquire_timeout: float = 10.0) -> None:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        # No acquire timeout: asyncpg's wait_for costs a task per call; a pool with no
+        # free connection waits for one, and an unreachable server fails at connect.
         self._pool = pool
-        self._timeout = acquire_timeout
 
     async def _fetchrow(self, query: str, *args: Any) -> Any:
         try:
-            async with self._pool.acquire(timeout=self._timeout) as connection:
+            async with self._pool.acquire() as connection:
                 return await connection.fetchrow(query, *args)
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _fetch(self, query: str, *args: Any) -> list[Any]:
+        try:
+            async with self._pool.acquire() as connection:
+                rows: list[Any] = await connection.fetch(query, *args)
+                return rows
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
 
     async def _execute(self, query: str, *args: Any) -> None:
         try:
-            async with self._pool.acquire(timeout=self._timeout) as connection:
+            async with self._pool.acquire() as connection:
                 await connection.execute(query, *args)
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
@@ -147,20 +194,57 @@ def _outbox_args(messages: Sequence[Envelope], at: datetime) -> list[Any]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    job_id: JobId
+    now: datetime
+    lease_until: datetime
+    due_by: datetime
+
+
 class PgJobStore(_Pg):
-    """The worker's job store (see JobStore): one round trip per call."""
+    """The worker's job store (see JobStore): one statement per call, and claims and
+    records made in the same loop turn share one statement."""
+
+    def __init__(self, pool: asyncpg.Pool, window_s: float = 0.0) -> None:
+        super().__init__(pool)
+        self._claims: Coalescer[_Claim, Job | None] = Coalescer(self._claim_many, window_s)
+        self._records: Coalescer[tuple[Job, ClaimToken], bool] = Coalescer(
+            self._record_many, window_s
+        )
 
     async def get(self, job_id: JobId) -> Job | None:
         row = await self._fetchrow(GET, job_id)
         return job_from_row(row) if row else None
 
     async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
-        row = await self._fetchrow(CLAIM, job_id, now, now + lease, now + DUE_TOLERANCE)
-        if row is not None:
-            return ClaimResult(job=job_from_row(row))
+        job = await self._claims.submit(_Claim(job_id, now, now + lease, now + DUE_TOLERANCE))
+        if job is not None:
+            return ClaimResult(job=job)
         return ClaimResult(job=None, current=await self.get(job_id))
 
+    async def _claim_many(self, claims: Sequence[_Claim]) -> list[Job | None]:
+        if len(claims) == 1:
+            c = claims[0]
+            row = await self._fetchrow(CLAIM, c.job_id, c.now, c.lease_until, c.due_by)
+            return [job_from_row(row) if row else None]
+        rows = await self._fetch(
+            CLAIM_MANY,
+            [c.job_id for c in claims],
+            [c.now for c in claims],
+            [c.lease_until for c in claims],
+            [c.due_by for c in claims],
+        )
+        claimed = {row["id"]: job_from_row(row) for row in rows}
+        # A job asked for twice in one turn is claimed once: the first asker gets it.
+        return [claimed.pop(c.job_id, None) for c in claims]
+
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+        if not outbox:
+            return await self._records.submit((job, claim))
+        return await self._record_one(job, claim, outbox)
+
+    async def _record_one(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
         row = await self._fetchrow(
             RECORD,
             job.id,
@@ -178,6 +262,28 @@ class PgJobStore(_Pg):
             claim.started_at,
         )
         return bool(row and row[0])
+
+    async def _record_many(self, records: Sequence[tuple[Job, ClaimToken]]) -> list[bool]:
+        if len(records) == 1:
+            return [await self._record_one(*records[0], ())]
+        jobs_ = [job for job, _ in records]
+        rows = await self._fetch(
+            RECORD_MANY,
+            [job.id for job in jobs_],
+            [claim.attempt for _, claim in records],
+            [claim.started_at for _, claim in records],
+            [job.status.value for job in jobs_],
+            [job.attempts for job in jobs_],
+            [job.last_error for job in jobs_],
+            [job.result for job in jobs_],
+            [job.updated_at for job in jobs_],
+            [job.started_at for job in jobs_],
+            [job.finished_at for job in jobs_],
+            [job.run_after for job in jobs_],
+            [job.lease_until for job in jobs_],
+        )
+        written = {row["id"] for row in rows}
+        return [job.id in written for job in jobs_]
 
     async def cancel_requested(self, job_id: JobId) -> bool:
         row = await self._fetchrow(CANCEL_REQUESTED, job_id)

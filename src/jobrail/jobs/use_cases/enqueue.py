@@ -53,7 +53,7 @@ class EnqueueJob:
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
         candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
-        message = message_for(candidate)
+        message = message_for(candidate, self._catalog)
         job = await self._intake.add(candidate, message)
         if job.id != candidate.id:
             _ensure_same_request(job, candidate)
@@ -84,7 +84,7 @@ def new_job(
     )
 
 
-def message_for(job: Job) -> Envelope:
+def message_for(job: Job, catalog: JobCatalog) -> Envelope:
     return job_envelope(
         job_id=job.id,
         job_type=job.type,
@@ -92,6 +92,7 @@ def message_for(job: Job) -> Envelope:
         tenant_id=job.tenant_id,
         trace_context=job.trace_context,
         not_before=job.run_after,
+        limit_keys=catalog.limit_keys(job.type, job.payload, job.tenant_id),
     )
 
 
@@ -110,7 +111,7 @@ async def record_job(
     if job.id != candidate.id:
         _ensure_same_request(job, candidate)
         return EnqueueResult(job=job, created=False)
-    await outbox.add(message_for(job))
+    await outbox.add(message_for(job, catalog))
     return EnqueueResult(job=job, created=True)
 
 
