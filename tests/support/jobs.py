@@ -88,8 +88,15 @@ async def stall(
     if ctx.attempt == payload.stall_on_attempt and payload.stall_s:
         time.sleep(payload.stall_s)
     assert ctx.fence is not None
-    accepted = await limits.fenced_write(payload.resource, ctx.fence, payload.name)
-    await _hit(payload.url, name=payload.name, fence=ctx.fence, accepted=int(accepted))
+    fence = ctx.fence
+
+    async def write_and_report() -> bool:
+        accepted = await limits.fenced_write(payload.resource, fence, payload.name)
+        await _hit(payload.url, name=payload.name, fence=fence, accepted=int(accepted))
+        return accepted
+
+    # The write and its report are one step: a lost lock stops the job after it.
+    accepted = await asyncio.shield(write_and_report())
     if not accepted:
         raise TransientError(f"write with fence {ctx.fence} refused: a newer holder wrote")
     return {"fence": ctx.fence}
