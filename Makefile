@@ -8,7 +8,13 @@ STACK_ENV := JOBRAIL_MODE=stack \
 	JOBRAIL_REDIS__URL=$${JOBRAIL_REDIS__URL:-redis://127.0.0.1:6379/0}
 QUEUES ?=
 
-.PHONY: help install install-dev run run-stack api worker migrate migrate-stack test test-unit lint format clean
+install-bench: $(VENV)/.installed-bench
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
+
+.PHONY: help install install-dev install-bench bench run run-stack api worker migrate migrate-stack test test-unit lint format clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -16,6 +22,7 @@ help:
 	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | migrate"
 	@echo "make test       lint, then every test against the real services"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
+	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq and a Celery pipeline"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +75,9 @@ test: lint
 
 test-unit: install-dev
 	$(BIN)/pytest tests/unit
+
+bench: install-bench
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,114 @@
+"""The API under load: POST /demo/echo beside GET /health, same server, same run.
+
+The load generator is a lean keep-alive HTTP/1.1 client (raw asyncio streams), so
+that it measures the server rather than itself.
+"""
+
+import asyncio
+import json
+import socket
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+from bench.common import PYTHON, spawn, unique, wait_until
+from bench.jobrail_e2e import Stack, cleanup, create_database
+from jobrail.persistence.admin import drop_database
+
+ENQUEUE_LIMITS = json.dumps(
+    [{"scope": "tenant", "limit": 100000000, "window_s": 60, "algorithm": "token_bucket"}]
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _client(
+    port: int, request: bytes, stop_at: float, latencies: list[float], statuses: list[int]
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+            statuses.append(int(head[9:12]))
+    finally:
+        writer.close()
+
+
+async def load(port: int, request: bytes, concurrency: int, seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    statuses: list[int] = []
+    warm_stop = time.perf_counter() + 1.0
+    await asyncio.gather(*(_client(port, request, warm_stop, [], []) for _ in range(concurrency)))
+    started = time.perf_counter()
+    stop_at = started + seconds
+    await asyncio.gather(
+        *(_client(port, request, stop_at, latencies, statuses) for _ in range(concurrency))
+    )
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rps": round(len(latencies) / elapsed),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+        "errors": sum(1 for status in statuses if status >= 400),
+    }
+
+
+def _request(method: str, path: str, body: bytes = b"") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: bench", "X-Tenant-Id: bench"]
+    if body:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
+    url = await create_database()
+    stack = Stack(database_url=url, prefix=unique("bench."))
+    port = _free_port()
+    server = spawn(
+        [PYTHON, "-m", "jobrail.cli", "api"],
+        stack.env(
+            JOBRAIL_API__PORT=str(port),
+            JOBRAIL_API_LIMITS__ENQUEUE=ENQUEUE_LIMITS,
+            JOBRAIL_API_LIMITS__READ="[]",
+        ),
+        "api",
+    )
+    try:
+
+        async def ready() -> bool:
+            try:
+                async with httpx.AsyncClient() as client:
+                    response = await client.get(f"http://127.0.0.1:{port}/ready", timeout=1)
+                return response.status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await wait_until(ready, 60, "the API", interval=0.2)
+        echo = _request("POST", "/demo/echo", b'{"message": "bench"}')
+        enqueue = await load(port, echo, concurrency, seconds)
+        health = await load(port, _request("GET", "/health"), concurrency, seconds)
+    finally:
+        server.stop()
+        await cleanup(stack)
+        await drop_database(url)
+    return {"concurrency": concurrency, "enqueue": enqueue, "health": health}
+
+
+if __name__ == "__main__":
+    print(asyncio.run(run()))

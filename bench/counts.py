@@ -1,0 +1,128 @@
+"""Per job, counted at the wire (not timed): Redis commands, SQL statements and round
+trips, RabbitMQ publishes, on the enqueue side and on the worker side."""
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.common import PYTHON, consumers, rss_mb, spawn, unique, wait_until
+from bench.jobrail_e2e import Stack, cleanup, create_database
+from bench.wire import AmqpCounter, CountingProxy, PostgresCounter
+from jobrail.bootstrap import build_runtime
+from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.kernel.ids import TenantId
+from jobrail.messaging.topology import Topology
+from jobrail.persistence.admin import drop_database
+from jobrail.persistence.tables import jobs
+
+QUIET = {  # no periodic work while counting: only what the jobs cost
+    "JOBRAIL_OUTBOX__RELAY_INTERVAL_S": "600",
+}
+
+
+def _through(url: str, port: int, default_port: int) -> str:
+    return url.replace(f"127.0.0.1:{default_port}", f"127.0.0.1:{port}")
+
+
+class RedisCommands:
+    """Scripts clients sent to Redis, from INFO commandstats (MONITOR drops lines under
+    load). Commands a script runs inside count under their own names, not here."""
+
+    def __enter__(self) -> "RedisCommands":
+        self._before = self._scripts()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.scripts = self._scripts() - self._before
+
+    @staticmethod
+    def _scripts() -> int:
+        from redis import Redis
+
+        client = Redis()
+        stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+        client.close()
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+
+async def run(count: int = 300) -> dict[str, Any]:
+    url = await create_database()
+    stack = Stack(database_url=url, prefix=unique("bench."))
+    enqueue_pg = await CountingProxy(5432, PostgresCounter()).start()
+    enqueue_amqp = await CountingProxy(5672, AmqpCounter()).start()
+    worker_pg = await CountingProxy(5432, PostgresCounter()).start()
+    worker_amqp = await CountingProxy(5672, AmqpCounter()).start()
+    topology = Topology.from_settings(stack.settings().rabbit)
+    worker = spawn(
+        [PYTHON, "-m", "jobrail.cli", "worker"],
+        stack.env(
+            JOBRAIL_DATABASE__URL=_through(url, worker_pg.port, 5432),
+            JOBRAIL_RABBIT__URL=_through(stack.amqp_url, worker_amqp.port, 5672),
+            **QUIET,
+        ),
+        "counts-worker",
+    )
+    engine = create_async_engine(url)
+    try:
+        await wait_until(lambda: consumers(topology.queues["jobs.default"]), 60, "the worker")
+        await asyncio.sleep(1)
+        idle_rss = rss_mb(worker.popen.pid)
+        runtime = build_runtime(
+            stack.settings(
+                database={"url": _through(url, enqueue_pg.port, 5432)},
+                rabbit={
+                    "url": _through(stack.amqp_url, enqueue_amqp.port, 5672),
+                    "prefix": stack.prefix,
+                },
+            ),
+            worker=False,
+        )
+        await runtime.broker.startup()
+        for counter in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp):
+            counter.counter.counts.clear()
+        with RedisCommands() as redis_commands:
+            for n in range(count):  # one at a time: the cost of one enqueue, not a batch
+                async with runtime.container() as request:
+                    enqueue = await request.get(EnqueueJob)
+                    await enqueue(
+                        EnqueueJobCommand(
+                            tenant_id=TenantId("bench"), type="bench.noop", payload={"n": n}
+                        )
+                    )
+
+            async def done() -> bool:
+                async with engine.connect() as conn:
+                    finished = await conn.scalar(
+                        select(func.count()).select_from(jobs).where(jobs.c.status == "succeeded")
+                    )
+                return finished == count
+
+            await wait_until(done, 120, "the jobs", interval=0.1)
+            await asyncio.sleep(0.5)
+        await runtime.broker.shutdown()
+        await runtime.container.close()
+        per = lambda value: round(value / count, 2)  # noqa: E731
+        return {
+            "redis_round_trips": per(redis_commands.scripts),
+            "worker_sql_statements": per(worker_pg.counter.counts["statements"]),
+            "worker_sql_round_trips": per(worker_pg.counter.counts["round_trips"]),
+            "enqueue_sql_statements": per(enqueue_pg.counter.counts["statements"]),
+            "enqueue_sql_round_trips": per(enqueue_pg.counter.counts["round_trips"]),
+            "enqueue_rabbitmq_publishes": per(enqueue_amqp.counter.counts["publishes"]),
+            "worker_rabbitmq_publishes": per(worker_amqp.counter.counts["publishes"]),
+            "worker_rabbitmq_acks": per(worker_amqp.counter.counts["acks"]),
+            "rss_mb_idle": idle_rss,
+        }
+    finally:
+        worker.stop()
+        await engine.dispose()
+        for proxy in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp):
+            await proxy.stop()
+        await cleanup(stack)
+        await drop_database(url)
+
+
+if __name__ == "__main__":
+    print(asyncio.run(run()))

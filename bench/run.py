@@ -1,0 +1,159 @@
+"""`make bench`: every measurement in one run, against the same services, then a table.
+
+Writes bench/results/latest.json (and a dated copy) and the table in bench/README.md.
+"""
+
+import asyncio
+import datetime
+import json
+import re
+import sys
+import time
+from typing import Any
+
+from bench import api_load, celery_pipeline, counts, jobrail_e2e, raw_aio_pika, raw_taskiq
+from bench.common import ROOT, machine, write_json
+
+RESULTS = ROOT / "bench" / "results"
+README = ROOT / "bench" / "README.md"
+
+
+async def measure(quick: bool) -> dict[str, Any]:
+    scale = 0.3 if quick else 1.0
+    step = lambda name: print(f"... {name}", file=sys.stderr, flush=True)  # noqa: E731
+    step("raw aio-pika")
+    aio_pika_rate = await raw_aio_pika.run(int(20_000 * scale))
+    step("raw taskiq")
+    taskiq_rate = await raw_taskiq.run(int(10_000 * scale))
+    step("the seeds' Celery pipeline")
+    celery = await celery_pipeline.run(int(3_000 * scale))
+    step("jobrail end to end")
+    jobrail = await jobrail_e2e.run(int(6_000 * scale), processes=(1, 2, 4))
+    step("per-job counts and memory")
+    counted = await counts.run(300)
+    step("API")
+    api = await api_load.run(concurrency=32, seconds=4 if quick else 8)
+    celery_best = max(celery.values())
+    one = jobrail["jobs_per_s"]["1"]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "raw_aio_pika_msgs_per_s": round(aio_pika_rate),
+        "raw_taskiq_tasks_per_s": round(taskiq_rate),
+        "celery_pipeline_jobs_per_s": celery_best,
+        "celery_pipeline_by_pool": celery,
+        "jobrail_jobs_per_s": jobrail["jobs_per_s"],
+        "jobrail_enqueue_jobs_per_s": round(jobrail["enqueue_jobs_per_s"]),
+        "ratios": {
+            "jobrail_vs_taskiq": round(one / taskiq_rate, 2),
+            "jobrail_vs_celery": round(one / celery_best, 2),
+            "enqueue_p50_vs_health_p50": round(
+                api["enqueue"]["p50_ms"] / api["health"]["p50_ms"], 2
+            ),
+        },
+        "per_job": {
+            "redis_round_trips": counted["redis_round_trips"],
+            "worker_sql_statements": counted["worker_sql_statements"],
+            "worker_sql_round_trips": counted["worker_sql_round_trips"],
+            "enqueue_sql_round_trips": counted["enqueue_sql_round_trips"],
+            "enqueue_rabbitmq_publishes": counted["enqueue_rabbitmq_publishes"],
+            "worker_rabbitmq_publishes": counted["worker_rabbitmq_publishes"],
+        },
+        "api": {
+            "concurrency": api["concurrency"],
+            "enqueue_rps": api["enqueue"]["rps"],
+            "enqueue_p50_ms": api["enqueue"]["p50_ms"],
+            "enqueue_p99_ms": api["enqueue"]["p99_ms"],
+            "health_rps": api["health"]["rps"],
+            "health_p50_ms": api["health"]["p50_ms"],
+            "health_p99_ms": api["health"]["p99_ms"],
+        },
+        "memory": {
+            "worker_rss_mb_idle": counted["rss_mb_idle"],
+            "worker_rss_mb_loaded": jobrail["rss_mb_loaded"]["1"],
+        },
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    j = r["jobrail_jobs_per_s"]
+    rows = [
+        ("raw aio-pika (publish+confirm, consume+ack)", f"{r['raw_aio_pika_msgs_per_s']} msgs/s"),
+        ("raw Taskiq no-op, 1 worker process", f"{r['raw_taskiq_tasks_per_s']} tasks/s"),
+        (
+            "seeds' Celery pipeline, 1 worker process",
+            ", ".join(f"{k} {v}" for k, v in r["celery_pipeline_by_pool"].items()) + " jobs/s",
+        ),
+        (
+            "jobrail end to end, 1 / 2 / 4 worker processes",
+            f"{j['1']} / {j['2']} / {j['4']} jobs/s",
+        ),
+        ("jobrail enqueue (EnqueueJob, in process)", f"{r['jobrail_enqueue_jobs_per_s']} jobs/s"),
+        (
+            "ratio jobrail / raw Taskiq (1 process)",
+            f"{r['ratios']['jobrail_vs_taskiq']} (target >= 0.5)",
+        ),
+        (
+            "ratio jobrail / Celery pipeline (1 process)",
+            f"{r['ratios']['jobrail_vs_celery']} (target >= 2)",
+        ),
+        (
+            f"API POST /demo/echo, concurrency {r['api']['concurrency']}",
+            f"{r['api']['enqueue_rps']} req/s, p50 {r['api']['enqueue_p50_ms']} ms, "
+            f"p99 {r['api']['enqueue_p99_ms']} ms",
+        ),
+        (
+            "API GET /health, same server",
+            f"{r['api']['health_rps']} req/s, p50 {r['api']['health_p50_ms']} ms, "
+            f"p99 {r['api']['health_p99_ms']} ms",
+        ),
+        ("enqueue p50 / health p50", f"{r['ratios']['enqueue_p50_vs_health_p50']} (target <= 3)"),
+        (
+            "per job: Redis scripts / worker SQL statements / enqueue SQL round trips",
+            f"{r['per_job']['redis_round_trips']} / {r['per_job']['worker_sql_statements']} / "
+            f"{r['per_job']['enqueue_sql_round_trips']} (targets <= 2 / 4 / 2)",
+        ),
+        (
+            "per job: RabbitMQ publishes, enqueue / worker",
+            f"{r['per_job']['enqueue_rabbitmq_publishes']} / "
+            f"{r['per_job']['worker_rabbitmq_publishes']}",
+        ),
+        (
+            "worker RSS idle / loaded",
+            f"{r['memory']['worker_rss_mb_idle']} / {r['memory']['worker_rss_mb_loaded']} MB",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"| {'measure'.ljust(width)} | result |", f"|{'-' * (width + 2)}|---|"]
+    lines += [f"| {name.ljust(width)} | {value} |" for name, value in rows]
+    m = r["machine"]
+    lines.append("")
+    lines.append(
+        f"Run {r['date']} on {m['cores']} cores, {m['memory_gb']} GB, Python {m['python']}."
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    started = time.time()
+    results = asyncio.run(measure(quick))
+    results["seconds"] = round(time.time() - started)
+    write_json(RESULTS / "latest.json", results)
+    write_json(RESULTS / f"{results['date'][:19].replace(':', '')}.json", results)
+    rendered = table(results)
+    print(rendered)
+    if README.exists() and not quick:
+        text = README.read_text()
+        text = re.sub(
+            r"<!-- results -->.*<!-- /results -->",
+            f"<!-- results -->\n{rendered}\n<!-- /results -->",
+            text,
+            flags=re.S,
+        )
+        README.write_text(text)
+    print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
