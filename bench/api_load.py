@@ -6,14 +6,16 @@ that it measures the server rather than itself.
 
 import asyncio
 import json
+import os
 import socket
 import statistics
+import subprocess
 import time
 from typing import Any
 
 import httpx
 
-from bench.common import PYTHON, spawn, unique, wait_until
+from bench.common import PYTHON, ROOT, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.persistence.admin import drop_database
 
@@ -69,8 +71,8 @@ async def load(port: int, request: bytes, concurrency: int, seconds: float) -> d
     }
 
 
-def _request(method: str, path: str, body: bytes = b"") -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: bench", "X-Tenant-Id: bench"]
+def _request(method: str, path: str, body: bytes = b"", key: str = "") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: bench", f"Authorization: Bearer {key}"]
     if body:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
@@ -80,6 +82,19 @@ async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
     url = await create_database()
     stack = Stack(database_url=url, prefix=unique("bench."))
     port = _free_port()
+    created = await asyncio.to_thread(
+        subprocess.run,
+        [PYTHON, "-m", "jobrail.cli", "tenants", "create", "bench"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")},
+            **stack.env(),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = json.loads(created.stdout)["api_key"]
     server = spawn(
         [PYTHON, "-m", "jobrail.cli", "api"],
         stack.env(
@@ -100,7 +115,7 @@ async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
                 return False
 
         await wait_until(ready, 60, "the API", interval=0.2)
-        echo = _request("POST", "/demo/echo", b'{"message": "bench"}')
+        echo = _request("POST", "/demo/echo", b'{"message": "bench"}', key)
         enqueue = await load(port, echo, concurrency, seconds)
         health = await load(port, _request("GET", "/health"), concurrency, seconds)
     finally:

@@ -14,6 +14,7 @@ from jobrail.jobs.ports import (
     ClaimToken,
     Cursor,
     JobFilter,
+    JobIdentity,
     JobPage,
     StoreUnavailableError,
 )
@@ -150,12 +151,18 @@ class FakeJobStore:
         job = self.jobs.get(job_id)
         return copy.deepcopy(job) if job else None
 
-    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+    async def claim(
+        self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
+    ) -> ClaimResult:
         self._maybe_fail()
         job = self.jobs.get(job_id)
         if job is None:
             return ClaimResult(job=None, current=None)
-        if not job.can_start(now):
+        foreign = expect is not None and (expect.tenant_id, expect.job_type) != (
+            job.tenant_id,
+            job.type,
+        )
+        if foreign or not job.can_start(now):
             return ClaimResult(job=None, current=copy.deepcopy(job))
         job.start(now, lease)
         return ClaimResult(job=copy.deepcopy(job))
@@ -214,3 +221,58 @@ def make_job(**overrides: Any) -> Job:
     }
     values.update(overrides)
     return Job.create(**values)
+
+
+class FakeTenantDirectory:
+    """The tenant directory port in memory; counts lookups so caching can be seen."""
+
+    def __init__(self) -> None:
+        from jobrail.tenants.domain import ApiKeyInfo, Tenant
+
+        self.tenants: dict[str, Tenant] = {}
+        self.keys: dict[str, ApiKeyInfo] = {}  # by digest
+        self.lookups = 0
+
+    async def create_tenant(self, tenant: Any) -> None:
+        from jobrail.tenants.ports import TenantExistsError
+
+        if tenant.id in self.tenants:
+            raise TenantExistsError(tenant.id)
+        self.tenants[tenant.id] = tenant
+
+    async def get_tenant(self, tenant_id: TenantId) -> Any:
+        return self.tenants.get(tenant_id)
+
+    async def list_tenants(self) -> list[Any]:
+        return sorted(self.tenants.values(), key=lambda t: t.id)
+
+    async def add_key(self, key: Any, key_digest: str) -> None:
+        from jobrail.tenants.ports import KeyExistsError
+
+        if key_digest in self.keys:
+            raise KeyExistsError(key.hint)
+        self.keys[key_digest] = key
+
+    async def revoke_key(self, key_id: uuid.UUID, at: datetime) -> Any:
+        import dataclasses
+
+        for key_digest, key in self.keys.items():
+            if key.id == key_id and key.revoked_at is None:
+                self.keys[key_digest] = dataclasses.replace(key, revoked_at=at)
+                return self.keys[key_digest]
+        return None
+
+    async def list_keys(self, tenant_id: TenantId) -> list[Any]:
+        return sorted(
+            (k for k in self.keys.values() if k.tenant_id == tenant_id),
+            key=lambda k: k.created_at,
+        )
+
+    async def principal_for(self, key_digest: str) -> Any:
+        from jobrail.tenants.domain import Principal
+
+        self.lookups += 1
+        key = self.keys.get(key_digest)
+        if key is None or key.revoked_at is not None:
+            return None
+        return Principal(key.tenant_id, self.tenants[key.tenant_id].admin, key.id)

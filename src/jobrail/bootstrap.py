@@ -20,6 +20,8 @@ from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 from jobrail.ioc import PlatformProvider, ProcessRole
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.registry import JobRegistry
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.ids import TenantId
 from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
 from jobrail.messaging.envelope import job_envelope
@@ -29,6 +31,7 @@ from jobrail.modules import Module, load_modules
 from jobrail.persistence.outbox import OutboxRelay
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
+from jobrail.tenants.ports import TenantDirectory
 
 log = logging.getLogger("jobrail")
 
@@ -116,6 +119,29 @@ def install_worker_lifecycle(runtime: Runtime) -> None:
     runtime.broker.add_middlewares(LimitsMiddleware(runtime.container))
     runtime.broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, on_startup)
     runtime.broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, on_shutdown)
+
+
+DEMO_TENANT = "demo"
+
+
+async def seed_demo_tenant(runtime: Runtime) -> None:
+    """Embedded mode only: a tenant ``demo`` (an admin: the embedded mode is a sandbox)
+    whose key is ``demo_api_key``. Runs at every start; a changed key is added to the
+    old ones, a revoked one stays revoked."""
+    from jobrail.kernel.errors import ConflictError
+    from jobrail.tenants.domain import Tenant
+    from jobrail.tenants.ports import TenantExistsError
+    from jobrail.tenants.use_cases import IssueApiKey
+
+    directory = await runtime.container.get(TenantDirectory)
+    clock = await runtime.container.get(Clock)
+    with contextlib.suppress(TenantExistsError):
+        await directory.create_tenant(
+            Tenant(id=TenantId(DEMO_TENANT), admin=True, created_at=clock.now())
+        )
+    issue = await runtime.container.get(IssueApiKey)
+    with contextlib.suppress(ConflictError):  # the key is there already
+        await issue(TenantId(DEMO_TENANT), key=runtime.settings.demo_api_key.get_secret_value())
 
 
 async def resume_unfinished_jobs(runtime: Runtime) -> int:

@@ -5,11 +5,15 @@ jobrail run       embedded mode: migrate a SQLite file and serve the API with an
 jobrail api       serve the API
 jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues)
 jobrail migrate   bring the database schema up to date
+jobrail tenants   create tenants, issue and revoke their API keys (prints JSON)
 """
 
 import argparse
+import asyncio
+import json
 import os
 import sys
+import uuid
 from pathlib import Path
 
 from jobrail.settings import Settings, SettingsError, load_settings
@@ -50,6 +54,13 @@ def serve_api(settings: Settings) -> None:
 
     configure_logging(settings.log_level)
     app = create_app(settings)
+    if settings.embedded:
+        print(
+            f"jobrail: embedded mode on http://{settings.api.host}:{settings.api.port} - "
+            f"tenant 'demo', API key {settings.demo_api_key.get_secret_value()!r} "
+            "(set JOBRAIL_DEMO_API_KEY to change it)",
+            flush=True,
+        )
     uvicorn.run(
         app,
         host=settings.api.host,
@@ -57,6 +68,62 @@ def serve_api(settings: Settings) -> None:
         log_config=None,
         access_log=False,
     )
+
+
+async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    from jobrail.kernel.clock import SystemClock
+    from jobrail.kernel.errors import DomainError
+    from jobrail.kernel.ids import TenantId
+    from jobrail.persistence.engine import create_engine
+    from jobrail.persistence.tenants import SqlaTenantDirectory
+    from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
+
+    engine = create_engine(settings.database)
+    directory = SqlaTenantDirectory(engine)
+    clock = SystemClock()
+    try:
+        if args.action == "create":
+            issued = await CreateTenant(directory, clock)(args.name, admin=args.admin)
+        elif args.action == "add-key":
+            issued = await IssueApiKey(directory, clock)(TenantId(args.name))
+        elif args.action == "revoke-key":
+            revoked = await RevokeApiKey(directory, clock)(args.key_id)
+            return {
+                "tenant_id": revoked.tenant_id,
+                "key_id": str(revoked.id),
+                "hint": revoked.hint,
+                "revoked_at": revoked.revoked_at.isoformat() if revoked.revoked_at else None,
+            }
+        else:
+            return {
+                "tenants": [
+                    {
+                        "tenant_id": tenant.id,
+                        "admin": tenant.admin,
+                        "keys": [
+                            {
+                                "key_id": str(key.id),
+                                "hint": key.hint,
+                                "created_at": key.created_at.isoformat(),
+                                "revoked": key.revoked_at is not None,
+                            }
+                            for key in await directory.list_keys(tenant.id)
+                        ],
+                    }
+                    for tenant in await directory.list_tenants()
+                ]
+            }
+    except DomainError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    finally:
+        await engine.dispose()
+    return {
+        "tenant_id": issued.tenant_id,
+        "api_key": issued.api_key,
+        "key_id": str(issued.key_id),
+        "admin": issued.admin,
+    }
 
 
 def run_worker(settings: Settings, extra: list[str]) -> None:
@@ -100,6 +167,18 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="create the Postgres database first if it does not exist",
     )
+    tenants = sub.add_parser("tenants", help="tenants and API keys (prints JSON)")
+    actions = tenants.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="a new tenant and its first API key")
+    create.add_argument("name", help="lower-case letters, digits, '.', '_' or '-'")
+    create.add_argument(
+        "--admin", action="store_true", help="its keys may call the admin endpoints"
+    )
+    add_key = actions.add_parser("add-key", help="another API key for a tenant (rotation)")
+    add_key.add_argument("name")
+    revoke = actions.add_parser("revoke-key", help="revoke an API key by its key_id")
+    revoke.add_argument("key_id", type=uuid.UUID)
+    actions.add_parser("list", help="tenants and their keys (hints only)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
@@ -108,8 +187,6 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     if args.command == "migrate":
         if args.create_database and not settings.database.is_sqlite:
-            import asyncio
-
             from jobrail.persistence.admin import create_database_if_missing
 
             asyncio.run(create_database_if_missing(settings.database.url.get_secret_value()))
@@ -128,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         serve_api(settings)
     elif args.command == "worker":
         run_worker(settings, args.taskiq_args)
+    elif args.command == "tenants":
+        print(json.dumps(asyncio.run(_tenants_command(settings, args))))
 
 
 if __name__ == "__main__":

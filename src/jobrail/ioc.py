@@ -26,6 +26,7 @@ from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
 from jobrail.jobs.use_cases import CancelJob, EnqueueJob, GetJob, ListJobs, RedriveJob
 from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.limits.admin import LimitsAdmin
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.gate import GateConfig, JobGate
@@ -38,8 +39,11 @@ from jobrail.persistence.engine import create_engine, create_sessionmaker
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
+from jobrail.persistence.tenants import SqlaTenantDirectory
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
+from jobrail.tenants.ports import TenantDirectory
+from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 
 
 class ProcessRole(Enum):
@@ -171,6 +175,22 @@ class PlatformProvider(Provider):
         self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
     ) -> ApiRateLimiter:
         return ApiRateLimiter(backend, settings.api_limits, counters)
+
+    @provide(scope=Scope.APP)
+    def limits_admin(self, registry: JobRegistry, backend: LimitsBackend) -> LimitsAdmin:
+        return LimitsAdmin(registry, backend)
+
+    @provide(scope=Scope.APP)
+    def tenant_directory(self, engine: AsyncEngine) -> TenantDirectory:
+        return SqlaTenantDirectory(engine)
+
+    @provide(scope=Scope.APP)
+    def authenticate(self, directory: TenantDirectory, settings: Settings) -> Authenticate:
+        return Authenticate(directory, ttl_s=settings.auth.key_cache_ttl_s)
+
+    create_tenant = provide(CreateTenant, scope=Scope.APP)
+    issue_api_key = provide(IssueApiKey, scope=Scope.APP)
+    revoke_api_key = provide(RevokeApiKey, scope=Scope.APP)
 
     @provide(scope=Scope.APP)
     def job_store(self, pool: PgPool | None, engine: AsyncEngine, settings: Settings) -> JobStore:

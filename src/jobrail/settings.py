@@ -207,6 +207,27 @@ class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     ready_timeout_s: PositiveFloat = 2.0
+    docs: bool | None = Field(
+        default=None,
+        description="Serve /docs and /openapi.json; unset means only in development.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins allowed to call the API from a browser; empty allows none.",
+    )
+    max_body_bytes: PositiveInt = Field(
+        default=64 * 1024, description="Larger request bodies are refused with 413."
+    )
+
+    _split_origins = field_validator("cors_origins", mode="before")(_comma_list)
+
+
+class AuthSettings(BaseModel):
+    key_cache_ttl_s: Annotated[float, Field(ge=0)] = Field(
+        default=10.0,
+        description="How long a process trusts what it learnt about a key: a revoked key "
+        "stops working within this time.",
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -255,6 +276,11 @@ class Settings(BaseSettings):
     outbox: OutboxSettings = OutboxSettings()
     limits: LimitsSettings = LimitsSettings()
     api: ApiSettings = ApiSettings()
+    auth: AuthSettings = AuthSettings()
+    demo_api_key: SecretStr = Field(
+        default=SecretStr("demo-key"),
+        description="Embedded mode only: the key of the seeded tenant 'demo'.",
+    )
     api_limits: ApiLimitsSettings = ApiLimitsSettings()
     worker: WorkerSettings = WorkerSettings()
 
@@ -272,6 +298,12 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.mode == "embedded"
+
+    @property
+    def docs_enabled(self) -> bool:
+        if self.api.docs is not None:
+            return self.api.docs
+        return self.environment == "development"
 
 
 class SettingsError(Exception):

@@ -35,5 +35,7 @@ async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
 
     app = create_app(await migrated(embedded_settings(tmp_path)))
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    client.app = app
     async with app.router.lifespan_context(app), client:
-        yield client
+        # The embedded mode seeds tenant "demo" with the key demo-key.
+        yield client.sign_in_with("demo", "demo-key")

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli import migrate
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.ports import ClaimToken, JobIdentity
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
 from jobrail.persistence.tables import outbox
@@ -112,6 +112,25 @@ async def test_only_one_of_two_claims_wins(subject: StoreUnderTest) -> None:
     assert second.job is None
     assert second.current is not None
     assert second.current.status is JobStatus.RUNNING
+
+
+async def test_a_claim_naming_another_tenant_or_type_leaves_the_job_alone(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job(tenant_id="acme")
+    await subject.put(job)
+
+    other_tenant = await subject.store.claim(job.id, START, LEASE, JobIdentity("globex", job.type))
+    other_type = await subject.store.claim(job.id, START, LEASE, JobIdentity("acme", "x.other"))
+    right = await subject.store.claim(job.id, START, LEASE, JobIdentity("acme", job.type))
+
+    assert other_tenant.job is None
+    assert other_type.job is None
+    assert other_tenant.current is not None
+    assert other_tenant.current.tenant_id == "acme"
+    assert other_tenant.current.status is JobStatus.PENDING
+    assert right.job is not None
+    assert right.job.attempts == 1
 
 
 async def test_a_missing_job_cannot_be_claimed(subject: StoreUnderTest) -> None:
@@ -311,8 +330,19 @@ async def test_claims_and_records_made_together_share_a_statement_with_the_same_
         await session.commit()
     ids = [job.id for job in jobs_]
 
-    # Every job asked for once, and the first one twice, in the same moment.
-    claims = await asyncio.gather(*(store.claim(i, START, LEASE) for i in [*ids, ids[0]]))
+    # Every job asked for once, and the first one twice, in the same moment; and the
+    # last one by a message naming another tenant.
+    forged = await asyncio.gather(
+        store.claim(ids[-1], START, LEASE, JobIdentity("someone-else", jobs_[-1].type)),
+        store.claim(ids[-1], START, LEASE, JobIdentity(jobs_[-1].tenant_id, "x.other")),
+    )
+    assert [f.job for f in forged] == [None, None]
+    claims = await asyncio.gather(
+        *(
+            store.claim(i, START, LEASE, JobIdentity(j.tenant_id, j.type))
+            for i, j in zip([*ids, ids[0]], [*jobs_, jobs_[0]], strict=True)
+        )
+    )
 
     claimed = [c.job for c in claims if c.job is not None]
     assert sorted(j.id for j in claimed) == sorted(ids)

@@ -10,6 +10,9 @@ import pytest
 
 from tests.support.processes import ROOT, Process
 
+# The embedded mode seeds the tenant "demo" with this key (JOBRAIL_DEMO_API_KEY).
+DEMO = {"Authorization": "Bearer demo-key"}
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -19,7 +22,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Process]]:
     port = _free_port()
     tmp_path = tmp_path_factory.mktemp("run")
     server = Process(
@@ -43,22 +46,32 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     else:
         server.stop()
         raise AssertionError(f"make run did not serve:\n{server.output()[-3000:]}")
-    yield base
+    yield base, server
     server.stop()
 
 
-def test_make_run_echoes_a_job_within_two_seconds(embedded_server: str) -> None:
-    base = embedded_server
+def test_make_run_prints_the_demo_key_and_wants_it(embedded_server: tuple[str, Process]) -> None:
+    base, server = embedded_server
 
-    accepted = httpx.post(f"{base}/demo/echo", json={"message": "hello"}, timeout=5)
+    anonymous = httpx.post(f"{base}/demo/echo", json={"message": "hello"}, timeout=5)
+
+    assert "tenant 'demo', API key 'demo-key'" in server.output()
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "unauthorized"
+
+
+def test_make_run_echoes_a_job_within_two_seconds(embedded_server: tuple[str, Process]) -> None:
+    base, _ = embedded_server
+
+    accepted = httpx.post(f"{base}/demo/echo", headers=DEMO, json={"message": "hello"}, timeout=5)
     assert accepted.status_code == 202
     job_id = accepted.json()["job_id"]
 
     deadline = time.monotonic() + 2
-    job = httpx.get(f"{base}/jobs/{job_id}", timeout=5).json()
+    job = httpx.get(f"{base}/jobs/{job_id}", headers=DEMO, timeout=5).json()
     while job["status"] != "succeeded" and time.monotonic() < deadline:
         time.sleep(0.05)
-        job = httpx.get(f"{base}/jobs/{job_id}", timeout=5).json()
+        job = httpx.get(f"{base}/jobs/{job_id}", headers=DEMO, timeout=5).json()
 
     assert job["status"] == "succeeded", job
     assert job["result"] == {"echo": "hello"}
@@ -68,18 +81,21 @@ def test_make_run_echoes_a_job_within_two_seconds(embedded_server: str) -> None:
 
 def _wait(base: str, path: str, done: Callable[[dict[str, Any]], bool], timeout: float = 10) -> Any:
     deadline = time.monotonic() + timeout
-    body = httpx.get(f"{base}{path}", timeout=5).json()
+    body = httpx.get(f"{base}{path}", headers=DEMO, timeout=5).json()
     while not done(body) and time.monotonic() < deadline:
         time.sleep(0.1)
-        body = httpx.get(f"{base}{path}", timeout=5).json()
+        body = httpx.get(f"{base}{path}", headers=DEMO, timeout=5).json()
     assert done(body), body
     return body
 
 
-def test_make_run_shows_billing_notifications_and_sync_working(embedded_server: str) -> None:
-    base = embedded_server
+def test_make_run_shows_billing_notifications_and_sync_working(
+    embedded_server: tuple[str, Process],
+) -> None:
+    base, _ = embedded_server
     invoice = httpx.post(
         f"{base}/billing/invoices",
+        headers=DEMO,
         json={
             "customer_id": "c-1",
             "customer_email": "ada@example.com",
@@ -89,9 +105,14 @@ def test_make_run_shows_billing_notifications_and_sync_working(embedded_server: 
         timeout=5,
     ).json()
     assert (
-        httpx.post(f"{base}/billing/invoices/{invoice['id']}/issue", timeout=5).status_code == 200
+        httpx.post(
+            f"{base}/billing/invoices/{invoice['id']}/issue", headers=DEMO, timeout=5
+        ).status_code
+        == 200
     )
-    paid = httpx.post(f"{base}/billing/invoices/{invoice['id']}/pay", timeout=5).json()
+    paid = httpx.post(
+        f"{base}/billing/invoices/{invoice['id']}/pay", headers=DEMO, timeout=5
+    ).json()
     assert paid["status"] == "paid"
 
     sent = _wait(
@@ -101,11 +122,11 @@ def test_make_run_shows_billing_notifications_and_sync_working(embedded_server: 
     )
     assert sent["items"][0]["recipient"] == "ada@example.com"
 
-    accepted = httpx.post(f"{base}/sync/accounts/demo-pages-4/sync", timeout=5)
+    accepted = httpx.post(f"{base}/sync/accounts/demo-pages-4/sync", headers=DEMO, timeout=5)
     assert accepted.status_code == 202
     job = _wait(
         base, f"/jobs/{accepted.json()['job_id']}", lambda body: body["status"] == "succeeded"
     )
     assert job["result"]["items_synced"] == 40
-    account = httpx.get(f"{base}/sync/accounts/demo-pages-4", timeout=5).json()
+    account = httpx.get(f"{base}/sync/accounts/demo-pages-4", headers=DEMO, timeout=5).json()
     assert account["status"] == "synced"

@@ -67,7 +67,8 @@ async def _all_succeeded(
         return succeeded == len(wanted)
 
     await wait_for(done, timeout=timeout, interval=0.2, what="all jobs to succeed")
-    return [await api.job(i, tenant) for i in ids]
+    headers = await api.auth(tenant) if tenant else None
+    return [await api.job(i, headers) for i in ids]
 
 
 async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(

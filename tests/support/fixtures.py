@@ -44,7 +44,7 @@ def database_url() -> Iterator[str]:
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox, api_keys, tenants"))
     yield engine
     await engine.dispose()
 
@@ -94,9 +94,43 @@ async def rabbit(stack_settings: Settings) -> AsyncIterator[RabbitProbe]:
 
 
 class ApiClient(httpx.AsyncClient):
-    app: Any = None
+    """An HTTP client of an in-process app, signed in as a tenant (``tenant_id``)."""
 
-    async def enqueue(self, job_type: str, payload: dict[str, Any], tenant: str = "default") -> str:
+    app: Any = None
+    tenant_id: str = "default"
+
+    async def key_for(self, tenant: str, *, admin: bool = False) -> str:
+        """A fresh API key of `tenant`, creating the tenant the first time."""
+        from jobrail.api.app import runtime_of
+        from jobrail.kernel.errors import ConflictError
+        from jobrail.kernel.ids import TenantId
+        from jobrail.tenants.use_cases import CreateTenant, IssueApiKey
+
+        container = runtime_of(self.app).container
+        try:
+            issued = await (await container.get(CreateTenant))(tenant, admin=admin)
+        except ConflictError:
+            issued = await (await container.get(IssueApiKey))(TenantId(tenant))
+        return issued.api_key
+
+    async def auth(self, tenant: str, *, admin: bool = False) -> dict[str, str]:
+        """Headers that authenticate as `tenant`."""
+        return {"Authorization": f"Bearer {await self.key_for(tenant, admin=admin)}"}
+
+    async def sign_in(self, tenant: str, *, admin: bool = False) -> "ApiClient":
+        """Make `tenant` the one every request of this client acts for."""
+        self.headers.update(await self.auth(tenant, admin=admin))
+        self.tenant_id = tenant
+        return self
+
+    def sign_in_with(self, tenant: str, key: str) -> "ApiClient":
+        self.headers["Authorization"] = f"Bearer {key}"
+        self.tenant_id = tenant
+        return self
+
+    async def enqueue(
+        self, job_type: str, payload: dict[str, Any], tenant: str | None = None
+    ) -> str:
         """Enqueue any job type through the EnqueueJob use case of the running app."""
         from jobrail.api.app import runtime_of
         from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
@@ -105,12 +139,13 @@ class ApiClient(httpx.AsyncClient):
         async with runtime_of(self.app).container() as request:
             enqueue = await request.get(EnqueueJob)
             result = await enqueue(
-                EnqueueJobCommand(tenant_id=TenantId(tenant), type=job_type, payload=payload)
+                EnqueueJobCommand(
+                    tenant_id=TenantId(tenant or self.tenant_id), type=job_type, payload=payload
+                )
             )
         return str(result.job.id)
 
-    async def job(self, job_id: str, tenant: str | None = None) -> dict[str, Any]:
-        headers = {"X-Tenant-Id": tenant} if tenant else {}
+    async def job(self, job_id: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
         response = await self.get(f"/jobs/{job_id}", headers=headers)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
@@ -123,9 +158,15 @@ class ApiClient(httpx.AsyncClient):
         job_id: str = response.json()["job_id"]
         return job_id
 
-    async def wait_status(self, job_id: str, *statuses: str, timeout: float = 15) -> dict[str, Any]:
+    async def wait_status(
+        self,
+        job_id: str,
+        *statuses: str,
+        timeout: float = 15,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         async def reached() -> dict[str, Any] | None:
-            job = await self.job(job_id)
+            job = await self.job(job_id, headers)
             return job if job["status"] in statuses else None
 
         result: dict[str, Any] = await wait_for(
@@ -148,7 +189,7 @@ def make_api() -> Callable[[Settings], Any]:
                     transport=httpx.ASGITransport(app=self.app), base_url="http://api"
                 )
                 self.client.app = self.app
-                return self.client
+                return await self.client.sign_in("default")
 
             async def __aexit__(self, *exc: object) -> None:
                 await self.client.aclose()

@@ -209,6 +209,30 @@ async def test_a_message_for_a_job_that_does_not_exist_is_dead_lettered() -> Non
     assert h.calls == 0
 
 
+@pytest.mark.parametrize("forged", ["tenant", "type"])
+async def test_a_message_naming_another_tenants_job_never_runs_it(forged: str) -> None:
+    h = Harness()
+    job = h.add(tenant_id="acme")
+    delivery = Delivery(
+        job.id,
+        "other.type" if forged == "type" else job.type,
+        job.queue,
+        "globex" if forged == "tenant" else job.tenant_id,
+        "forged-1",
+    )
+
+    async def never(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        raise AssertionError("the side effect ran")
+
+    await h.runner.run(delivery, JobRun(never, TIMEOUT, JobLimits()))
+
+    [dead] = h.publisher.published
+    assert dead.queue == "jobs.dlq"
+    assert "does not match job" in dead.headers[HEADER_REASON]
+    untouched = h.store.jobs[job.id]
+    assert (untouched.status, untouched.attempts) == (JobStatus.PENDING, 0)
+
+
 async def test_an_early_message_is_deferred_to_the_jobs_due_time() -> None:
     h = Harness()
     due = h.clock.now() + timedelta(minutes=2)

@@ -11,9 +11,9 @@ from contexts.notifications.application.use_cases import (
     ListNotificationsQuery,
 )
 from contexts.notifications.domain.notification import Notification
+from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitRead
-from jobrail.api.tenancy import CurrentTenant
 
 router = APIRouter(
     prefix="/notifications",

@@ -7,9 +7,9 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel
 
 from contexts.sync.application.use_cases import AccountRef, GetAccount, RequestSync
+from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.tenancy import CurrentTenant
 
 router = APIRouter(
     prefix="/sync/accounts", tags=["sync"], route_class=DishkaRoute, responses=ERROR_RESPONSES

@@ -6,21 +6,21 @@ from contextlib import asynccontextmanager
 
 from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from jobrail import __version__
-from jobrail.api import health, jobs
+from jobrail.api import admin, health, jobs
+from jobrail.api.body_limit import BodySizeLimit
 from jobrail.api.errors import install_error_handlers
-from jobrail.api.tenancy import HeaderTenantResolver, TenantResolver
-from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs
+from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs, seed_demo_tenant
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
+from jobrail.tenants.use_cases import Authenticate
 
 log = logging.getLogger("jobrail.api")
 
 
-def create_app(
-    settings: Settings | None = None, *, tenant_resolver: TenantResolver | None = None
-) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
     """The API. In embedded mode it also runs the worker and the relay in-process."""
     settings = settings or load_settings()
     runtime = build_runtime(settings, worker=False)
@@ -28,8 +28,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.api_limiter = await runtime.container.get(ApiRateLimiter)
+        app.state.authenticate = await runtime.container.get(Authenticate)
         await runtime.broker.startup()
         if settings.embedded:
+            await seed_demo_tenant(runtime)
             await resume_unfinished_jobs(runtime)
             await runtime.start_relay()
         try:
@@ -39,18 +41,36 @@ def create_app(
             await runtime.broker.shutdown()
             await runtime.container.close()
 
+    docs = settings.docs_enabled
     app = FastAPI(
         title="jobrail",
         version=__version__,
         summary="Durable jobs: 202 and a job id now; the work runs in a worker.",
         lifespan=lifespan,
+        openapi_url="/openapi.json" if docs else None,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
     )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
+    if settings.api.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.api.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            expose_headers=[
+                "Retry-After",
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+            ],
+        )
     app.state.runtime = runtime
-    app.state.tenant_resolver = tenant_resolver or HeaderTenantResolver()
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(health.ready_router)
     app.include_router(jobs.router)
+    app.include_router(admin.router)
     for module in runtime.modules:
         for router in module.routers:
             app.include_router(router)

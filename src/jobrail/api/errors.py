@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
+from jobrail.limits.model import LimitsUnavailableError
 
 log = logging.getLogger("jobrail.api")
 
@@ -41,11 +42,17 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in {
         400: "Bad request",
+        401: "No API key, or not a valid one",
         404: "Not found (or another tenant's)",
         409: "Conflicts with the current state",
         422: "Invalid input",
         503: "A backing service is unavailable; retry after Retry-After seconds",
     }.items()
+}
+
+ADMIN_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    403: {"model": ErrorBody, "description": "The API key is not an admin key"},
 }
 
 _HTTP_CODES = {
@@ -87,6 +94,16 @@ def install_error_handlers(app: FastAPI) -> None:
             503,
             "broker_unavailable",
             "the message broker is unavailable",
+            headers={"Retry-After": "5"},
+        )
+
+    @app.exception_handler(LimitsUnavailableError)
+    async def limits_unavailable(_request: Request, exc: LimitsUnavailableError) -> JSONResponse:
+        log.warning("limits store unavailable: %s", exc)
+        return error_response(
+            503,
+            "limits_unavailable",
+            "the limits store is unavailable",
             headers={"Retry-After": "5"},
         )
 

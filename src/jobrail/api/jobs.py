@@ -4,10 +4,10 @@ from typing import Annotated
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
 
-from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.auth import AdminPrincipal, CurrentTenant
+from jobrail.api.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
 from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
-from jobrail.api.tenancy import CurrentTenant
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.use_cases import (
     CancelJob,
@@ -71,11 +71,13 @@ async def cancel_job(
 @router.post(
     "/{job_id}/redrive",
     status_code=202,
-    summary="Run a failed job again",
-    description=RedriveJob.__doc__,
+    summary="Run a failed job again (admin key)",
+    description=f"{RedriveJob.__doc__}\n\nAn operator endpoint: it needs an admin API key "
+    "and acts on any tenant's job.",
     dependencies=[RateLimitEnqueue],
+    responses=ADMIN_ERROR_RESPONSES,
 )
 async def redrive_job(
-    job_id: uuid.UUID, tenant: CurrentTenant, redrive: FromDishka[RedriveJob]
+    job_id: uuid.UUID, _admin: AdminPrincipal, redrive: FromDishka[RedriveJob]
 ) -> JobOut:
-    return JobOut.of(await redrive(RedriveJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+    return JobOut.of(await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id))))

@@ -5,7 +5,7 @@ from typing import Literal
 
 from fastapi import Depends, HTTPException, Request, Response
 
-from jobrail.api.tenancy import CurrentTenant
+from jobrail.api.auth import CurrentTenant
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import LimitsUnavailableError
 

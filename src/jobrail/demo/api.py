@@ -3,10 +3,10 @@ from typing import Annotated
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Response
 
+from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue
 from jobrail.api.schemas import JobAccepted, accepted
-from jobrail.api.tenancy import CurrentTenant
 from jobrail.demo.jobs import EchoPayload
 from jobrail.demo.jobs import echo as echo_job
 from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand

@@ -110,6 +110,16 @@ class ClaimToken:
 
 
 @dataclass(frozen=True, slots=True)
+class JobIdentity:
+    """What a message says about the job it names, besides its id. A claim succeeds
+    only if the job agrees: a message that names another tenant's job (forged, or
+    corrupted) never runs it."""
+
+    tenant_id: str
+    job_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimResult:
     """`job` is set when the claim succeeded; otherwise `current` is the job as it is
     (None if there is no such job)."""
@@ -125,8 +135,11 @@ class JobStore(Protocol):
         """The job as it is, without claiming it."""
         ...
 
-    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
-        """Start the job if it is claimable and due (see `Job.can_start`), atomically."""
+    async def claim(
+        self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
+    ) -> ClaimResult:
+        """Start the job if it is claimable and due (see `Job.can_start`) and, with
+        `expect`, of that tenant and type, atomically."""
         ...
 
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:

@@ -19,6 +19,7 @@ from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimToken,
+    JobIdentity,
     JobStore,
     OutboxDispatcher,
     Publisher,
@@ -146,7 +147,12 @@ class JobRunner:
             # The clock is read when the claim is made, not before the waits above:
             # a lease computed from an old "now" could already have ended.
             claim = await self._hold_store(
-                lambda: self._store.claim(delivery.job_id, self._clock.now(), lease)
+                lambda: self._store.claim(
+                    delivery.job_id,
+                    self._clock.now(),
+                    lease,
+                    JobIdentity(delivery.tenant_id, delivery.job_type),
+                )
             )
             if claim.job is None:
                 await self._not_claimed(delivery, claim.current, self._clock.now())
@@ -308,6 +314,24 @@ class JobRunner:
                 dead_letter(
                     body=delivery.again().body,
                     reason=f"job {delivery.job_id} does not exist",
+                    source_queue=delivery.queue,
+                    dead_letter_queue=self._config.dead_letter_queue,
+                    at=now,
+                )
+            )
+            return
+        if (current.tenant_id, current.type) != (delivery.tenant_id, delivery.job_type):
+            # Someone published a message naming a job of another tenant or type: it is
+            # never run on the message's word. The job row itself is left alone.
+            log.warning(
+                "message %s names job %s with another tenant or type than the job's; dead-lettered",
+                delivery.message_id,
+                delivery.job_id,
+            )
+            await self._hold_broker(
+                dead_letter(
+                    body=delivery.again().body,
+                    reason=f"the message's tenant or type does not match job {delivery.job_id}",
                     source_queue=delivery.queue,
                     dead_letter_queue=self._config.dead_letter_queue,
                     at=now,

@@ -4,11 +4,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
-from jobrail.jobs.ports import ClaimResult, ClaimToken, Cursor, JobFilter, JobPage
+from jobrail.jobs.ports import ClaimResult, ClaimToken, Cursor, JobFilter, JobIdentity, JobPage
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.envelope import Envelope
@@ -117,7 +117,9 @@ class SqlaJobStore:
                 )
         return job_from_row(row) if row else None
 
-    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
+    async def claim(
+        self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
+    ) -> ClaimResult:
         # Mirrors Job.can_start and Job.is_due, as one conditional update, so that two
         # workers holding the same message cannot both start the job.
         claimable = and_(
@@ -125,9 +127,14 @@ class SqlaJobStore:
             or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now + DUE_TOLERANCE),
         )
         abandoned = and_(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_until <= now)
+        owned = (
+            and_(jobs.c.tenant_id == expect.tenant_id, jobs.c.type == expect.job_type)
+            if expect
+            else true()
+        )
         statement = (
             update(jobs)
-            .where(jobs.c.id == job_id, or_(claimable, abandoned))
+            .where(jobs.c.id == job_id, or_(claimable, abandoned), owned)
             .values(
                 status=JobStatus.RUNNING.value,
                 attempts=jobs.c.attempts + 1,

@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from jobrail.batching import Coalescer
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
-from jobrail.jobs.ports import ClaimResult, ClaimToken, StoreUnavailableError
+from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.envelope import Envelope
@@ -44,6 +44,7 @@ UPDATE jobs
  WHERE id = $1
    AND ((status IN ('pending', 'retrying') AND (run_after IS NULL OR run_after <= $4))
         OR (status = 'running' AND lease_until <= $2))
+   AND ($5::text IS NULL OR tenant_id = $5) AND ($6::text IS NULL OR type = $6)
 RETURNING {COLUMNS}
 """
 
@@ -71,12 +72,15 @@ CLAIM_MANY = f"""
 UPDATE jobs
    SET status = 'running', attempts = jobs.attempts + 1, started_at = c.now,
        updated_at = c.now, lease_until = c.lease_until, run_after = NULL
-  FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[])
-       AS c(id, now, lease_until, due_by)
+  FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
+              $5::text[], $6::text[])
+       AS c(id, now, lease_until, due_by, tenant_id, type)
  WHERE jobs.id = c.id
    AND ((jobs.status IN ('pending', 'retrying')
          AND (jobs.run_after IS NULL OR jobs.run_after <= c.due_by))
         OR (jobs.status = 'running' AND jobs.lease_until <= c.now))
+   AND (c.tenant_id IS NULL OR jobs.tenant_id = c.tenant_id)
+   AND (c.type IS NULL OR jobs.type = c.type)
 RETURNING {", ".join(f"jobs.{column}" for column in COLUMNS.split(", "))}
 """
 
@@ -200,6 +204,7 @@ class _Claim:
     now: datetime
     lease_until: datetime
     due_by: datetime
+    expect: JobIdentity | None
 
 
 class PgJobStore(_Pg):
@@ -217,8 +222,12 @@ class PgJobStore(_Pg):
         row = await self._fetchrow(GET, job_id)
         return job_from_row(row) if row else None
 
-    async def claim(self, job_id: JobId, now: datetime, lease: timedelta) -> ClaimResult:
-        job = await self._claims.submit(_Claim(job_id, now, now + lease, now + DUE_TOLERANCE))
+    async def claim(
+        self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
+    ) -> ClaimResult:
+        job = await self._claims.submit(
+            _Claim(job_id, now, now + lease, now + DUE_TOLERANCE, expect)
+        )
         if job is not None:
             return ClaimResult(job=job)
         return ClaimResult(job=None, current=await self.get(job_id))
@@ -226,7 +235,15 @@ class PgJobStore(_Pg):
     async def _claim_many(self, claims: Sequence[_Claim]) -> list[Job | None]:
         if len(claims) == 1:
             c = claims[0]
-            row = await self._fetchrow(CLAIM, c.job_id, c.now, c.lease_until, c.due_by)
+            row = await self._fetchrow(
+                CLAIM,
+                c.job_id,
+                c.now,
+                c.lease_until,
+                c.due_by,
+                c.expect.tenant_id if c.expect else None,
+                c.expect.job_type if c.expect else None,
+            )
             return [job_from_row(row) if row else None]
         rows = await self._fetch(
             CLAIM_MANY,
@@ -234,6 +251,8 @@ class PgJobStore(_Pg):
             [c.now for c in claims],
             [c.lease_until for c in claims],
             [c.due_by for c in claims],
+            [c.expect.tenant_id if c.expect else None for c in claims],
+            [c.expect.job_type if c.expect else None for c in claims],
         )
         claimed = {row["id"]: job_from_row(row) for row in rows}
         # A job asked for twice in one turn is claimed once: the first asker gets it.

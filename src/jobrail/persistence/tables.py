@@ -10,6 +10,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -29,6 +30,7 @@ metadata = MetaData(
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
         "ck": "ck_%(table_name)s_%(constraint_name)s",
         "pk": "pk_%(table_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     }
 )
 
@@ -117,4 +119,26 @@ inbox = Table(
     Column("consumer", String(128), primary_key=True),
     Column("message_id", String(255), primary_key=True),
     Column("processed_at", UtcDateTime, nullable=False),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("admin", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    # SHA-256 of the key, hex: the key itself is never stored.
+    Column("digest", String(64), nullable=False),
+    Column("hint", String(16), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime),
+    Index("uq_api_keys_digest", "digest", unique=True),
+    Index("ix_api_keys_tenant_id", "tenant_id"),
 )

@@ -10,7 +10,8 @@ from jobrail.messaging.envelope import job_envelope
 
 @dataclass(frozen=True, slots=True)
 class RedriveJobCommand:
-    tenant_id: TenantId
+    tenant_id: TenantId | None
+    """None: an operator acting for every tenant."""
     job_id: JobId
 
 

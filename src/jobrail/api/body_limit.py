@@ -1,0 +1,74 @@
+"""Refuse request bodies over a size limit with a JSON 413, before anything is done.
+
+A declared ``Content-Length`` over the limit is refused before the body is read; a
+body without one (chunked) is counted as it arrives and refused when it goes over.
+"""
+
+import json
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodySizeLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit() or int(value) > self.max_bytes:
+                    await self._refuse(send)
+                    return
+                break
+
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # FastAPI lets an HTTPException raised while reading the body reach
+                    # the app's handlers, which answer in the usual JSON error format.
+                    raise HTTPException(413, self._message())
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except HTTPException as exc:
+            if exc.status_code != 413 or started:
+                raise
+            await self._refuse(send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than {self.max_bytes} bytes"
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(
+            {"error": {"code": "payload_too_large", "message": self._message(), "details": []}}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

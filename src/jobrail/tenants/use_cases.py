@@ -1,0 +1,123 @@
+"""Creating tenants, issuing and revoking keys, and authenticating a request's key."""
+
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import ConflictError, NotFoundError
+from jobrail.kernel.ids import TenantId
+from jobrail.kernel.ids import new_id as new_uuid
+from jobrail.tenants.domain import (
+    ApiKeyInfo,
+    Principal,
+    Tenant,
+    check_key_shape,
+    digest,
+    hint,
+    new_api_key,
+    tenant_id_for,
+)
+from jobrail.tenants.ports import KeyExistsError, TenantDirectory, TenantExistsError
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """A key as it is shown once. ``api_key`` is never stored."""
+
+    tenant_id: TenantId
+    key_id: uuid.UUID
+    api_key: str
+    admin: bool
+
+
+class CreateTenant:
+    """A new tenant and its first API key."""
+
+    def __init__(self, directory: TenantDirectory, clock: Clock) -> None:
+        self._directory = directory
+        self._clock = clock
+
+    async def __call__(self, name: str, *, admin: bool = False) -> IssuedKey:
+        tenant = Tenant(id=tenant_id_for(name), admin=admin, created_at=self._clock.now())
+        try:
+            await self._directory.create_tenant(tenant)
+        except TenantExistsError:
+            raise ConflictError(f"tenant {tenant.id!r} already exists") from None
+        return await IssueApiKey(self._directory, self._clock)(tenant.id)
+
+
+class IssueApiKey:
+    """Another key for a tenant (to rotate: issue, deploy, then revoke the old one).
+
+    ``key`` lets the caller choose the key (the embedded mode's demo key); otherwise
+    a random one is made.
+    """
+
+    def __init__(self, directory: TenantDirectory, clock: Clock) -> None:
+        self._directory = directory
+        self._clock = clock
+
+    async def __call__(self, tenant_id: TenantId, key: str | None = None) -> IssuedKey:
+        tenant = await self._directory.get_tenant(tenant_id)
+        if tenant is None:
+            raise NotFoundError(f"tenant {tenant_id!r} not found")
+        if key is None:
+            key = new_api_key()
+        check_key_shape(key)
+        info = ApiKeyInfo(
+            id=new_uuid(),
+            tenant_id=tenant.id,
+            hint=hint(key),
+            created_at=self._clock.now(),
+            revoked_at=None,
+        )
+        try:
+            await self._directory.add_key(info, digest(key))
+        except KeyExistsError:
+            raise ConflictError("this API key is already in use") from None
+        return IssuedKey(tenant_id=tenant.id, key_id=info.id, api_key=key, admin=tenant.admin)
+
+
+class RevokeApiKey:
+    def __init__(self, directory: TenantDirectory, clock: Clock) -> None:
+        self._directory = directory
+        self._clock = clock
+
+    async def __call__(self, key_id: uuid.UUID) -> ApiKeyInfo:
+        revoked = await self._directory.revoke_key(key_id, self._clock.now())
+        if revoked is None:
+            raise NotFoundError(f"no live API key with id {key_id}")
+        return revoked
+
+
+class Authenticate:
+    """The principal of a presented key, or None for an unknown or revoked key.
+
+    Answers are cached in the process for ``ttl_s`` (unknown keys too, so a flood of
+    bad keys does not become a flood of queries): a revoked key stops working within
+    that time.
+    """
+
+    def __init__(self, directory: TenantDirectory, ttl_s: float, max_entries: int = 10_000) -> None:
+        self._directory = directory
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
+
+    async def __call__(self, key: str) -> Principal | None:
+        key_digest = digest(key)
+        now = time.monotonic()
+        cached = self._cache.get(key_digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        principal = await self._directory.principal_for(key_digest)
+        self._cache[key_digest] = (now + self._ttl_s, principal)
+        self._cache.move_to_end(key_digest)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+        return principal
+
+    def forget(self) -> None:
+        self._cache.clear()

@@ -1,0 +1,82 @@
+"""`jobrail tenants ...` against Postgres, and the keys it prints used on the stack API."""
+
+import json
+import os
+import subprocess
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.support.fixtures import ApiClient
+from tests.support.processes import BIN, ROOT
+
+
+def jobrail(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+    full_env.update(env)
+    return subprocess.run(
+        [str(BIN / "jobrail"), "tenants", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(env: dict[str, str], *args: str) -> Any:
+    done = jobrail(env, *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def test_keys_made_by_the_cli_open_the_api_until_revoked(
+    stack_env: dict[str, str], api: ApiClient, engine: AsyncEngine
+) -> None:
+    acme = ok(stack_env, "create", "acme")
+    ops = ok(stack_env, "create", "ops", "--admin")
+    second = ok(stack_env, "add-key", "acme")
+
+    assert set(acme) == {"tenant_id", "api_key", "key_id", "admin"}
+    assert (acme["tenant_id"], acme["admin"], ops["admin"]) == ("acme", False, True)
+    assert acme["api_key"].startswith("jr_")
+    assert len(acme["api_key"]) > 40
+    async with engine.connect() as conn:
+        stored = (await conn.execute(text("SELECT digest, hint FROM api_keys"))).all()
+    assert len(stored) == 4  # and the test client's own
+    assert all(acme["api_key"] not in (digest, hint) for digest, hint in stored)
+
+    first_headers = {"Authorization": f"Bearer {acme['api_key']}"}
+    second_headers = {"Authorization": f"Bearer {second['api_key']}"}
+    job_id = await api.echo(headers=first_headers)
+    assert (await api.get(f"/jobs/{job_id}", headers=second_headers)).status_code == 200
+
+    revoked = ok(stack_env, "revoke-key", acme["key_id"])
+    listed = ok(stack_env, "list")["tenants"]
+
+    assert revoked["tenant_id"] == "acme"
+    assert {t["tenant_id"]: [k["revoked"] for k in t["keys"]] for t in listed} == {
+        "acme": [True, False],
+        "default": [False],  # the test client's own tenant
+        "ops": [False],
+    }
+    api.app.state.authenticate.forget()  # the API trusts what it learnt for a few seconds
+    assert (await api.get(f"/jobs/{job_id}", headers=first_headers)).status_code == 401
+    assert (await api.get(f"/jobs/{job_id}", headers=second_headers)).status_code == 200
+
+
+async def test_the_cli_refuses_a_taken_or_malformed_name_with_a_message(
+    stack_env: dict[str, str], engine: AsyncEngine
+) -> None:
+    ok(stack_env, "create", "acme")
+
+    taken = jobrail(stack_env, "create", "acme")
+    malformed = jobrail(stack_env, "create", "Not A Name")
+
+    assert taken.returncode == 1
+    assert "tenant 'acme' already exists" in taken.stderr
+    assert malformed.returncode == 1
+    assert "tenant name 'Not A Name' is invalid" in malformed.stderr
+    assert taken.stdout == malformed.stdout == ""

@@ -1,0 +1,61 @@
+"""API keys: random, stored as digests, and cached for a short while per process."""
+
+import asyncio
+
+from jobrail.kernel.ids import TenantId
+from jobrail.tenants.domain import digest, new_api_key
+from jobrail.tenants.use_cases import Authenticate, CreateTenant, RevokeApiKey
+from tests.fakes import FakeTenantDirectory, FixedClock
+
+
+def test_keys_are_random_and_their_digest_is_all_that_is_kept() -> None:
+    keys = {new_api_key() for _ in range(1000)}
+
+    assert len(keys) == 1000
+    key = keys.pop()
+    assert key.startswith("jr_")
+    assert len(key) == 46
+    assert digest(key) == digest(key)
+    assert len(digest(key)) == 64
+    assert key not in digest(key)
+
+
+async def test_stored_keys_are_digests_and_hints_never_the_key() -> None:
+    directory = FakeTenantDirectory()
+
+    issued = await CreateTenant(directory, FixedClock())("acme")
+
+    [(stored_digest, info)] = directory.keys.items()
+    assert stored_digest == digest(issued.api_key)
+    assert issued.api_key not in info.hint
+    assert len(info.hint) < len(issued.api_key) // 3
+
+
+async def test_authenticate_caches_answers_for_the_ttl_and_then_asks_again() -> None:
+    directory = FakeTenantDirectory()
+    issued = await CreateTenant(directory, FixedClock())("acme")
+    authenticate = Authenticate(directory, ttl_s=0.2)
+
+    first = await authenticate(issued.api_key)
+    await authenticate(issued.api_key)
+    assert await authenticate("jr_unknown-key") is None
+    assert await authenticate("jr_unknown-key") is None
+    assert first is not None
+    assert first.tenant_id == TenantId("acme")
+    assert directory.lookups == 2  # one per distinct key
+
+    await RevokeApiKey(directory, FixedClock())(issued.key_id)
+    assert await authenticate(issued.api_key) is not None  # still trusted...
+    await asyncio.sleep(0.25)
+    assert await authenticate(issued.api_key) is None  # ...until the TTL runs out
+
+
+async def test_the_cache_stays_bounded() -> None:
+    directory = FakeTenantDirectory()
+    authenticate = Authenticate(directory, ttl_s=60, max_entries=10)
+
+    for n in range(50):
+        await authenticate(f"jr_flood-{n}")
+    await authenticate("jr_flood-0")
+
+    assert directory.lookups == 51  # the oldest entries were dropped, so it asked again
