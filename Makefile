@@ -14,13 +14,14 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench bench run run-stack api worker migrate migrate-stack test test-unit lint format clean
+.PHONY: help install install-dev install-bench bench run run-stack api worker migrate migrate-stack test test-faults test-unit lint format clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
 	@echo "make run-stack  API + worker on Postgres, RabbitMQ and Redis (URLs from env)"
 	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | migrate"
 	@echo "make test       lint, then every test against the real services"
+	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq and a Celery pipeline"
 
@@ -71,7 +72,10 @@ format: install-dev
 	$(BIN)/ruff check --fix .
 
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/faults
+
+test-faults: install-dev
+	$(BIN)/pytest tests/faults
 
 test-unit: install-dev
 	$(BIN)/pytest tests/unit

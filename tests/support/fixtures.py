@@ -44,7 +44,16 @@ def database_url() -> Iterator[str]:
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox, api_keys, tenants"))
+        # Every table but Alembic's: the platform's and every context's.
+        tables = (
+            await conn.execute(
+                text(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                    "AND tablename <> 'alembic_version'"
+                )
+            )
+        ).scalars()
+        await conn.execute(text(f"TRUNCATE {', '.join(tables)}"))
     yield engine
     await engine.dispose()
 

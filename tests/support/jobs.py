@@ -56,7 +56,7 @@ async def _hit(url: str, **params: object) -> None:
 @job(
     "test.vendor_call",
     payload=Call,
-    limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=BURST, per_second=RATE)],
+    limits=[TokenBucket("vendor", key="test-vendor:{tenant_id}", capacity=BURST, per_second=RATE)],
 )
 async def vendor_call(payload: Call, ctx: JobContext) -> dict[str, int]:
     await _hit(payload.url, n=payload.n, attempt=ctx.attempt, sent=time.time())
@@ -102,4 +102,23 @@ async def stall(
     return {"fence": ctx.fence}
 
 
-module = Module(name="tests", jobs=[vendor_call, exclusive, stall])
+class Effect(BaseModel):
+    url: str
+    sleep_ms: int = 0
+
+
+@job("test.effect", payload=Effect, timeout_s=30)
+async def effect(payload: Effect, ctx: JobContext) -> dict[str, int]:
+    """Work for a while, then make one call that carries the job id as its idempotency
+    key (what a payment or an email API would get): the fault tests count effects by key."""
+    await asyncio.sleep(payload.sleep_ms / 1000)
+    response = await _client.get(
+        payload.url,
+        params={"attempt": ctx.attempt},
+        headers={"Idempotency-Key": str(ctx.job_id)},
+    )
+    response.raise_for_status()
+    return {"attempt": ctx.attempt}
+
+
+module = Module(name="tests", jobs=[vendor_call, exclusive, stall, effect])

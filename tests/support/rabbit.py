@@ -20,7 +20,8 @@ class RabbitProbe:
         self._conn: aio_pika.abc.AbstractConnection | None = None
 
     async def __aenter__(self) -> "RabbitProbe":
-        self._conn = await aio_pika.connect(AMQP_URL)
+        # Robust: the fault tests restart RabbitMQ under it.
+        self._conn = await aio_pika.connect_robust(AMQP_URL)
         self.channel = await self._conn.channel()
         return self
 
@@ -56,8 +57,9 @@ class RabbitProbe:
             self.topology.dead_letter_queue,
             *self.topology.delay_queues.values(),
         ]
-        assert self._conn is not None
-        async with self._conn.channel() as channel:
+        # A connection of its own: the probe's may still be reconnecting after a restart.
+        connection = await aio_pika.connect(AMQP_URL)
+        async with connection, connection.channel() as channel:
             for name in names:
                 await channel.queue_delete(name, if_unused=False, if_empty=False)
             for exchange in (self.topology.exchange, self.topology.delay_exchange):

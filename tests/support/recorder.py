@@ -12,6 +12,7 @@ class Call:
     at: float
     params: dict[str, str]
     wall: float = 0.0
+    key: str | None = None
 
 
 class Recorder:
@@ -25,8 +26,9 @@ class Recorder:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 params = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
+                key = self.headers.get("Idempotency-Key")
                 with recorder._lock:
-                    recorder.calls.append(Call(time.monotonic(), params, time.time()))
+                    recorder.calls.append(Call(time.monotonic(), params, time.time(), key))
                     if params.get("phase") == "start":
                         recorder.active += 1
                         recorder.max_active = max(recorder.max_active, recorder.active)
@@ -43,6 +45,14 @@ class Recorder:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def effects(self) -> dict[str, int]:
+        """Calls per idempotency key: how many times each effect was asked for."""
+        counts: dict[str, int] = {}
+        for call in list(self.calls):
+            if call.key is not None:
+                counts[call.key] = counts.get(call.key, 0) + 1
+        return counts
 
     def __enter__(self) -> "Recorder":
         self._thread.start()

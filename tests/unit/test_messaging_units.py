@@ -75,6 +75,16 @@ def test_job_messages_are_taskiq_messages_that_taskiq_parses_as_json() -> None:
     assert parse_job_message(envelope.body).job_id == job_id
 
 
+def _with_labels(labels: dict[str, object]) -> bytes:
+    body = {
+        "task_id": "1",
+        "task_name": "a.b",
+        "kwargs": {"job_id": str(uuid.uuid4())},
+        "labels": labels,
+    }
+    return json.dumps(body).encode()
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -83,6 +93,12 @@ def test_job_messages_are_taskiq_messages_that_taskiq_parses_as_json() -> None:
         (b'{"task_id": "1", "kwargs": {"job_id": "x"}}', "task_name"),
         (b'{"task_id": "1", "task_name": "a.b", "kwargs": {}}', "kwargs"),
         (b'{"task_id": "1", "task_name": "a.b", "kwargs": {"job_id": "nope"}}', "UUID"),
+        (_with_labels({"deferrals": "2"}), "label deferrals must be a whole number"),
+        (_with_labels({"deferrals": -1}), "label deferrals must be a whole number"),
+        (_with_labels({"not_before": "soon"}), "label not_before must be a number"),
+        (_with_labels({"tenant_id": 7}), "label tenant_id must be a string"),
+        (_with_labels({"prepaid": "k"}), "label prepaid must be a list of strings"),
+        (_with_labels({"limit_keys": [1]}), "label limit_keys must be a list of strings"),
     ],
 )
 def test_anything_but_a_job_message_is_refused_with_a_reason(body: bytes, reason: str) -> None:

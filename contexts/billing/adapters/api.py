@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, model_validator
 
 from contexts.billing.application.commands import (
     CreateInvoiceCommand,
@@ -32,6 +32,9 @@ router = APIRouter(
 )
 
 
+MAX_TOTAL_MINOR = 2**63 - 1
+
+
 class LineIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -47,6 +50,14 @@ class InvoiceIn(BaseModel):
     customer_email: EmailStr
     currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["EUR"])
     lines: list[LineIn] = Field(default_factory=list, max_length=500)
+
+    @model_validator(mode="after")
+    def _total_fits(self) -> "InvoiceIn":
+        # Each line fits, but together they can pass what the total's column (BIGINT) holds.
+        total = sum(line.quantity * line.unit_price_minor for line in self.lines)
+        if total > MAX_TOTAL_MINOR:
+            raise ValueError(f"the invoice total must be at most {MAX_TOTAL_MINOR} minor units")
+        return self
 
 
 class LineOut(BaseModel):

@@ -113,7 +113,26 @@ def parse_job_message(body: bytes) -> JobMessage:
         job_id = JobId(uuid.UUID(str(kwargs["job_id"])))
     except ValueError:
         raise MalformedMessageError("job_id is not a UUID") from None
+    _check_labels(labels)
     return JobMessage(message_id=task_id, task_name=task_name, job_id=job_id, labels=labels)
+
+
+def _check_labels(labels: Mapping[str, Any]) -> None:
+    """The labels the worker reads must have the types it expects."""
+    for name, wanted, ok in (
+        ("tenant_id", "a string", lambda v: isinstance(v, str)),
+        ("queue_name", "a string", lambda v: isinstance(v, str)),
+        ("deferrals", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
+        ("not_before", "a number", lambda v: type(v) in (int, float)),
+        ("prepaid", "a list of strings", _strings),
+        ("limit_keys", "a list of strings", _strings),
+    ):
+        if name in labels and labels[name] is not None and not ok(labels[name]):
+            raise MalformedMessageError(f"label {name} must be {wanted}")
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def dead_letter(
