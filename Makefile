@@ -14,12 +14,12 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench bench run run-stack api worker migrate migrate-stack test test-faults test-unit lint format clean
+.PHONY: help install install-dev install-bench bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
-	@echo "make run-stack  API + worker on Postgres, RabbitMQ and Redis (URLs from env)"
-	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | migrate"
+	@echo "make run-stack  API, worker and scheduler on Postgres, RabbitMQ and Redis (URLs from env)"
+	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | scheduler | migrate"
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
@@ -45,8 +45,9 @@ run: install
 
 run-stack: install migrate-stack
 	@$(STACK_ENV) $(BIN)/jobrail worker & worker=$$!; \
+	$(STACK_ENV) $(BIN)/jobrail scheduler & scheduler=$$!; \
 	$(STACK_ENV) $(BIN)/jobrail api & api=$$!; \
-	trap 'kill -TERM $$worker $$api 2>/dev/null; wait' INT TERM; \
+	trap 'kill -TERM $$worker $$scheduler $$api 2>/dev/null; wait' INT TERM; \
 	wait
 
 api: install
@@ -54,6 +55,9 @@ api: install
 
 worker: install
 	JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker
+
+scheduler: install
+	$(BIN)/jobrail scheduler
 
 migrate: install
 	$(BIN)/jobrail migrate
@@ -71,7 +75,13 @@ format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint
+# The ops page's browser test drives Debian's Chromium through its ChromeDriver.
+install-browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
+
+test: lint install-browser
 	$(BIN)/pytest --ignore=tests/faults
 
 test-faults: install-dev

@@ -31,6 +31,7 @@ from jobrail.modules import Module, load_modules
 from jobrail.persistence.outbox import OutboxRelay
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
+from jobrail.telemetry.metrics import Metrics, WorkerMetricsServer
 from jobrail.tenants.ports import TenantDirectory
 
 log = logging.getLogger("jobrail")
@@ -107,12 +108,16 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
 
 
 def install_worker_lifecycle(runtime: Runtime) -> None:
-    """Worker processes run the outbox relay and close the container on shutdown."""
+    """Worker processes run the outbox relay and serve their metrics (see
+    jobrail.telemetry.metrics); on shutdown they stop both and close the container."""
+    metrics_server = WorkerMetricsServer(runtime.settings.metrics)
 
     async def on_startup(_state: TaskiqState) -> None:
         await runtime.start_relay()
+        await metrics_server.start(await runtime.container.get(Metrics))
 
     async def on_shutdown(_state: TaskiqState) -> None:
+        await metrics_server.stop()
         await runtime.stop_background()
         await runtime.container.close()
 

@@ -4,6 +4,7 @@ jobrail run       embedded mode: migrate a SQLite file and serve the API with an
                   in-process worker (no services needed)
 jobrail api       serve the API
 jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues)
+jobrail scheduler enqueue the modules' periodic jobs (run two: one leads)
 jobrail migrate   bring the database schema up to date
 jobrail tenants   create tenants, issue and revoke their API keys (prints JSON)
 """
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("api", help="serve the API")
     worker = sub.add_parser("worker", help="run Taskiq workers")
     worker.add_argument("taskiq_args", nargs=argparse.REMAINDER)
+    sub.add_parser("scheduler", help="enqueue periodic jobs (one leader among many)")
     migrate_parser = sub.add_parser("migrate", help="apply database migrations")
     migrate_parser.add_argument(
         "--create-database",
@@ -205,6 +207,14 @@ def main(argv: list[str] | None = None) -> None:
         serve_api(settings)
     elif args.command == "worker":
         run_worker(settings, args.taskiq_args)
+    elif args.command == "scheduler":
+        from jobrail.scheduling.process import ScheduleConfigError, run_scheduler
+
+        try:
+            run_scheduler(settings)
+        except ScheduleConfigError as exc:
+            print(f"jobrail: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     elif args.command == "tenants":
         print(json.dumps(asyncio.run(_tenants_command(settings, args))))
 

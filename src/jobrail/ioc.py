@@ -13,18 +13,30 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.ports import (
+    DeadLetterQueue,
     JobCatalog,
     JobIntake,
     JobStore,
     JobsUnitOfWork,
+    OpsReadModel,
     OutboxDispatcher,
     OutboxMarks,
     Publisher,
+    QueueStats,
 )
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
-from jobrail.jobs.use_cases import CancelJob, EnqueueJob, GetJob, ListJobs, RedriveJob
+from jobrail.jobs.use_cases import (
+    CancelJob,
+    EnqueueJob,
+    GetJob,
+    ListDeadLetters,
+    ListJobs,
+    RedriveDeadLetters,
+    RedriveJob,
+)
+from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.limits.admin import LimitsAdmin
 from jobrail.limits.api import ApiRateLimiter
@@ -37,11 +49,13 @@ from jobrail.messaging.brokers import JobBroker
 from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.engine import create_engine, create_sessionmaker
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
+from jobrail.persistence.ops import SqlaOpsReadModel
 from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
 from jobrail.persistence.tenants import SqlaTenantDirectory
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
+from jobrail.telemetry.metrics import Backlog, CountingJobIntake, Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 
@@ -99,9 +113,33 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def job_intake(
-        self, pool: PgPool | None, sessionmaker: async_sessionmaker[AsyncSession]
+        self,
+        pool: PgPool | None,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        metrics: Metrics,
     ) -> JobIntake:
-        return PgJobIntake(pool) if pool is not None else SqlaJobIntake(sessionmaker)
+        intake = PgJobIntake(pool) if pool is not None else SqlaJobIntake(sessionmaker)
+        return CountingJobIntake(intake, metrics.jobs)
+
+    @provide(scope=Scope.APP)
+    def metrics(
+        self,
+        registry: JobRegistry,
+        counters: LimitCounters,
+        broker: JobBroker,
+        reads: OpsReadModel,
+        clock: Clock,
+        settings: Settings,
+    ) -> Metrics:
+        backlog = Backlog(
+            broker,
+            reads,
+            clock,
+            settings.rabbit.dead_letter_queue,
+            ttl_s=settings.metrics.lookup_ttl_s,
+            timeout_s=settings.metrics.lookup_timeout_s,
+        )
+        return Metrics((spec.name for spec in registry), counters, backlog)
 
     @provide(scope=Scope.APP)
     def dispatcher(
@@ -208,13 +246,16 @@ class PlatformProvider(Provider):
         retry: RetryPolicy,
         gate: JobGate,
         settings: Settings,
+        metrics: Metrics,
     ) -> JobRunner:
         config = RunnerConfig(
             dead_letter_queue=settings.rabbit.dead_letter_queue,
             lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
             store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
         )
-        return JobRunner(store, dispatcher, publisher, clock, retry, config, gate)
+        return JobRunner(
+            store, dispatcher, publisher, clock, retry, config, gate, observer=metrics.jobs
+        )
 
     @provide(scope=Scope.APP)
     def uow_factory(
@@ -225,9 +266,16 @@ class PlatformProvider(Provider):
         events: EventCatalog,
         catalog: JobCatalog,
         settings: Settings,
+        metrics: Metrics,
     ) -> UnitOfWorkFactory:
         return UnitOfWorkFactory(
-            sessionmaker, dispatcher, clock, events, catalog, settings.retry.max_attempts
+            sessionmaker,
+            dispatcher,
+            clock,
+            events,
+            catalog,
+            settings.retry.max_attempts,
+            enqueued=metrics.jobs,
         )
 
     @provide(scope=Scope.REQUEST)
@@ -249,3 +297,21 @@ class PlatformProvider(Provider):
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)
     cancel_job = provide(CancelJob, scope=Scope.REQUEST)
     redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
+
+    # -- operators ----------------------------------------------------------------------
+
+    @provide(scope=Scope.APP)
+    def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def queue_stats(self, broker: JobBroker) -> QueueStats:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def ops_reads(self, engine: AsyncEngine) -> OpsReadModel:
+        return SqlaOpsReadModel(engine)
+
+    ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+    list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
+    redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)

@@ -1,8 +1,9 @@
 """Modules: how a bounded context plugs into the platform.
 
 A module (``contexts.billing``, ``jobrail.demo``) exposes a ``module`` attribute:
-its job types, its HTTP routers, its dishka providers and (for the event catalog)
-the integration events it lists. The platform loads the
+its job types, its HTTP routers, its dishka providers, (for the event catalog)
+the integration events it lists and the periodic jobs it declares (run by
+``jobrail scheduler``). The platform loads the
 modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
 """
 
@@ -16,6 +17,7 @@ from fastapi import APIRouter
 
 from jobrail.jobs.registry import JobSpec
 from jobrail.messaging.events import EventSpec
+from jobrail.scheduling.schedule import Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,7 @@ class Module:
     routers: Sequence[APIRouter] = ()
     providers: Sequence[Provider] = field(default_factory=tuple)
     events: Sequence[EventSpec] = ()
+    schedules: Sequence[Schedule] = ()
 
 
 class ModuleLoadError(Exception):

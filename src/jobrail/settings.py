@@ -245,6 +245,100 @@ class WorkerSettings(BaseModel):
     _split_queues = field_validator("queues", mode="before")(_comma_list)
 
 
+class MetricsSettings(BaseModel):
+    """Prometheus metrics (see jobrail.telemetry.metrics and jobrail.api.metrics)."""
+
+    api_enabled: bool = Field(default=True, description="Serve GET /metrics on the API.")
+    token: SecretStr | None = Field(
+        default=None,
+        description="When set, scrapes must send Authorization: Bearer <token> (API and workers).",
+    )
+    worker_port: Annotated[int, Field(ge=0, le=65535)] = Field(
+        default=0,
+        description="Worker process i serves its metrics on worker_port + i; 0: none.",
+    )
+    worker_host: str = "127.0.0.1"
+    lookup_ttl_s: PositiveFloat = Field(
+        default=2.0,
+        description="Queue depths and outbox lag are looked up at most this often.",
+    )
+    lookup_timeout_s: PositiveFloat = 2.0
+
+
+class TelemetrySettings(BaseModel):
+    """Tracing (OpenTelemetry). Without an endpoint nothing is recorded or exported; trace
+    ids are still made and passed on, so that API and worker logs share a ``trace_id``."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="Base URL of an OTLP/HTTP collector (http://host:4318); spans go to "
+        "<url>/v1/traces. Unset: no spans are exported.",
+    )
+    service_name: str = Field(default="jobrail", min_length=1)
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0,
+        description="Share of new traces that are recorded; a trace started upstream "
+        "keeps its parent's decision.",
+    )
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if not url:
+            return None
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("use an http:// or https:// URL")
+        return url
+
+
+class ScheduleOverride(BaseModel):
+    """Change a declared schedule without a release: another cron, or switch it off."""
+
+    cron: str | None = None
+    enabled: bool = True
+
+
+class SchedulerSettings(BaseModel):
+    """``jobrail scheduler`` and the housekeeping it schedules (see jobrail.scheduling)."""
+
+    tick_s: PositiveFloat = Field(
+        default=1.0,
+        description="How often a standby scheduler tries to take the lead, and the longest "
+        "the leader sleeps between two looks at the clock.",
+    )
+    leader_ttl_s: PositiveFloat = Field(
+        default=15.0,
+        description="Life of the leader's lock in Redis, renewed every quarter of it: a dead "
+        "leader is replaced within leader_ttl_s + tick_s.",
+    )
+    catch_up_s: PositiveFloat = Field(
+        default=300.0,
+        description="A period missed (failover, restart, outage) is still fired while it "
+        "started less than this ago; older ones are skipped with a warning.",
+    )
+    schedules: dict[str, ScheduleOverride] = Field(
+        default_factory=dict,
+        description="Overrides by schedule name (JSON), e.g. "
+        '{"prune-jobs": {"cron": "0 4 * * *"}, "dlq-report": {"enabled": false}}.',
+    )
+    prune_after_days: PositiveInt = Field(
+        default=30, description="prune-jobs deletes finished jobs older than this."
+    )
+    outbox_lag_warn_s: PositiveFloat = Field(
+        default=60.0,
+        description="outbox-lag warns when the oldest unpublished outbox row is older.",
+    )
+
+    @model_validator(mode="after")
+    def _failover_is_caught_up(self) -> Self:
+        if self.catch_up_s < self.leader_ttl_s + self.tick_s:
+            raise ValueError(
+                "catch_up_s must be at least leader_ttl_s + tick_s, or the periods missed "
+                "during a failover would be skipped"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -265,6 +359,7 @@ class Settings(BaseSettings):
             "contexts.billing",
             "contexts.notifications",
             "contexts.sync",
+            "jobrail.maintenance",
         ],
         description="Import paths of the modules (bounded contexts) to load.",
     )
@@ -283,6 +378,9 @@ class Settings(BaseSettings):
     )
     api_limits: ApiLimitsSettings = ApiLimitsSettings()
     worker: WorkerSettings = WorkerSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     _split_modules = field_validator("modules", mode="before")(_comma_list)
 

@@ -1,6 +1,5 @@
 """The fakes and the real adapters pass the same contract tests."""
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -8,8 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from contexts.billing.adapters.persistence import SqlaInvoiceRepository
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceLine, InvoiceStatus
@@ -17,12 +15,10 @@ from contexts.notifications.adapters.email import SmtpEmailSender
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.ports import EmailMessage
 from contexts.sync.adapters.vendor import HttpVendorClient
-from jobrail.cli import migrate
 from jobrail.kernel.errors import PermanentError, ThrottledError
 from jobrail.kernel.ids import TenantId
 from jobrail.kernel.money import Money
 from jobrail.persistence.inbox import SqlaInbox
-from jobrail.settings import Settings
 from tests.contexts.fakes import (
     FakeEmailSender,
     FakeInbox,
@@ -31,7 +27,7 @@ from tests.contexts.fakes import (
 )
 from tests.fakes import START, FixedClock
 from tests.support.servers import sandbox_vendor, smtp_server
-from tests.support.services import require
+from tests.support.services import store_engine
 
 ACME = TenantId("acme")
 
@@ -46,17 +42,7 @@ async def session_factory(
     if request.param == "fake":
         yield None
         return
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/c.db"
-        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
-    else:
-        require("postgres")
-        url = request.getfixturevalue("database_url")
-    engine = create_async_engine(url)
-    if request.param == "postgres":
-        async with engine.begin() as conn:
-            await conn.execute(text("TRUNCATE billing_invoices CASCADE"))
-            await conn.execute(text("TRUNCATE inbox"))
+    engine = await store_engine(request, tmp_path, "billing_invoices CASCADE", "inbox")
     yield lambda: AsyncSession(engine)
     await engine.dispose()
 

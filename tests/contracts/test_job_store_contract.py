@@ -19,7 +19,7 @@ from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
 from jobrail.persistence.tables import outbox
 from jobrail.settings import DatabaseSettings, Settings
 from tests.fakes import START, FakeJobStore, make_job
-from tests.support.services import require
+from tests.support.services import require, store_engine
 
 LEASE = timedelta(seconds=30)
 
@@ -47,16 +47,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
         yield StoreUnderTest(fake, put, read, count)
         return
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/contract.db"
-        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
-    else:
-        require("postgres")
-        url = request.getfixturevalue("database_url")
-    engine = create_async_engine(url)
-    if request.param == "postgres":
-        async with engine.begin() as conn:
-            await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+    engine = await store_engine(request, tmp_path, "jobs, outbox, inbox")
 
     from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -82,7 +73,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     if request.param == "sqlite":
         yield StoreUnderTest(SqlaJobStore(engine), put_sql, read_sql, count_sql)
     else:
-        pool = await create_pool(DatabaseSettings(url=url))
+        pool = await create_pool(DatabaseSettings(url=engine.url.render_as_string(False)))
         yield StoreUnderTest(PgJobStore(pool), put_sql, read_sql, count_sql)
         await pool.close()
     await engine.dispose()
@@ -244,7 +235,7 @@ async def intake(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
         yield SqlaJobIntake(async_sessionmaker(engine, expire_on_commit=False)), messages
     else:
-        pool = await create_pool(DatabaseSettings(url=url))
+        pool = await create_pool(DatabaseSettings(url=engine.url.render_as_string(False)))
         yield PgJobIntake(pool), messages
         await pool.close()
     await engine.dispose()

@@ -1,23 +1,18 @@
 """The tenant directory: the fake and the SQL directory (SQLite and Postgres) agree."""
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from jobrail.cli import migrate
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tenants import SqlaTenantDirectory
-from jobrail.settings import Settings
 from jobrail.tenants.domain import digest
 from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
 from tests.fakes import FakeTenantDirectory, FixedClock
-from tests.support.services import require
+from tests.support.services import store_engine
 
 
 @pytest.fixture(params=["fake", "sqlite", "postgres"])
@@ -25,16 +20,7 @@ async def directory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     if request.param == "fake":
         yield FakeTenantDirectory()
         return
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/tenants.db"
-        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
-    else:
-        require("postgres")
-        url = request.getfixturevalue("database_url")
-    engine = create_async_engine(url)
-    if request.param == "postgres":
-        async with engine.begin() as conn:
-            await conn.execute(text("TRUNCATE api_keys, tenants"))
+    engine = await store_engine(request, tmp_path, "api_keys, tenants")
     yield SqlaTenantDirectory(engine)
     await engine.dispose()
 

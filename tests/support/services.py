@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,27 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, wha
     raise AssertionError(
         f"timed out after {timeout}s waiting for {what or predicate}; last={last!r}"
     )
+
+
+async def store_engine(request: pytest.FixtureRequest, tmp_path: Path, *truncate: str) -> Any:
+    """An engine for a contract test's backend, `request.param` "sqlite" (a fresh
+    migrated file) or "postgres" (the session's database, `truncate` statements run
+    first, e.g. ``"jobs, outbox"``). The caller disposes of it."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from jobrail.cli import migrate
+    from jobrail.settings import Settings
+
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/store.db"
+        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    else:
+        require("postgres")
+        url = request.getfixturevalue("database_url")
+    engine = create_async_engine(url)
+    if request.param == "postgres":
+        async with engine.begin() as conn:
+            for tables in truncate:
+                await conn.execute(text(f"TRUNCATE {tables}"))
+    return engine

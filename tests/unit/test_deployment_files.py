@@ -1,6 +1,7 @@
 """docker-compose.yml and the Dockerfile cannot be run here (no Docker engine), so their
 shape is checked instead: one image, a role per command, services that are waited for."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,58 @@ def test_the_image_is_multi_stage_and_runs_as_a_non_root_user() -> None:
     assert len(stages) >= 2
     assert users
     assert users[-1] not in {"root", "0"}
+
+
+SERIES = [
+    "jobs_enqueued_total",
+    "jobs_succeeded_total",
+    "jobs_failed_total",
+    "jobs_retried_total",
+    "job_runtime_seconds",
+    "job_time_to_start_seconds",
+    "job_time_to_complete_seconds",
+    "queue_depth",
+    "dlq_depth",
+    "outbox_lag_seconds",
+    "limit_admitted_total",
+    "limit_deferred_total",
+    "lock_contention_total",
+    "lock_lost_total",
+    "api_rate_limited_total",
+]
+
+
+def test_the_scheduler_runs_from_the_same_image_after_migrations() -> None:
+    scheduler = _compose()["services"]["scheduler"]
+
+    assert scheduler["image"] == "jobrail:latest"
+    assert scheduler["command"] == ["jobrail", "scheduler"]
+    assert scheduler["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_prometheus_and_grafana_are_optional_and_wired_to_jobrail() -> None:
+    services = _compose()["services"]
+    scrape = yaml.safe_load((ROOT / "infra" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    plugins = (ROOT / "infra" / "rabbitmq" / "enabled_plugins").read_text()
+
+    assert services["prometheus"]["profiles"] == ["observability"]
+    assert services["grafana"]["profiles"] == ["observability"]
+    assert jobs["jobrail-api"]["static_configs"][0]["targets"] == ["api:8000"]
+    assert jobs["jobrail-worker"]["dns_sd_configs"][0]["port"] == 9100
+    assert {
+        s["environment"]["JOBRAIL_METRICS__WORKER_PORT"]
+        for s in (services["worker"], services["worker-heavy"])
+    } == {"9100"}
+    assert "rabbitmq_prometheus" in plugins
+    assert "rabbitmq_management" in plugins
+
+
+def test_the_grafana_dashboard_charts_every_jobrail_series() -> None:
+    dashboard = json.loads((ROOT / "infra" / "grafana" / "dashboards" / "jobrail.json").read_text())
+    expressions = " ".join(
+        target["expr"] for panel in dashboard["panels"] for target in panel["targets"]
+    )
+
+    missing = [name for name in SERIES if f"jobrail_{name}" not in expressions]
+    assert missing == []

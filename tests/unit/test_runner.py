@@ -521,3 +521,19 @@ def test_enqueued_messages_carry_their_limit_keys() -> None:
     message = message_for(make_job(type="t.sync", payload={"account_id": "a7"}), registry)
 
     assert json.loads(message.body)["labels"]["limit_keys"] == ["account:acme:a7"]
+
+
+def test_a_deferred_message_carries_its_trace_context_on() -> None:
+    from jobrail.messaging.envelope import parse_job_message
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job = make_job()
+    delivery = Delivery(
+        job.id, job.type, job.queue, job.tenant_id, "m1", trace_context={"traceparent": parent}
+    )
+
+    again = delivery.again(deferred=True)
+
+    labels = parse_job_message(again.body).labels
+    assert labels["traceparent"] == parent
+    assert labels["deferrals"] == 1

@@ -50,6 +50,9 @@ class InvoiceIn(BaseModel):
     customer_email: EmailStr
     currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["EUR"])
     lines: list[LineIn] = Field(default_factory=list, max_length=500)
+    auto_pay: bool = Field(
+        default=False, description="Pay it automatically once issued (billing's auto-pay)."
+    )
 
     @model_validator(mode="after")
     def _total_fits(self) -> "InvoiceIn":
@@ -79,6 +82,7 @@ class InvoiceOut(BaseModel):
     issued_at: datetime | None
     paid_at: datetime | None
     voided_at: datetime | None
+    auto_pay: bool
 
     @classmethod
     def of(cls, invoice: Invoice) -> "InvoiceOut":
@@ -102,6 +106,7 @@ class InvoiceOut(BaseModel):
             issued_at=invoice.issued_at,
             paid_at=invoice.paid_at,
             voided_at=invoice.voided_at,
+            auto_pay=invoice.auto_pay,
         )
 
 
@@ -130,6 +135,7 @@ async def create_invoice(
                 LineInput(line.description, line.quantity, line.unit_price_minor)
                 for line in body.lines
             ),
+            auto_pay=body.auto_pay,
         )
     )
     return InvoiceOut.of(invoice)

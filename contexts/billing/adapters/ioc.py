@@ -8,6 +8,7 @@ from contexts.billing.application.use_cases import (
     IssueInvoice,
     ListInvoices,
     PayInvoice,
+    StartAutoPay,
     VoidInvoice,
 )
 from jobrail.persistence.uow import UnitOfWorkFactory
@@ -28,3 +29,4 @@ class BillingProvider(Provider):
     void = provide(VoidInvoice)
     get = provide(GetInvoice)
     list = provide(ListInvoices)
+    auto_pay = provide(StartAutoPay)

@@ -1,9 +1,11 @@
 """Invoices in SQL (imperative mapping: the domain knows nothing of tables)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -15,11 +17,12 @@ from sqlalchemy import (
     Uuid,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contexts.billing.application.ports import InvoicePage
+from contexts.billing.application.ports import InvoicePage, InvoiceRef
 from contexts.billing.domain.invoice import (
     Invoice,
     InvoiceId,
@@ -31,6 +34,8 @@ from jobrail.kernel.money import Money
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.tables import UtcDateTime, metadata
 from jobrail.persistence.uow import SqlaUnitOfWork
+
+AUTO_PAY_DUE = "status = 'issued' AND auto_pay"
 
 invoices = Table(
     "billing_invoices",
@@ -46,10 +51,18 @@ invoices = Table(
     Column("issued_at", UtcDateTime),
     Column("paid_at", UtcDateTime),
     Column("voided_at", UtcDateTime),
+    Column("auto_pay", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("total_minor >= 0", name="total_not_negative"),
     Index("ix_billing_invoices_tenant_id", "tenant_id", "id"),
     Index("ix_billing_invoices_tenant_status", "tenant_id", "status", "id"),
     Index("ix_billing_invoices_tenant_customer", "tenant_id", "customer_id", "id"),
+    # Auto-pay's access path: the few invoices due for it, of every tenant.
+    Index(
+        "ix_billing_invoices_auto_pay_due",
+        "id",
+        postgresql_where=text(AUTO_PAY_DUE),
+        sqlite_where=text(AUTO_PAY_DUE),
+    ),
 )
 
 invoice_lines = Table(
@@ -96,6 +109,7 @@ def _invoice(row: Any, lines: list[Any]) -> Invoice:
         issued_at=row.issued_at,
         paid_at=row.paid_at,
         voided_at=row.voided_at,
+        auto_pay=row.auto_pay,
     )
 
 
@@ -113,6 +127,7 @@ class SqlaInvoiceRepository:
                     customer_email=invoice.customer_email,
                     currency=invoice.currency,
                     created_at=invoice.created_at,
+                    auto_pay=invoice.auto_pay,
                     **_state(invoice),
                 )
             )
@@ -191,6 +206,20 @@ class SqlaInvoiceRepository:
             await self._session.execute(
                 update(invoices).where(invoices.c.id == invoice.id).values(_state(invoice))
             )
+
+    async def due_for_auto_pay(
+        self, *, after: InvoiceId | None, limit: int
+    ) -> Sequence[InvoiceRef]:
+        query = select(invoices.c.tenant_id, invoices.c.id).where(
+            # The partial index's predicate, as written there.
+            invoices.c.status == InvoiceStatus.ISSUED.value,
+            invoices.c.auto_pay,
+        )
+        if after is not None:
+            query = query.where(invoices.c.id > after)
+        with database_errors():
+            rows = (await self._session.execute(query.order_by(invoices.c.id).limit(limit))).all()
+        return [InvoiceRef(TenantId(row.tenant_id), InvoiceId(row.id)) for row in rows]
 
 
 class SqlaBillingUnitOfWork(SqlaUnitOfWork):

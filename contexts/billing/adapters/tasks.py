@@ -6,10 +6,12 @@ from dishka import FromDishka
 from pydantic import BaseModel, ConfigDict
 
 from contexts.billing.application.commands import InvoiceCommand
-from contexts.billing.application.use_cases import PayInvoice
+from contexts.billing.application.use_cases import PayInvoice, StartAutoPay
 from contexts.billing.domain.invoice import InvoiceId
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
+from jobrail.kernel.errors import PermanentError
+from jobrail.scheduling import SYSTEM_TENANT
 
 
 class PayInvoicePayload(BaseModel):
@@ -25,3 +27,20 @@ async def pay_invoice(
     """Pay an invoice from a worker (scheduled auto-pay): the same PayInvoice as the route."""
     invoice = await pay(InvoiceCommand(ctx.tenant_id, InvoiceId(payload.invoice_id)))
     return {"invoice_id": str(invoice.id), "status": invoice.status.value}
+
+
+class AutoPayPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@job(
+    "billing.auto_pay", payload=AutoPayPayload, queue="jobs.default", timeout_s=300, max_attempts=3
+)
+async def auto_pay(
+    payload: AutoPayPayload, ctx: JobContext, start: FromDishka[StartAutoPay]
+) -> dict[str, int]:
+    """Enqueue the payment of every invoice due for auto-pay (scheduled: billing-auto-pay)."""
+    if ctx.tenant_id != SYSTEM_TENANT:
+        raise PermanentError("billing.auto_pay covers every tenant: only the scheduler runs it")
+    started = await start()
+    return {"due": started.due, "enqueued": started.enqueued}

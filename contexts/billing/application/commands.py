@@ -18,6 +18,7 @@ class CreateInvoiceCommand:
     customer_email: str
     currency: str
     lines: tuple[LineInput, ...]
+    auto_pay: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
-from jobrail.jobs.ports import EventPublisher
+from jobrail.jobs.ports import EventPublisher, JobQueue
 from jobrail.kernel.ids import TenantId
 
 
@@ -10,6 +11,12 @@ from jobrail.kernel.ids import TenantId
 class InvoicePage:
     items: list[Invoice]
     next_after: InvoiceId | None
+
+
+@dataclass(frozen=True, slots=True)
+class InvoiceRef:
+    tenant_id: TenantId
+    invoice_id: InvoiceId
 
 
 class InvoiceRepository(Protocol):
@@ -34,13 +41,21 @@ class InvoiceRepository(Protocol):
 
     async def save(self, invoice: Invoice) -> None: ...
 
+    async def due_for_auto_pay(
+        self, *, after: InvoiceId | None, limit: int
+    ) -> Sequence[InvoiceRef]:
+        """Invoices of every tenant that are due for auto-pay (see Invoice), by id,
+        the first `limit` after `after`."""
+        ...
+
 
 class BillingUnitOfWork(Protocol):
-    """One transaction over invoices and the events they publish; rolls back unless
-    `commit` is called."""
+    """One transaction over invoices, the events they publish and the jobs they
+    enqueue; rolls back unless `commit` is called."""
 
     invoices: InvoiceRepository
     events: EventPublisher
+    queue: JobQueue
 
     async def __aenter__(self) -> Self: ...
 

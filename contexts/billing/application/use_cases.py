@@ -1,13 +1,16 @@
 """Billing's use cases, one class each."""
 
+from dataclasses import dataclass
+
 from contexts.billing.application.commands import (
     CreateInvoiceCommand,
     InvoiceCommand,
     ListInvoicesQuery,
 )
-from contexts.billing.application.ports import BillingUnitOfWork, InvoicePage
+from contexts.billing.application.ports import BillingUnitOfWork, InvoicePage, InvoiceRef
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceLine, InvoicePaid
 from contexts.shared.events import InvoicePaidV1
+from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError, NotFoundError
 from jobrail.kernel.ids import new_id
@@ -43,6 +46,7 @@ class CreateInvoice:
             currency=cmd.currency,
             lines=lines,
             created_at=self._clock.now(),
+            auto_pay=cmd.auto_pay,
         )
         async with self._uow:
             await self._uow.invoices.add(invoice)
@@ -146,3 +150,56 @@ class ListInvoices:
                 limit=query.limit,
                 after=query.after,
             )
+
+
+PAY_INVOICE_JOB = "billing.pay_invoice"
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPayStarted:
+    due: int
+    enqueued: int
+    """Payments enqueued now; the others already had their job."""
+
+
+class StartAutoPay:
+    """Enqueue a payment (``billing.pay_invoice``) for every invoice due for auto-pay.
+
+    - Due: issued, and created with ``auto_pay``; of every tenant.
+    - Each payment runs under its invoice's tenant, with the idempotency key
+      ``auto-pay:<invoice id>``: running this again, or twice at once, enqueues no second
+      payment for an invoice. (Paying stays idempotent as well: see PayInvoice.)
+    - Goes through the due invoices in pages of `page`, one transaction each, so a large
+      backlog never makes one long transaction.
+    """
+
+    page = 200
+
+    def __init__(self, uow: BillingUnitOfWork) -> None:
+        self._uow = uow
+
+    async def __call__(self) -> AutoPayStarted:
+        due = enqueued = 0
+        after = None
+        while True:
+            async with self._uow:
+                refs = await self._uow.invoices.due_for_auto_pay(after=after, limit=self.page)
+                for ref in refs:
+                    enqueued += await self._enqueue_payment(ref)
+                await self._uow.commit()
+            due += len(refs)
+            if len(refs) < self.page:
+                return AutoPayStarted(due=due, enqueued=enqueued)
+            after = refs[-1].invoice_id
+
+    async def _enqueue_payment(self, ref: InvoiceRef) -> bool:
+        result = await self._uow.queue.enqueue(
+            EnqueueJobCommand(
+                tenant_id=ref.tenant_id,
+                type=PAY_INVOICE_JOB,
+                payload={"invoice_id": str(ref.invoice_id)},
+                idempotency_key=f"auto-pay:{ref.invoice_id}",
+                entity_id=str(ref.invoice_id),
+            )
+        )
+        return result.created

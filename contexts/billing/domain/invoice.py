@@ -8,6 +8,8 @@
 - A draft or void invoice cannot be paid; paying a paid invoice changes nothing
   and records no second event.
 - Amounts are never negative; an invoice has one currency.
+- An invoice created with ``auto_pay`` (the customer opted in) is due for auto-pay
+  while it is issued: billing's scheduled auto-pay pays it without anyone asking.
 """
 
 import uuid
@@ -83,6 +85,7 @@ class Invoice(AggregateRoot):
         issued_at: datetime | None = None,
         paid_at: datetime | None = None,
         voided_at: datetime | None = None,
+        auto_pay: bool = False,
     ) -> None:
         super().__init__()
         self.id = id
@@ -96,6 +99,7 @@ class Invoice(AggregateRoot):
         self.issued_at = issued_at
         self.paid_at = paid_at
         self.voided_at = voided_at
+        self.auto_pay = auto_pay
         for line in self.lines:
             if line.unit_price.currency != self.currency:
                 raise InvalidInvoiceError(
@@ -115,6 +119,10 @@ class Invoice(AggregateRoot):
         for line in self.lines:
             total = total + line.total
         return total
+
+    @property
+    def due_for_auto_pay(self) -> bool:
+        return self.auto_pay and self.status is InvoiceStatus.ISSUED
 
     def issue(self, now: datetime) -> None:
         if self.status is not InvoiceStatus.DRAFT:

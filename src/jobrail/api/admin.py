@@ -1,14 +1,23 @@
 """Operator endpoints. Every route here needs an admin API key."""
 
-from typing import Annotated
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, model_validator
 
 from jobrail.api.auth import require_admin
 from jobrail.api.errors import ADMIN_ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitRead
+from jobrail.jobs.ports import QueueStats
+from jobrail.jobs.use_cases import (
+    ListDeadLetters,
+    RedriveDeadLetters,
+    RedriveDeadLettersCommand,
+)
+from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.limits.admin import LimitsAdmin
 
 router = APIRouter(
@@ -71,3 +80,191 @@ async def reset_limit(
 ) -> LimitReset:
     await limits.reset(job_type, limit, key)
     return LimitReset(job_type=job_type, limit=limit, key=key, reset=True)
+
+
+class LimitHolder(BaseModel):
+    holder: str
+    until: datetime
+
+
+class LimitHolders(BaseModel):
+    job_type: str
+    limit: str
+    key: str
+    holders: list[LimitHolder]
+
+
+@router.get(
+    "/limits/{job_type}/{limit}/holders",
+    summary="Who holds a job type's lock or concurrency slots for one key",
+)
+async def limit_holders(
+    job_type: str, limit: str, key: LimitKey, limits: FromDishka[LimitsAdmin]
+) -> LimitHolders:
+    held = await limits.holders(job_type, limit, key)
+    return LimitHolders(
+        job_type=job_type,
+        limit=limit,
+        key=key,
+        holders=[
+            LimitHolder(
+                holder=str(h["holder"]), until=datetime.fromtimestamp(h["until_ms"] / 1000, UTC)
+            )
+            for h in held
+        ],
+    )
+
+
+class QueueOut(BaseModel):
+    queue: str
+    ready: int
+    consumers: int
+
+
+class QueueList(BaseModel):
+    items: list[QueueOut]
+
+
+@router.get("/queues", summary="Messages waiting and consumers, per queue (with the DLQ)")
+async def queues(stats: FromDishka[QueueStats]) -> QueueList:
+    depths = await stats.queue_depths()
+    return QueueList(
+        items=[QueueOut(queue=d.queue, ready=d.ready, consumers=d.consumers) for d in depths]
+    )
+
+
+class DeadLetterOut(BaseModel):
+    id: str
+    reason: str
+    source_queue: str
+    dead_at: str
+    job_id: uuid.UUID | None
+    job_type: str | None
+    tenant_id: str | None
+    preview: str = Field(description="The start of a message that is not a job message.")
+
+
+class DeadLetterList(BaseModel):
+    items: list[DeadLetterOut]
+
+
+@router.get("/dlq", summary="Messages in the dead-letter queue, oldest first (left in place)")
+async def dead_letters(
+    list_dead_letters: FromDishka[ListDeadLetters],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> DeadLetterList:
+    letters = await list_dead_letters(limit)
+    return DeadLetterList(
+        items=[
+            DeadLetterOut(
+                id=letter.id,
+                reason=letter.reason,
+                source_queue=letter.source_queue,
+                dead_at=letter.dead_at,
+                job_id=letter.job_id,
+                job_type=letter.job_type,
+                tenant_id=letter.tenant_id,
+                preview=letter.preview,
+            )
+            for letter in letters
+        ]
+    )
+
+
+class RedriveIn(BaseModel):
+    ids: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default=None, max_length=1000, description="Dead letters to redrive, by id."
+    )
+    all: bool = Field(default=False, description="Redrive every dead letter whose job failed.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "RedriveIn":
+        if (self.ids is None) == (not self.all):
+            raise ValueError("give either ids or all=true")
+        return self
+
+
+class RedriveOutcomeOut(BaseModel):
+    id: str
+    job_id: str | None
+    outcome: Literal["redriven", "kept"]
+    detail: str
+
+
+class RedriveResult(BaseModel):
+    redriven: int
+    kept: int
+    items: list[RedriveOutcomeOut]
+
+
+@router.post(
+    "/dlq/redrive",
+    summary="Run dead-lettered jobs again",
+    description=RedriveDeadLetters.__doc__ or "",
+)
+async def redrive_dead_letters(
+    body: RedriveIn, redrive: FromDishka[RedriveDeadLetters]
+) -> RedriveResult:
+    outcomes = await redrive(
+        RedriveDeadLettersCommand(ids=frozenset(body.ids) if body.ids is not None else None)
+    )
+    return RedriveResult(
+        redriven=sum(1 for o in outcomes if o.outcome == "redriven"),
+        kept=sum(1 for o in outcomes if o.outcome == "kept"),
+        items=[
+            RedriveOutcomeOut(id=o.id, job_id=o.job_id, outcome=o.outcome, detail=o.detail)
+            for o in outcomes
+        ],
+    )
+
+
+class JobCountOut(BaseModel):
+    type: str
+    status: str
+    count: int
+
+
+class FailureOut(BaseModel):
+    id: uuid.UUID
+    type: str
+    tenant_id: str
+    attempts: int
+    last_error: str | None
+    finished_at: datetime | None
+
+
+class OverviewOut(BaseModel):
+    counts: list[JobCountOut]
+    queues: list[QueueOut] | None = Field(description="null when RabbitMQ cannot be asked")
+    outbox_lag_s: float
+    failures: list[FailureOut]
+
+
+def overview_out(overview: Any) -> OverviewOut:
+    return OverviewOut(
+        counts=[
+            JobCountOut(type=c.type, status=c.status.value, count=c.count) for c in overview.counts
+        ],
+        queues=None
+        if overview.queues is None
+        else [
+            QueueOut(queue=q.queue, ready=q.ready, consumers=q.consumers) for q in overview.queues
+        ],
+        outbox_lag_s=round(overview.outbox_lag.total_seconds(), 3),
+        failures=[
+            FailureOut(
+                id=job.id,
+                type=job.type,
+                tenant_id=job.tenant_id,
+                attempts=job.attempts,
+                last_error=job.last_error,
+                finished_at=job.finished_at,
+            )
+            for job in overview.failures
+        ],
+    )
+
+
+@router.get("/overview", summary="Job counts, queue depths, outbox lag and recent failures")
+async def overview(get: FromDishka[GetOpsOverview]) -> OverviewOut:
+    return overview_out(await get())

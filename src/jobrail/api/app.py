@@ -9,12 +9,14 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from jobrail import __version__
-from jobrail.api import admin, health, jobs
+from jobrail.api import admin, health, jobs, metrics, ops
 from jobrail.api.body_limit import BodySizeLimit
 from jobrail.api.errors import install_error_handlers
 from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs, seed_demo_tenant
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
+from jobrail.telemetry.http import RequestTelemetry
+from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
 
 log = logging.getLogger("jobrail.api")
@@ -23,6 +25,7 @@ log = logging.getLogger("jobrail.api")
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API. In embedded mode it also runs the worker and the relay in-process."""
     settings = settings or load_settings()
+    configure_tracing(settings.telemetry)
     runtime = build_runtime(settings, worker=False)
 
     @asynccontextmanager
@@ -50,6 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json" if docs else None,
         docs_url="/docs" if docs else None,
         redoc_url=None,
+        # The server span is RequestTelemetry's: FastAPI's own would record query strings.
+        telemetry={"tracing": False},
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     if settings.api.cors_origins:
@@ -57,20 +62,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.api.cors_origins,
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Idempotency-Key",
+                "X-Request-Id",
+                "traceparent",
+                "tracestate",
+            ],
             expose_headers=[
+                "X-Request-Id",
                 "Retry-After",
                 "RateLimit-Limit",
                 "RateLimit-Remaining",
                 "RateLimit-Reset",
             ],
         )
+    # Last added, so outermost: every response (a 413 too) gets a request id and a span.
+    app.add_middleware(RequestTelemetry)
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(health.ready_router)
+    app.include_router(metrics.router)
     app.include_router(jobs.router)
     app.include_router(admin.router)
+    app.include_router(ops.router)
     for module in runtime.modules:
         for router in module.routers:
             app.include_router(router)

@@ -1,6 +1,6 @@
 """Ports of the jobs application layer. Adapters live in persistence/ and messaging/."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.envelope import DeadLetter, Envelope
 
 if TYPE_CHECKING:
     from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult
@@ -150,6 +150,59 @@ class JobStore(Protocol):
     async def cancel_requested(self, job_id: JobId) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    queue: str
+    """The logical name (``jobs.default``, ``jobs.dlq``)."""
+    ready: int
+    consumers: int
+
+
+class QueueStats(Protocol):
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Messages ready and consumers of every work queue and of the dead-letter
+        queue; raises BrokerUnavailableError when the broker cannot be asked."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobCount:
+    type: str
+    status: JobStatus
+    count: int
+
+
+class OpsReadModel(Protocol):
+    """Platform-wide reads for operators (every tenant at once)."""
+
+    async def job_counts(self) -> list[JobCount]:
+        """Jobs by type and status."""
+        ...
+
+    async def recent_failures(self, limit: int) -> list[Job]:
+        """Failed jobs, the most recently finished first."""
+        ...
+
+    async def oldest_unpublished(self) -> datetime | None:
+        """When the oldest outbox row still waiting to be published was written."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter queue, for operators: look at it, and take messages out of it."""
+
+    async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
+        """Up to `limit` dead letters, oldest first, left where they are."""
+        ...
+
+    async def settle_dead_letters(
+        self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
+    ) -> None:
+        """Go through up to `limit` dead letters, oldest first: each for which
+        `decide` returns True leaves the queue, the others stay."""
+        ...
+
+
 class Publisher(Protocol):
     async def publish(self, envelope: Envelope) -> None:
         """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
@@ -174,6 +227,12 @@ class Inbox(Protocol):
         """Record that `consumer` took the message, in the current transaction.
         False if it already had: the message is a duplicate."""
         ...
+
+
+class EnqueueCounter(Protocol):
+    """Told of every job that was enqueued (and committed), by job type (metrics)."""
+
+    def enqueued(self, job_type: str) -> None: ...
 
 
 class OutboxDispatcher(Protocol):

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from jobrail.jobs.context import JobCancelledError, JobContext
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
@@ -58,6 +58,8 @@ class Delivery:
     not_before: datetime | None = None
     prepaid: tuple[str, ...] = ()
     limit_keys: tuple[str, ...] | None = None
+    trace_context: Mapping[str, str] = field(default_factory=dict)
+    """The W3C trace context the message carried: sent on with every deferral."""
 
     def again(
         self,
@@ -76,6 +78,7 @@ class Delivery:
             deferrals=self.deferrals + 1 if deferred else self.deferrals,
             prepaid=self.prepaid if prepaid is None else prepaid,
             limit_keys=self.limit_keys,
+            trace_context=self.trace_context,
         )
 
 
@@ -86,6 +89,25 @@ class JobRun:
     handler: Handler
     timeout: timedelta
     limits: JobLimits = field(default_factory=JobLimits)
+
+
+class JobObserver(Protocol):
+    """Told what happens to jobs in this worker (metrics, tracing). Must not raise."""
+
+    def claimed(self, job: Job) -> None:
+        """An attempt started: `job` is running, `started_at` set."""
+
+    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
+        """An attempt's outcome was written: `job.status` is succeeded, failed,
+        retrying or cancelled."""
+
+
+class _NoObserver:
+    def claimed(self, job: Job) -> None:
+        return None
+
+    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +127,10 @@ class JobRunner:
         retry: RetryPolicy,
         config: RunnerConfig,
         gate: JobGate | None = None,
+        observer: JobObserver | None = None,
     ) -> None:
         self._gate = gate
+        self._observer = observer or _NoObserver()
         self._store = store
         self._dispatcher = dispatcher
         self._publisher = publisher
@@ -161,6 +185,7 @@ class JobRunner:
             job = claim.job
             claimed.append(job)
             token = ClaimToken.of(job)
+            self._observer.claimed(job)
             outbox = await self._attempt(job, job_run, hold)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
@@ -175,6 +200,7 @@ class JobRunner:
                 job.status.value,
             )
             return
+        self._observer.recorded(job, token.started_at)
         if outbox:
             await self._dispatcher.dispatch(outbox)
 

@@ -24,9 +24,11 @@ class OutboxJobQueue:
         self._job_types = job_types
         self._clock = clock
         self._default_max_attempts = default_max_attempts
+        self.created: list[str] = []
+        """Types of the jobs this transaction created (idempotent replays excluded)."""
 
     async def enqueue(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        return await record_job(
+        result = await record_job(
             self._jobs,
             self._outbox,
             self._job_types,
@@ -34,6 +36,9 @@ class OutboxJobQueue:
             now=self._clock.now(),
             default_max_attempts=self._default_max_attempts,
         )
+        if result.created:
+            self.created.append(result.job.type)
+        return result
 
 
 class OutboxEventPublisher:

@@ -1,6 +1,7 @@
 """What operators do with limits: look at one, or clear it (a stuck lock, a full window)."""
 
 from dataclasses import dataclass
+from typing import Any
 
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.errors import NotFoundError
@@ -48,6 +49,9 @@ class LimitsAdmin:
             remaining=decision.remaining,
             retry_after_s=decision.retry_after_s,
         )
+
+    async def holders(self, job_type: str, limit_name: str, key: str) -> list[dict[str, Any]]:
+        return await self._backend.holders(self._item(job_type, limit_name, key))
 
     async def reset(self, job_type: str, limit_name: str, key: str) -> None:
         await self._backend.reset(self._item(job_type, limit_name, key))

@@ -6,6 +6,9 @@ the caller defers the message by ``retry_after`` plus jitter, spending no attemp
 Admitted: the ``Pass`` runs the handler with a watchdog that renews the lock and the
 slot leases every third of their TTL, cancels the handler if they were lost, and
 releases everything in one round trip at the end.
+
+Each admission is a span (``limits admit``) that says whether the job was admitted
+or deferred, why, and for how long.
 """
 
 import asyncio
@@ -15,6 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
+
+from opentelemetry import trace
 
 from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
@@ -30,6 +35,7 @@ from jobrail.limits.model import (
 )
 
 log = logging.getLogger("jobrail.limits")
+_tracer = trace.get_tracer("jobrail.limits")
 
 T = TypeVar("T")
 
@@ -159,6 +165,26 @@ class JobGate:
         how long to wait. A token bucket that says no reserves its next token for the
         job, which comes back when the token is due and pays nothing then: waiting jobs
         are served in turn, without a stampede."""
+        with _tracer.start_as_current_span(
+            "limits admit", attributes={"limits.count": len(keys), "job.deferrals": deferrals}
+        ) as span:
+            verdict = await self._enter(declared, keys, deferrals, prepaid)
+            if span.is_recording():
+                if isinstance(verdict, Deferred):
+                    span.set_attribute("limits.outcome", "deferred")
+                    span.set_attribute("limits.reason", verdict.reason)
+                    span.set_attribute("limits.delay_s", verdict.delay.total_seconds())
+                else:
+                    span.set_attribute("limits.outcome", "admitted")
+            return verdict
+
+    async def _enter(
+        self,
+        declared: JobLimits,
+        keys: Sequence[str],
+        deferrals: int,
+        prepaid: Sequence[str],
+    ) -> Pass | Deferred:
         items = [
             Acquire(limit, key, prepaid=isinstance(limit, TokenBucket) and key in prepaid)
             for limit, key in zip(declared.all(), keys, strict=True)

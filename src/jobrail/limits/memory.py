@@ -228,6 +228,16 @@ class MemoryLimits:
         }
         tables[item.limit.kind].pop(item.key, None)
 
+    async def holders(self, item: Acquire) -> list[dict[str, Any]]:
+        now = self._clock_ms()
+        if isinstance(item.limit, Lock):
+            lock = self._state.locks.get(item.key)
+            return [{"holder": lock[0], "until_ms": lock[1]}] if lock and lock[1] > now else []
+        if isinstance(item.limit, Concurrency):
+            held = self._state.slots.get(item.key, {})
+            return [{"holder": h, "until_ms": end} for h, end in held.items() if end > now]
+        return []
+
     def _prune(self, now: float) -> None:
         """Forget what Redis would have expired, so memory stays bounded."""
         state = self._state

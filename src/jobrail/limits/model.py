@@ -7,7 +7,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Kind = Literal["tb", "sw", "cs", "lk"]
 
@@ -228,6 +228,11 @@ class LimitsBackend(Protocol):
 
     async def reset(self, item: Acquire) -> None:
         """Forget the state of a limit (a full bucket, an empty window, a free lock)."""
+        ...
+
+    async def holders(self, item: Acquire) -> list[dict[str, Any]]:
+        """Who holds a lock or the slots of a concurrency limit, and until when (epoch
+        ms); empty for rate limits."""
         ...
 
     async def fenced_write(

@@ -412,13 +412,18 @@ class RedisLimits:
     async def holders(self, item: Acquire) -> list[dict[str, Any]]:
         """Who holds a lock or the slots of a concurrency limit (for operators)."""
         key = self.key(item)
-        if isinstance(item.limit, Lock):
-            value: Any = await self._redis.get(key)
-            if value is None:
-                return []
-            ends, holder = _text(value).split("|", 1)
-            return [{"holder": holder, "until_ms": float(ends)}]
-        members: Any = await self._redis.zrange(key, 0, -1, withscores=True)
+        try:
+            if isinstance(item.limit, Lock):
+                value: Any = await self._redis.get(key)
+                if value is None:
+                    return []
+                ends, holder = _text(value).split("|", 1)
+                return [{"holder": holder, "until_ms": float(ends)}]
+            if not isinstance(item.limit, Concurrency):
+                return []  # rate limits have no holders
+            members: Any = await self._redis.zrange(key, 0, -1, withscores=True)
+        except (RedisError, OSError) as exc:
+            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
         return [{"holder": _text(m), "until_ms": float(score)} for m, score in members]
 
     async def fenced_write(

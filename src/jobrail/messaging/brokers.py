@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import aio_pika
@@ -27,12 +27,14 @@ from taskiq import AckableMessage, AsyncBroker, InMemoryBroker
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
 from taskiq_aio_pika.utils import merge_async_iterables
 
-from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.messaging.envelope import (
+    DeadLetter,
     Envelope,
     MalformedMessageError,
     dead_letter,
+    describe_dead_letter,
     parse_job_message,
 )
 from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
@@ -54,6 +56,17 @@ class JobBroker(Protocol):
     def is_connected(self) -> bool: ...
 
     async def publish(self, envelope: Envelope) -> None: ...
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Messages ready and consumers of every work queue and of the dead-letter
+        queue; raises BrokerUnavailableError when the broker cannot be asked."""
+        ...
+
+    async def peek_dead_letters(self, limit: int) -> list[DeadLetter]: ...
+
+    async def settle_dead_letters(
+        self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
+    ) -> None: ...
 
 
 def _delay_ms(envelope: Envelope, clock: Clock) -> float:
@@ -234,6 +247,79 @@ class AmqpJobBroker(AioPikaBroker):
         ) as exc:
             raise BrokerUnavailableError(f"publish to {routing_key} failed: {_why(exc)}") from exc
 
+    async def queue_depths(self) -> list[QueueDepth]:
+        connection = self.write_conn
+        if connection is None or connection.is_closed:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        names = {
+            **self.topology.queues,
+            self._settings.dead_letter_queue: self.topology.dead_letter_queue,
+        }
+        depths = []
+        try:
+            # A channel of its own: a passive declare of a missing queue closes it.
+            async with asyncio.timeout(self._settings.publish_timeout_s):
+                async with connection.channel() as channel:
+                    for logical, physical in names.items():
+                        queue = await channel.declare_queue(physical, passive=True)
+                        result = queue.declaration_result
+                        depths.append(
+                            QueueDepth(
+                                logical, result.message_count or 0, result.consumer_count or 0
+                            )
+                        )
+        except (
+            aiormq.exceptions.AMQPError,
+            ChannelInvalidStateError,
+            ConnectionError,
+            TimeoutError,
+            RuntimeError,
+        ) as exc:
+            raise BrokerUnavailableError(f"queue depths: {_why(exc)}") from exc
+        return depths
+
+    # -- the dead-letter queue, for operators ------------------------------------------
+
+    async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
+        seen: list[DeadLetter] = []
+
+        async def look(letter: DeadLetter) -> bool:
+            seen.append(letter)
+            return False
+
+        await self.settle_dead_letters(look, limit)
+        return seen
+
+    async def settle_dead_letters(
+        self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
+    ) -> None:
+        """Gets up to `limit` messages without acknowledging them, acknowledges those
+        `decide` lets go, and closes the channel: RabbitMQ puts the rest back, in order.
+        (On RabbitMQ 4, quorum queues count each such look as a delivery: keep their
+        delivery limit off for the DLQ.)"""
+        connection = self.write_conn
+        if connection is None or connection.is_closed:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        try:
+            async with connection.channel() as channel:
+                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=False)
+                for _ in range(limit):
+                    message = await queue.get(no_ack=False, fail=False)
+                    if message is None:
+                        break
+                    letter = describe_dead_letter(
+                        message.message_id or "", message.body, message.headers or {}
+                    )
+                    if await decide(letter):
+                        await message.ack()
+        except (
+            aiormq.exceptions.AMQPError,
+            ChannelInvalidStateError,
+            ConnectionError,
+            RuntimeError,
+        ) as exc:
+            raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
+
     # -- consuming ---------------------------------------------------------------
 
     async def listen(self) -> AsyncGenerator[AckableMessage, None]:
@@ -356,6 +442,30 @@ class EmbeddedJobBroker(InMemoryBroker):
             )
         )
 
+    async def queue_depths(self) -> list[QueueDepth]:
+        """The embedded broker keeps no backlog (jobs start as they arrive, or wait on a
+        timer): ready counts the delayed ones; the DLQ is its in-memory list."""
+        delayed = len(self._timers)
+        return [
+            *(
+                QueueDepth(queue, delayed if queue == self._settings.default_queue else 0, 1)
+                for queue in self._settings.queues
+            ),
+            QueueDepth(self._settings.dead_letter_queue, len(self.dead_letters), 0),
+        ]
+
+    async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
+        return [_describe(envelope) for envelope in list(self.dead_letters)[:limit]]
+
+    async def settle_dead_letters(
+        self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
+    ) -> None:
+        looked = list(self.dead_letters)[:limit]
+        gone = {id(envelope) for envelope in looked if await decide(_describe(envelope))}
+        kept = [envelope for envelope in self.dead_letters if id(envelope) not in gone]
+        self.dead_letters.clear()
+        self.dead_letters.extend(kept)
+
     async def shutdown(self) -> None:
         """Let running jobs finish within the grace period, then stop the rest: they stay
         claimed in the database and resume after their lease when the process restarts."""
@@ -371,6 +481,10 @@ class EmbeddedJobBroker(InMemoryBroker):
                 log.warning("stopped %d unfinished jobs at shutdown", len(unfinished))
                 await asyncio.wait(unfinished, timeout=5)
         await super().shutdown()
+
+
+def _describe(envelope: Envelope) -> DeadLetter:
+    return describe_dead_letter(str(envelope.id), envelope.body, envelope.headers)
 
 
 def _why(exc: BaseException) -> str:

@@ -155,3 +155,36 @@ def dead_letter(
             HEADER_DEAD_AT: at.isoformat(),
         },
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in the dead-letter queue, as operators see it."""
+
+    id: str
+    reason: str
+    source_queue: str
+    dead_at: str
+    job_id: JobId | None
+    """None when the message is not a job message (malformed, pickled, ...)."""
+    job_type: str | None
+    tenant_id: str | None
+    preview: str
+    """The start of the body of a message that is not a job message, else ''."""
+
+
+def describe_dead_letter(message_id: str, body: bytes, headers: Mapping[str, object]) -> DeadLetter:
+    try:
+        parsed: JobMessage | None = parse_job_message(body)
+    except MalformedMessageError:
+        parsed = None
+    return DeadLetter(
+        id=message_id,
+        reason=str(headers.get(HEADER_REASON, "")),
+        source_queue=str(headers.get(HEADER_SOURCE_QUEUE, "")),
+        dead_at=str(headers.get(HEADER_DEAD_AT, "")),
+        job_id=parsed.job_id if parsed else None,
+        job_type=parsed.task_name if parsed else None,
+        tenant_id=str(parsed.labels.get("tenant_id", "")) if parsed else None,
+        preview="" if parsed else body[:200].decode("utf-8", "replace"),
+    )

@@ -1,9 +1,13 @@
 """Job types become Taskiq tasks: one task per job type, named after it.
 
 Each task takes the job id, resolves the runner and the handler's dependencies
-from the message's dishka request scope, and lets the runner do the rest.
+from the message's dishka request scope, and lets the runner do the rest, inside a
+span whose parent is the trace context the message's labels carry (the enqueue's),
+with the job's ids in every log line.
 """
 
+import logging
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -13,6 +17,8 @@ from typing import Annotated, Any
 from dishka import AsyncContainer, FromDishka
 from dishka.integrations.base import wrap_injection
 from dishka.integrations.taskiq import inject
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from taskiq import AsyncBroker, Context, TaskiqDepends
 
 from jobrail.jobs.context import JobContext
@@ -20,8 +26,13 @@ from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
 from jobrail.jobs.runner import Delivery, JobRun, JobRunner
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.kernel.ids import JobId
+from jobrail.telemetry.logging import log_context
+from jobrail.telemetry.propagation import context_from_labels
 
 _CONTAINER_PARAM = "dishka_container"
+
+log = logging.getLogger("jobrail.tasks")
+_tracer = trace.get_tracer("jobrail.worker")
 
 
 def register_job_tasks(broker: AsyncBroker, registry: JobRegistry) -> None:
@@ -42,6 +53,7 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
     )
     # dishka hands back the function itself when it asks for no dependencies.
     needs_container = handler is not spec.handler
+    span_name = f"run {spec.name}"
 
     @inject(patch_module=True)
     async def run_job(
@@ -70,8 +82,43 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             not_before=_when(labels.get("not_before")),
             prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
             limit_keys=_keys(labels.get("limit_keys")),
+            trace_context={
+                key: value
+                for key in ("traceparent", "tracestate")
+                if isinstance(value := labels.get(key), str)
+            },
         )
-        await runner.run(delivery, JobRun(handler=bound, timeout=timeout, limits=spec.limits))
+        started = time.perf_counter()
+        with (
+            _tracer.start_as_current_span(
+                span_name,
+                context=context_from_labels(labels),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "job.id": job_id,
+                    "job.type": spec.name,
+                    "job.queue": delivery.queue,
+                    "job.deferrals": delivery.deferrals,
+                    "tenant.id": delivery.tenant_id,
+                    "messaging.message.id": delivery.message_id,
+                },
+            ),
+            log_context(
+                {
+                    "job_id": job_id,
+                    "job_type": spec.name,
+                    "task_id": delivery.message_id,
+                    "tenant_id": delivery.tenant_id,
+                }
+            ),
+        ):
+            await runner.run(delivery, JobRun(handler=bound, timeout=timeout, limits=spec.limits))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "delivery of job %s handled",
+                    job_id,
+                    extra={"duration_ms": round((time.perf_counter() - started) * 1000, 2)},
+                )
 
     run_job.__name__ = run_job.__qualname__ = spec.name.replace(".", "_")
     return run_job

@@ -9,6 +9,10 @@
   It also sweeps leases: a job still "running" long after its lease ended lost both
   its worker and its message (an unexpected error, a message dropped by an
   operator), so the relay publishes it again and the next claim takes it over.
+
+Each batch published is a span (``outbox publish``, ``outbox relay``). The messages
+carry their job's trace context from the enqueue, so a worker's span joins the
+enqueue's trace whichever path published the message.
 """
 
 import asyncio
@@ -17,6 +21,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -32,6 +38,7 @@ from jobrail.persistence.errors import database_errors
 from jobrail.persistence.tables import jobs, outbox
 
 log = logging.getLogger("jobrail.outbox")
+_tracer = trace.get_tracer("jobrail.outbox")
 
 
 def outbox_row(envelope: Envelope, now: Any) -> dict[str, Any]:
@@ -87,6 +94,17 @@ class OutboxPublisher:
         self._timeout = timeout.total_seconds()
 
     async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+        if not envelopes:
+            return
+        with _tracer.start_as_current_span(
+            "outbox publish",
+            kind=SpanKind.CLIENT,
+            attributes={"messaging.batch.message_count": len(envelopes)},
+        ) as span:
+            published = await self._publish(envelopes)
+            span.set_attribute("outbox.published", len(published))
+
+    async def _publish(self, envelopes: Sequence[Envelope]) -> list[Any]:
         published = []
         for envelope in envelopes:
             try:
@@ -101,13 +119,14 @@ class OutboxPublisher:
                 break
             published.append(envelope.id)
         if not published:
-            return
+            return published
         try:
             await self._marks.mark_published(published, self._clock.now())
         except Exception as exc:  # noqa: BLE001 - nothing is lost: see below
             # Published but not marked: the relay will publish them again, and the
             # consumers' claim makes the duplicates harmless.
             log.warning("could not mark %d outbox rows published: %s", len(published), exc)
+        return published
 
 
 class OutboxRelay:
@@ -189,30 +208,38 @@ class OutboxRelay:
                     )
                     for row in rows
                 ]
-                results = await asyncio.gather(
-                    *(self._publisher.publish(e) for e in envelopes), return_exceptions=True
-                )
-                published = [e.id for e, r in zip(envelopes, results, strict=True) if r is None]
-                failed = [
-                    (e.id, r) for e, r in zip(envelopes, results, strict=True) if r is not None
-                ]
-                if published:
-                    await conn.execute(
-                        update(outbox)
-                        .where(outbox.c.id.in_(published))
-                        .values(published_at=self._clock.now())
-                    )
-                if failed:
-                    first_error = failed[0][1]
-                    if not isinstance(first_error, BrokerUnavailableError):
-                        log.error("outbox rows cannot be published: %r", first_error)
-                    await conn.execute(
-                        update(outbox)
-                        .where(outbox.c.id.in_([row_id for row_id, _ in failed]))
-                        .values(attempts=outbox.c.attempts + 1, last_error=str(first_error)[:500])
-                    )
+                with _tracer.start_as_current_span(
+                    "outbox relay",
+                    kind=SpanKind.CLIENT,
+                    attributes={"messaging.batch.message_count": len(envelopes)},
+                ) as span:
+                    published = await self._publish(conn, envelopes)
+                    span.set_attribute("outbox.published", published)
         if published:
-            log.info("outbox relay published %d messages", len(published))
+            log.info("outbox relay published %d messages", published)
+        return published
+
+    async def _publish(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> int:
+        results = await asyncio.gather(
+            *(self._publisher.publish(e) for e in envelopes), return_exceptions=True
+        )
+        published = [e.id for e, r in zip(envelopes, results, strict=True) if r is None]
+        failed = [(e.id, r) for e, r in zip(envelopes, results, strict=True) if r is not None]
+        if published:
+            await conn.execute(
+                update(outbox)
+                .where(outbox.c.id.in_(published))
+                .values(published_at=self._clock.now())
+            )
+        if failed:
+            first_error = failed[0][1]
+            if not isinstance(first_error, BrokerUnavailableError):
+                log.error("outbox rows cannot be published: %r", first_error)
+            await conn.execute(
+                update(outbox)
+                .where(outbox.c.id.in_([row_id for row_id, _ in failed]))
+                .values(attempts=outbox.c.attempts + 1, last_error=str(first_error)[:500])
+            )
         return len(published)
 
     async def sweep_leases(self) -> int:

@@ -2,7 +2,7 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from jobrail.jobs.ports import JobCatalog, OutboxDispatcher
+from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
 from jobrail.jobs.transactional import OutboxEventPublisher, OutboxJobQueue
 from jobrail.kernel.clock import Clock
 from jobrail.messaging.events import EventCatalog
@@ -36,8 +36,10 @@ class SqlaUnitOfWork:
         event_catalog: EventCatalog,
         job_types: JobCatalog,
         default_max_attempts: int,
+        enqueued: EnqueueCounter | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._enqueued = enqueued
         self._dispatcher = dispatcher
         self._clock = clock
         self._event_catalog = event_catalog
@@ -68,6 +70,10 @@ class SqlaUnitOfWork:
         with database_errors():
             await self.session.commit()
         self.committed = True
+        created, self.queue.created = self.queue.created, []
+        if self._enqueued is not None:
+            for job_type in created:
+                self._enqueued.enqueued(job_type)
         pending, self.outbox.pending = self.outbox.pending, []
         if pending:
             await self._dispatcher.dispatch(pending)
@@ -84,6 +90,7 @@ class UnitOfWorkFactory:
         event_catalog: EventCatalog,
         job_types: JobCatalog,
         default_max_attempts: int,
+        enqueued: EnqueueCounter | None = None,
     ) -> None:
         self._args = (
             sessionmaker,
@@ -92,6 +99,7 @@ class UnitOfWorkFactory:
             event_catalog,
             job_types,
             default_max_attempts,
+            enqueued,
         )
 
     def __call__(self, kind: type[U]) -> U:

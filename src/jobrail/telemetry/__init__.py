@@ -1,1 +1,3 @@
-"""Logs now; traces and metrics as the observability work lands."""
+"""Observability: JSON logs that name their request, job and trace (``logging``),
+OpenTelemetry traces from the API through RabbitMQ to the workers (``tracing``,
+``propagation``, ``http``), and metrics."""

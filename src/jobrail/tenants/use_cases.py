@@ -107,7 +107,11 @@ class Authenticate:
         self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
 
     async def __call__(self, key: str) -> Principal | None:
-        key_digest = digest(key)
+        return await self.by_digest(digest(key))
+
+    async def by_digest(self, key_digest: str) -> Principal | None:
+        """The same, for a caller that holds the digest rather than the key (the ops
+        page's cookie)."""
         now = time.monotonic()
         cached = self._cache.get(key_digest)
         if cached is not None and cached[0] > now:

@@ -1,7 +1,11 @@
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.ports import JobCatalog, JobIntake, JobRepository, Outbox, OutboxDispatcher
@@ -9,6 +13,8 @@ from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId, new_id
 from jobrail.messaging.envelope import Envelope, job_envelope
+
+_tracer = trace.get_tracer("jobrail.jobs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +41,8 @@ class EnqueueJob:
     - The same tenant and Idempotency-Key return the job made the first time and
       publish nothing new; the key reused for a different type or payload is a conflict.
     - Every job belongs to the tenant that asked for it.
+    - The job keeps the trace context of its enqueue: its messages carry it, and the
+      worker's spans join the caller's trace.
     """
 
     def __init__(
@@ -52,14 +60,16 @@ class EnqueueJob:
         self._default_max_attempts = default_max_attempts
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
-        message = message_for(candidate, self._catalog)
-        job = await self._intake.add(candidate, message)
-        if job.id != candidate.id:
-            _ensure_same_request(job, candidate)
-            return EnqueueResult(job=job, created=False)
-        await self._dispatcher.dispatch([message])
-        return EnqueueResult(job=job, created=True)
+        with _enqueue_span(cmd) as span:
+            candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
+            message = message_for(candidate, self._catalog)
+            job = await self._intake.add(candidate, message)
+            _traced(span, job, created=job.id == candidate.id)
+            if job.id != candidate.id:
+                _ensure_same_request(job, candidate)
+                return EnqueueResult(job=job, created=False)
+            await self._dispatcher.dispatch([message])
+            return EnqueueResult(job=job, created=True)
 
 
 def new_job(
@@ -80,8 +90,31 @@ def new_job(
         entity_id=cmd.entity_id,
         idempotency_key=cmd.idempotency_key,
         run_after=cmd.run_after,
-        trace_context=dict(cmd.trace_context),
+        trace_context=dict(cmd.trace_context) or _current_trace_context(),
     )
+
+
+def _current_trace_context() -> dict[str, str]:
+    """The W3C context of the current span (traceparent, tracestate), for the labels of
+    every message of the job: its worker's span continues this trace."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+def _enqueue_span(cmd: EnqueueJobCommand) -> AbstractContextManager[trace.Span]:
+    return _tracer.start_as_current_span(
+        f"enqueue {cmd.type}",
+        kind=SpanKind.PRODUCER,
+        attributes={"job.type": cmd.type, "tenant.id": cmd.tenant_id},
+    )
+
+
+def _traced(span: trace.Span, job: Job, *, created: bool) -> None:
+    if span.is_recording():
+        span.set_attribute("job.id", str(job.id))
+        span.set_attribute("job.queue", job.queue)
+        span.set_attribute("job.created", created)
 
 
 def message_for(job: Job, catalog: JobCatalog) -> Envelope:
@@ -106,13 +139,15 @@ async def record_job(
     default_max_attempts: int,
 ) -> EnqueueResult:
     """Add a job and its message to the caller's transaction (the caller commits)."""
-    candidate = new_job(catalog, cmd, now, default_max_attempts)
-    job = await jobs.add(candidate)
-    if job.id != candidate.id:
-        _ensure_same_request(job, candidate)
-        return EnqueueResult(job=job, created=False)
-    await outbox.add(message_for(job, catalog))
-    return EnqueueResult(job=job, created=True)
+    with _enqueue_span(cmd) as span:
+        candidate = new_job(catalog, cmd, now, default_max_attempts)
+        job = await jobs.add(candidate)
+        _traced(span, job, created=job.id == candidate.id)
+        if job.id != candidate.id:
+            _ensure_same_request(job, candidate)
+            return EnqueueResult(job=job, created=False)
+        await outbox.add(message_for(job, catalog))
+        return EnqueueResult(job=job, created=True)
 
 
 def _ensure_same_request(existing: Job, candidate: Job) -> None:

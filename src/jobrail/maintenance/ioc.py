@@ -1,0 +1,29 @@
+from datetime import timedelta
+
+from dishka import Provider, Scope, provide
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.ports import OpsReadModel
+from jobrail.kernel.clock import Clock
+from jobrail.maintenance.persistence import SqlaFinishedJobs
+from jobrail.maintenance.use_cases import CheckOutboxLag, PruneFinishedJobs, ReportDeadLetters
+from jobrail.messaging.brokers import JobBroker
+from jobrail.settings import Settings
+
+
+class MaintenanceProvider(Provider):
+    scope = Scope.APP
+
+    @provide
+    def prune(self, engine: AsyncEngine, clock: Clock, settings: Settings) -> PruneFinishedJobs:
+        keep = timedelta(days=settings.scheduler.prune_after_days)
+        return PruneFinishedJobs(SqlaFinishedJobs(engine), clock, keep)
+
+    @provide
+    def outbox_lag(self, reads: OpsReadModel, clock: Clock, settings: Settings) -> CheckOutboxLag:
+        threshold = timedelta(seconds=settings.scheduler.outbox_lag_warn_s)
+        return CheckOutboxLag(reads, clock, threshold)
+
+    @provide
+    def dead_letters(self, broker: JobBroker, settings: Settings) -> ReportDeadLetters:
+        return ReportDeadLetters(broker, settings.rabbit.dead_letter_queue)

@@ -1,0 +1,39 @@
+"""Housekeeping's job types. The scheduler enqueues them under the ``_system`` tenant;
+a worker runs them like any other job."""
+
+from dishka import FromDishka
+from pydantic import BaseModel, ConfigDict
+
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.registry import job
+from jobrail.maintenance.use_cases import CheckOutboxLag, PruneFinishedJobs, ReportDeadLetters
+
+
+class NoPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@job("maintenance.prune_jobs", payload=NoPayload, timeout_s=600, max_attempts=3)
+async def prune_jobs(
+    payload: NoPayload, ctx: JobContext, prune: FromDishka[PruneFinishedJobs]
+) -> dict[str, object]:
+    """Delete finished jobs older than JOBRAIL_SCHEDULER__PRUNE_AFTER_DAYS."""
+    pruned = await prune()
+    return {"deleted": pruned.deleted, "finished_before": pruned.finished_before.isoformat()}
+
+
+@job("maintenance.check_outbox_lag", payload=NoPayload, timeout_s=30, max_attempts=2)
+async def check_outbox_lag(
+    payload: NoPayload, ctx: JobContext, check: FromDishka[CheckOutboxLag]
+) -> dict[str, object]:
+    """Warn when the oldest unpublished outbox row is older than the threshold."""
+    lag = await check()
+    return {"lag_s": round(lag.lag_s, 3), "lagging": lag.lagging}
+
+
+@job("maintenance.report_dead_letters", payload=NoPayload, timeout_s=30, max_attempts=2)
+async def report_dead_letters(
+    payload: NoPayload, ctx: JobContext, report: FromDishka[ReportDeadLetters]
+) -> dict[str, int]:
+    """Log how many messages wait in the dead-letter queue."""
+    return {"dead_letters": await report()}

@@ -1,0 +1,33 @@
+"""What housekeeping needs of the database and the broker, as small roles."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+
+class FinishedJobs(Protocol):
+    async def delete_finished_before(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` succeeded, failed or cancelled jobs that finished before
+        `cutoff`, in one short transaction; return how many went."""
+        ...
+
+
+class OutboxBacklog(Protocol):
+    async def oldest_unpublished(self) -> datetime | None:
+        """When the oldest outbox row still waiting to be published was written."""
+        ...
+
+
+class QueueDepthReading(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def ready(self) -> int: ...
+
+
+class QueueStats(Protocol):
+    async def queue_depths(self) -> Sequence[QueueDepthReading]:
+        """Ready messages of every work queue and of the dead-letter queue; raises
+        BrokerUnavailableError when the broker cannot be asked."""
+        ...

@@ -1,0 +1,104 @@
+"""The platform's housekeeping, one use case each. The scheduler enqueues them as jobs
+(jobrail.maintenance's schedules), so they run on a worker, retry like any job and show
+in the jobs table."""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import TransientError
+from jobrail.maintenance.ports import FinishedJobs, OutboxBacklog, QueueStats
+
+log = logging.getLogger("jobrail.maintenance")
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    deleted: int
+    finished_before: datetime
+
+
+class PruneFinishedJobs:
+    """Delete the jobs that finished (succeeded, failed, cancelled) more than `keep` ago.
+
+    - Unfinished jobs stay, however old.
+    - Deletes in batches of `batch`, each its own short transaction, so a large backlog
+      never holds many row locks for long; stops at the first short batch.
+    """
+
+    def __init__(
+        self, jobs: FinishedJobs, clock: Clock, keep: timedelta, batch: int = 1000
+    ) -> None:
+        self._jobs = jobs
+        self._clock = clock
+        self._keep = keep
+        self._batch = batch
+
+    async def __call__(self) -> Pruned:
+        cutoff = self._clock.now() - self._keep
+        deleted = 0
+        while True:
+            count = await self._jobs.delete_finished_before(cutoff, self._batch)
+            deleted += count
+            if count < self._batch:
+                break
+        log.info("pruned %d finished jobs", deleted, extra={"deleted": deleted, "before": cutoff})
+        return Pruned(deleted=deleted, finished_before=cutoff)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxLag:
+    lag_s: float
+    """Age of the oldest unpublished outbox row; 0 when every row is published."""
+    lagging: bool
+
+
+class CheckOutboxLag:
+    """Warn when the oldest unpublished outbox row is older than `threshold`: the fast
+    path and the relay both failed to publish it (RabbitMQ down, no worker running the
+    relay), so jobs wait that long before any worker sees them."""
+
+    def __init__(self, backlog: OutboxBacklog, clock: Clock, threshold: timedelta) -> None:
+        self._backlog = backlog
+        self._clock = clock
+        self._threshold = threshold
+
+    async def __call__(self) -> OutboxLag:
+        oldest = await self._backlog.oldest_unpublished()
+        lag = max(self._clock.now() - oldest, timedelta(0)) if oldest else timedelta(0)
+        lagging = lag > self._threshold
+        if lagging:
+            log.warning(
+                "outbox lag: the oldest unpublished message is %.0fs old (threshold %.0fs)",
+                lag.total_seconds(),
+                self._threshold.total_seconds(),
+                extra={"outbox_lag_s": lag.total_seconds()},
+            )
+        return OutboxLag(lag_s=lag.total_seconds(), lagging=lagging)
+
+
+class ReportDeadLetters:
+    """Log how many messages wait in the dead-letter queue: a warning when any do (each
+    is a failed job or a poison message an operator should look at), info otherwise."""
+
+    def __init__(self, broker: QueueStats, dead_letter_queue: str) -> None:
+        self._broker = broker
+        self._dead_letter_queue = dead_letter_queue
+
+    async def __call__(self) -> int:
+        try:
+            depths = await self._broker.queue_depths()
+        except BrokerUnavailableError as exc:
+            raise TransientError(f"cannot read the queue depths: {exc}") from exc
+        waiting = sum(d.ready for d in depths if d.queue == self._dead_letter_queue)
+        level = logging.WARNING if waiting else logging.INFO
+        log.log(
+            level,
+            "%d messages wait in %s",
+            waiting,
+            self._dead_letter_queue,
+            extra={"dead_letters": waiting},
+        )
+        return waiting

@@ -1,0 +1,66 @@
+"""Jobs enqueued inside a unit of work (event deliveries, a context's own jobs) are
+counted once they commit, and only the ones the transaction created."""
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from jobrail.cli import migrate
+from jobrail.demo.jobs import echo
+from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.use_cases import EnqueueJobCommand
+from jobrail.kernel.ids import TenantId
+from jobrail.messaging.events import EventCatalog
+from jobrail.persistence.engine import create_sessionmaker
+from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.settings import Settings
+from tests.fakes import FakeDispatcher, FixedClock
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.types: list[str] = []
+
+    def enqueued(self, job_type: str) -> None:
+        self.types.append(job_type)
+
+
+async def test_only_committed_new_jobs_are_counted(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/uow.db"
+    await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    engine = create_async_engine(url)
+    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=30)
+    counted = Counted()
+    factory = UnitOfWorkFactory(
+        create_sessionmaker(engine),
+        FakeDispatcher(),
+        FixedClock(),
+        EventCatalog([]),
+        registry,
+        3,
+        enqueued=counted,
+    )
+
+    def command(key: str) -> EnqueueJobCommand:
+        return EnqueueJobCommand(
+            tenant_id=TenantId("acme"),
+            type="demo.echo",
+            payload={"message": "m"},
+            idempotency_key=key,
+        )
+
+    async with factory(SqlaUnitOfWork) as uow:
+        await uow.queue.enqueue(command("a"))
+        await uow.queue.enqueue(command("a"))  # the same key: the same job
+        await uow.queue.enqueue(command("b"))
+        assert counted.types == []  # nothing before the commit
+        await uow.commit()
+    async with factory(SqlaUnitOfWork) as uow:
+        await uow.queue.enqueue(command("c"))  # rolled back: never counted
+    async with factory(SqlaUnitOfWork) as uow:
+        await uow.queue.enqueue(command("a"))  # a replay of a committed job
+        await uow.commit()
+    await engine.dispose()
+
+    assert counted.types == ["demo.echo", "demo.echo"]
