@@ -257,15 +257,31 @@ async def test_a_limit_wait_is_a_span_with_its_outcome_and_reason(
     limits = JobLimits(lock=Lock(key="account:{account_id}", ttl_s=30))
     keys = limits.keys({"account_id": "a1"})
 
-    first = await gate.enter(limits, keys)
-    second = await gate.enter(limits, keys, deferrals=2)
+    with trace.get_tracer("test").start_as_current_span("run test.job"):  # the job's span
+        first = await gate.enter(limits, keys)
+        second = await gate.enter(limits, keys, deferrals=2)
 
     assert isinstance(first, Pass)
     assert isinstance(second, Deferred)
-    admitted, deferred = [s.attributes or {} for s in spans.get_finished_spans()]
+    admitted, deferred = [
+        s.attributes or {} for s in spans.get_finished_spans() if s.name == "limits admit"
+    ]
     assert admitted["limits.outcome"] == "admitted"
     assert deferred["limits.outcome"] == "deferred"
     assert deferred["limits.reason"] == second.reason
     assert deferred["limits.delay_s"] == second.delay.total_seconds()
     assert deferred["job.deferrals"] == 2
     await first.release()
+
+
+async def test_a_limit_wait_outside_a_sampled_trace_makes_no_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    gate = JobGate(MemoryLimits(), LimitCounters(), GateConfig(jitter=0.0))
+    limits = JobLimits(lock=Lock(key="account:{account_id}", ttl_s=30))
+
+    admitted = await gate.enter(limits, limits.keys({"account_id": "a1"}))
+
+    assert isinstance(admitted, Pass)
+    assert spans.get_finished_spans() == ()
+    await admitted.release()

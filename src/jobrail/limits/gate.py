@@ -165,17 +165,21 @@ class JobGate:
         how long to wait. A token bucket that says no reserves its next token for the
         job, which comes back when the token is due and pays nothing then: waiting jobs
         are served in turn, without a stampede."""
+        if not trace.get_current_span().is_recording():
+            # The job's trace is not sampled (or nothing is exported): a child span
+            # would not be either, and making one costs more than the admission's
+            # own Python work.
+            return await self._enter(declared, keys, deferrals, prepaid)
         with _tracer.start_as_current_span(
             "limits admit", attributes={"limits.count": len(keys), "job.deferrals": deferrals}
         ) as span:
             verdict = await self._enter(declared, keys, deferrals, prepaid)
-            if span.is_recording():
-                if isinstance(verdict, Deferred):
-                    span.set_attribute("limits.outcome", "deferred")
-                    span.set_attribute("limits.reason", verdict.reason)
-                    span.set_attribute("limits.delay_s", verdict.delay.total_seconds())
-                else:
-                    span.set_attribute("limits.outcome", "admitted")
+            if isinstance(verdict, Deferred):
+                span.set_attribute("limits.outcome", "deferred")
+                span.set_attribute("limits.reason", verdict.reason)
+                span.set_attribute("limits.delay_s", verdict.delay.total_seconds())
+            else:
+                span.set_attribute("limits.outcome", "admitted")
             return verdict
 
     async def _enter(
