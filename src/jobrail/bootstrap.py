@@ -88,7 +88,7 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
     else:
         broker = AmqpJobBroker(settings.rabbit, consume=settings.worker.queues)
     broker.is_worker_process = worker or settings.embedded
-    register_job_tasks(broker, registry)
+    register_job_tasks(broker, registry, default_queue=settings.rabbit.default_queue)
     container = make_async_container(
         PlatformProvider(),
         *(provider for module in modules for provider in module.providers),

@@ -23,7 +23,9 @@ def _message(task: str, job_id: object, **labels: object) -> bytes:
     return json.dumps(body).encode()
 
 
-async def _job_with_payload(engine: AsyncEngine, payload: dict[str, Any]) -> uuid.UUID:
+async def _job_with_payload(
+    engine: AsyncEngine, payload: dict[str, Any], job_type: str = "demo.echo"
+) -> uuid.UUID:
     """A job row as an older release (or a hand edit) might have left it."""
     job_id = uuid.uuid4()
     now = datetime.now(UTC)
@@ -32,7 +34,7 @@ async def _job_with_payload(engine: AsyncEngine, payload: dict[str, Any]) -> uui
             insert(jobs).values(
                 id=job_id,
                 tenant_id="default",
-                type="demo.echo",
+                type=job_type,
                 queue="jobs.default",
                 status="pending",
                 payload=payload,
@@ -59,11 +61,15 @@ async def test_poison_is_dead_lettered_with_its_reason_and_work_goes_on(
     await workers()
     queue = rabbit.topology.queues["jobs.default"]
     invalid = await _job_with_payload(engine, {"message": 42, "sleep_ms": "long"})
+    # A job of a type no worker here has (enqueued by a newer release, say).
+    newer = await _job_with_payload(engine, {}, job_type="no.such_task")
+    missing = uuid.uuid4()
     victim = await api.echo(message="someone else's", headers=await api.auth("acme"))
     poison = {
         "pickle, not JSON": b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94.",
         "JSON, not a job": b'{"hello": "world"}',
-        "unknown task": _message("no.such_task", uuid.uuid4(), tenant_id="default"),
+        "unknown task": _message("no.such_task", newer, tenant_id="default"),
+        "unknown task, no such job": _message("no.such_task", missing, tenant_id="default"),
         "bad label": _message("demo.echo", uuid.uuid4(), tenant_id="default", deferrals="x"),
         "payload fails validation": _message(
             "demo.echo", invalid, tenant_id="default", queue_name="jobs.default"
@@ -88,12 +94,18 @@ async def test_poison_is_dead_lettered_with_its_reason_and_work_goes_on(
     await wait_for(all_dead, timeout=20, what="every poison message in the DLQ")
     await api.wait_status(after, "succeeded")
     failed = await api.wait_status(str(invalid), "failed")
+    unknown = await api.wait_status(str(newer), "failed")
     victim_job = await api.job(victim, await api.auth("acme"))
 
     reasons = {bytes(d.body): str(d.headers["x-jobrail-reason"]) for d in dead}
     assert reasons[poison["pickle, not JSON"]].startswith("malformed message: body is not JSON")
     assert reasons[poison["JSON, not a job"]] == "malformed message: task_name is missing"
-    assert reasons[poison["unknown task"]] == "unknown task 'no.such_task'"
+    # A job of an unknown type fails with why (its status no longer says pending), and
+    # its message waits in the DLQ to be redriven once a worker knows the type.
+    assert "no worker here runs job type 'no.such_task'" in _reason_naming(reasons, newer)
+    assert unknown["last_error"] == _reason_naming(reasons, newer)
+    assert unknown["attempts"] == 1
+    assert _reason_naming(reasons, missing) == f"job {missing} does not exist"
     assert reasons[poison["bad label"]] == (
         "malformed message: label deferrals must be a whole number >= 0"
     )

@@ -12,6 +12,7 @@ from jobrail.limits.model import Acquire, LimitsBackend, Lock
 from jobrail.persistence.tables import jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
+from tests.support.recorder import Recorder
 from tests.support.services import wait_for
 
 
@@ -74,6 +75,38 @@ async def test_the_dlq_is_listed_in_place_and_failed_jobs_in_it_are_redriven(
     remaining = (await ops_api.get("/admin/dlq", headers=admin)).json()["items"]
     assert sorted(str(letter["job_id"]) for letter in remaining) == sorted([failed, "None"])
     assert by_job[failed]["id"] not in {letter["id"] for letter in remaining}
+
+
+async def test_a_job_no_worker_knows_fails_with_why_and_runs_once_redriven(
+    ops_api: ApiClient, workers: Any, rabbit: RabbitProbe
+) -> None:
+    # A worker deployed without the module of a job type the API already takes.
+    old = await workers("old", JOBRAIL_MODULES="jobrail.demo")
+    admin = await ops_api.auth("ops", admin=True)
+    with Recorder() as recorder:
+        job = await ops_api.enqueue("test.vendor_call", {"url": recorder.url, "n": 1})
+        failed = await ops_api.wait_status(job, "failed")
+
+        async def its_letter() -> Any:
+            listed = (await ops_api.get("/admin/dlq", headers=admin)).json()["items"]
+            return [letter for letter in listed if letter["job_id"] == job] or None
+
+        [letter] = await wait_for(its_letter, what="the job's dead letter")
+        old.stop()
+        await workers("new")  # one that knows the type
+        redriven = await ops_api.post("/admin/dlq/redrive", json={"all": True}, headers=admin)
+        done = await ops_api.wait_status(job, "succeeded")
+
+        assert failed["attempts"] == 1
+        assert failed["last_error"].endswith(
+            "no worker here runs job type 'test.vendor_call': deploy one that does, "
+            "then redrive the job"
+        )
+        assert letter["reason"] == failed["last_error"]
+        assert letter["job_type"] == "test.vendor_call"
+        assert (redriven.json()["redriven"], redriven.json()["kept"]) == (1, 0)
+        assert done["attempts"] == 1
+        assert [call.params["n"] for call in recorder.calls] == ["1"]
 
 
 async def test_redrive_by_id_and_bad_requests(ops_api: ApiClient, rabbit: RabbitProbe) -> None:

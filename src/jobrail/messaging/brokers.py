@@ -5,9 +5,10 @@ is not a job message:
 
 - ``AmqpJobBroker`` (stack mode) is taskiq-aio-pika's broker with jobrail's
   topology: durable quorum work queues, ``jobs.dlq``, the delay tiers, publisher
-  confirms, and a consumer that sends unparseable messages and unknown tasks to
-  ``jobs.dlq`` with their reason instead of dropping them (Taskiq acknowledges and
-  forgets them).
+  confirms, and a consumer that sends unparseable messages to ``jobs.dlq`` with
+  their reason instead of dropping them, and a job of a type it has no task for to
+  the unknown-type task, which fails the job with why (Taskiq acknowledges and
+  forgets both).
 - ``EmbeddedJobBroker`` (embedded mode) is Taskiq's in-memory broker: tasks run in
   the same process; delays are timers; dead letters stay in memory.
 """
@@ -30,12 +31,14 @@ from taskiq_aio_pika.utils import merge_async_iterables
 from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.messaging.envelope import (
+    UNKNOWN_TYPE_TASK,
     DeadLetter,
     Envelope,
     MalformedMessageError,
     dead_letter,
     describe_dead_letter,
     parse_job_message,
+    reroute_unknown_type,
 )
 from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
 from jobrail.settings import RabbitSettings
@@ -336,21 +339,25 @@ class AmqpJobBroker(AioPikaBroker):
         try:
             async with queue.iterator() as iterator:
                 async for message in iterator:
-                    if await self._admit(message, queue.name):
-                        yield AckableMessage(data=message.body, ack=message.ack)
+                    body = await self._admit(message, queue.name)
+                    if body is not None:
+                        yield AckableMessage(data=body, ack=message.ack)
         except (RuntimeError, asyncio.CancelledError):
             log.info("stopped consuming %s", queue.name)
 
-    async def _admit(self, message: AbstractIncomingMessage, queue: str) -> bool:
-        """True if the message is a job message for a task this worker knows; otherwise
-        dead-letter it with the reason and acknowledge it."""
+    async def _admit(self, message: AbstractIncomingMessage, queue: str) -> bytes | None:
+        """The body to run if the message is a job message (a job of a type this worker
+        has no task for goes to the unknown-type task, which fails the job); otherwise
+        dead-letter it with the reason, acknowledge it and return None."""
         try:
             parsed = parse_job_message(message.body)
         except MalformedMessageError as exc:
             reason = f"malformed message: {exc}"
         else:
             if self.find_task(parsed.task_name) is not None:
-                return True
+                return message.body
+            if self.find_task(UNKNOWN_TYPE_TASK) is not None:
+                return reroute_unknown_type(message.body, parsed.task_name)
             reason = f"unknown task {parsed.task_name!r}"
         log.warning("dead-lettering message %s from %s: %s", message.message_id, queue, reason)
         envelope = dead_letter(
@@ -368,10 +375,10 @@ class AmqpJobBroker(AioPikaBroker):
             await asyncio.sleep(1)
             with contextlib.suppress(Exception):
                 await message.nack(requeue=True)
-            return False
+            return None
         with contextlib.suppress(Exception):  # a closed channel redelivers it anyway
             await message.ack()
-        return False
+        return None
 
 
 class EmbeddedJobBroker(InMemoryBroker):
@@ -423,10 +430,13 @@ class EmbeddedJobBroker(InMemoryBroker):
         except MalformedMessageError as exc:
             self._park(envelope, f"malformed message: {exc}")
             return
+        body = envelope.body
         if self.find_task(parsed.task_name) is None:
-            self._park(envelope, f"unknown task {parsed.task_name!r}")
-            return
-        task = asyncio.create_task(self.receiver.callback(message=envelope.body))
+            if self.find_task(UNKNOWN_TYPE_TASK) is None:
+                self._park(envelope, f"unknown task {parsed.task_name!r}")
+                return
+            body = reroute_unknown_type(body, parsed.task_name)
+        task = asyncio.create_task(self.receiver.callback(message=body))
         self._running_tasks.add(task)
         task.add_done_callback(self._running_tasks.discard)
 

@@ -117,6 +117,21 @@ def parse_job_message(body: bytes) -> JobMessage:
     return JobMessage(message_id=task_id, task_name=task_name, job_id=job_id, labels=labels)
 
 
+# The task a worker runs a job message with when it has no task of the job's type.
+UNKNOWN_TYPE_TASK = "jobrail.unknown_type"
+UNKNOWN_TYPE_LABEL = "unknown_job_type"
+
+
+def reroute_unknown_type(body: bytes, job_type: str) -> bytes:
+    """The message, addressed to `UNKNOWN_TYPE_TASK` instead, the type it named kept in
+    a label: the worker then fails that job with the reason, instead of leaving it
+    pending with its message parked (see jobrail.messaging.tasks)."""
+    data = json.loads(body)
+    data["task_name"] = UNKNOWN_TYPE_TASK
+    data["labels"] = {**data.get("labels", {}), UNKNOWN_TYPE_LABEL: job_type}
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
 def _check_labels(labels: Mapping[str, Any]) -> None:
     """The labels the worker reads must have the types it expects."""
     for name, wanted, ok in (

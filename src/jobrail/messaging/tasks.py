@@ -10,7 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from inspect import Parameter
 from typing import Annotated, Any
 
@@ -26,18 +26,59 @@ from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
 from jobrail.jobs.runner import Delivery, JobRun, JobRunner
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.kernel.ids import JobId
+from jobrail.messaging.envelope import UNKNOWN_TYPE_LABEL, UNKNOWN_TYPE_TASK
 from jobrail.telemetry.logging import log_context
 from jobrail.telemetry.propagation import context_from_labels
 
 _CONTAINER_PARAM = "dishka_container"
+# The attempt of a job of an unknown type fails at once; this only bounds its lease.
+_UNKNOWN_TYPE_TIMEOUT = timedelta(seconds=30)
 
 log = logging.getLogger("jobrail.tasks")
 _tracer = trace.get_tracer("jobrail.worker")
 
 
-def register_job_tasks(broker: AsyncBroker, registry: JobRegistry) -> None:
+def register_job_tasks(
+    broker: AsyncBroker, registry: JobRegistry, default_queue: str = "jobs.default"
+) -> None:
     for spec in registry:
         broker.register_task(_task_for(spec, registry), task_name=spec.name)
+    broker.register_task(_unknown_type_task(registry, default_queue), task_name=UNKNOWN_TYPE_TASK)
+
+
+def _unknown_type_task(registry: JobRegistry, default_queue: str) -> Any:
+    """Runs a job whose type no task here has (a worker deployed without its module, a
+    queue group that took another group's job): its single attempt fails with the
+    reason, so its status says so and the DLQ holds it, to redrive once a worker knows
+    the type. (Taskiq itself would log and drop such a message; Celery leaves the
+    task PENDING.) The brokers send such messages here (`reroute_unknown_type`)."""
+    known = {spec.name for spec in registry}
+
+    @inject(patch_module=True)
+    async def run_unknown_type(
+        job_id: str,
+        runner: FromDishka[JobRunner],
+        context: Annotated[Context, TaskiqDepends()],
+    ) -> None:
+        labels = context.message.labels
+        named = str(labels.get(UNKNOWN_TYPE_LABEL, ""))
+        # A message that names a type this worker knows did not come from a broker's
+        # reroute: with this task's name as its type it never matches the job's row,
+        # so the runner dead-letters it without touching the job.
+        job_type = UNKNOWN_TYPE_TASK if named in known or not named else named
+
+        async def unknown(_payload: Mapping[str, Any], _ctx: JobContext) -> Any:
+            raise PermanentError(
+                f"no worker here runs job type {job_type!r}: deploy one that does, "
+                "then redrive the job"
+            )
+
+        delivery = _delivery(job_id, job_type, default_queue, context)
+        fields = {"job_id": job_id, "job_type": job_type, "task_id": delivery.message_id}
+        with log_context({**fields, "tenant_id": delivery.tenant_id}):
+            await runner.run(delivery, JobRun(handler=unknown, timeout=_UNKNOWN_TYPE_TIMEOUT))
+
+    return run_unknown_type
 
 
 def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
@@ -72,22 +113,7 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             return await handler(model, ctx)
 
         labels = context.message.labels
-        delivery = Delivery(
-            job_id=JobId(uuid.UUID(job_id)),
-            job_type=spec.name,
-            queue=str(labels.get("queue_name") or spec.queue),
-            tenant_id=str(labels.get("tenant_id", "")),
-            message_id=context.message.task_id,
-            deferrals=int(labels.get("deferrals", 0)),
-            not_before=_when(labels.get("not_before")),
-            prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
-            limit_keys=_keys(labels.get("limit_keys")),
-            trace_context={
-                key: value
-                for key in ("traceparent", "tracestate")
-                if isinstance(value := labels.get(key), str)
-            },
-        )
+        delivery = _delivery(job_id, spec.name, spec.queue, context)
         started = time.perf_counter()
         with (
             _tracer.start_as_current_span(
@@ -122,6 +148,26 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
 
     run_job.__name__ = run_job.__qualname__ = spec.name.replace(".", "_")
     return run_job
+
+
+def _delivery(job_id: str, job_type: str, default_queue: str, context: Context) -> Delivery:
+    labels = context.message.labels
+    return Delivery(
+        job_id=JobId(uuid.UUID(job_id)),
+        job_type=job_type,
+        queue=str(labels.get("queue_name") or default_queue),
+        tenant_id=str(labels.get("tenant_id", "")),
+        message_id=context.message.task_id,
+        deferrals=int(labels.get("deferrals", 0)),
+        not_before=_when(labels.get("not_before")),
+        prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
+        limit_keys=_keys(labels.get("limit_keys")),
+        trace_context={
+            key: value
+            for key in ("traceparent", "tracestate")
+            if isinstance(value := labels.get(key), str)
+        },
+    )
 
 
 def _when(value: object) -> datetime | None:

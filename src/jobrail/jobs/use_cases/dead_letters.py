@@ -1,9 +1,10 @@
 """The dead-letter queue for operators: what is in it, and running its jobs again.
 
 Every failed job is published to the DLQ with its reason (like Laravel's failed
-jobs), and so is every message the workers could not take (malformed, unknown task,
-a job of another tenant). Redriving goes by job: a dead letter whose job failed is
-run again through `RedriveJob` (fresh attempts, a new message) and leaves the DLQ;
+jobs), and so is every message the workers could not take (malformed, naming a job
+that does not exist or a job of another tenant). A job of a type no worker knew has
+failed like any other. Redriving goes by job: a dead letter whose job failed is run
+again through `RedriveJob` (fresh attempts, a new message) and leaves the DLQ;
 anything else stays, with the reason it stayed.
 """
 
