@@ -170,18 +170,32 @@ class FakeJobStore:
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
         self._maybe_fail()
         current = self.jobs.get(job.id)
-        if (
-            current is None
-            or current.status is not JobStatus.RUNNING
-            or current.attempts != claim.attempt
-            or current.started_at != claim.started_at
-        ):
+        if not self._running(current, claim):
             return False
+        assert current is not None
         cancel_requested = current.cancel_requested or job.cancel_requested
         self.jobs[job.id] = copy.deepcopy(job)
         self.jobs[job.id].cancel_requested = cancel_requested
         self.outbox.extend(outbox)
         return True
+
+    async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
+        self._maybe_fail()
+        current = self.jobs.get(job_id)
+        if not self._running(current, claim):
+            return False
+        assert current is not None
+        current.lease_until = until
+        return True
+
+    @staticmethod
+    def _running(current: Job | None, claim: ClaimToken) -> bool:
+        return (
+            current is not None
+            and current.status is JobStatus.RUNNING
+            and current.attempts == claim.attempt
+            and current.started_at == claim.started_at
+        )
 
     async def cancel_requested(self, job_id: JobId) -> bool:
         self._maybe_fail()

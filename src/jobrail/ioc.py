@@ -252,6 +252,7 @@ class PlatformProvider(Provider):
             dead_letter_queue=settings.rabbit.dead_letter_queue,
             lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
             store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
+            lease=timedelta(seconds=settings.jobs.lease_s),
         )
         return JobRunner(
             store, dispatcher, publisher, clock, retry, config, gate, observer=metrics.jobs

@@ -148,6 +148,12 @@ class JobsSettings(BaseModel):
         description="How long past its timeout a running job stays claimed before another "
         "worker may take it over (its worker is presumed dead).",
     )
+    lease_s: PositiveFloat = Field(
+        default=30.0,
+        description="A job whose timeout + grace is longer holds a claim of this length, "
+        "renewed every third of it while it runs: a worker that dies mid-job frees it "
+        "this soon, not after its whole timeout.",
+    )
     store_retry_max_s: PositiveFloat = Field(
         default=5.0, description="Cap of the backoff while the database is unreachable."
     )

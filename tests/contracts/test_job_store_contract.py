@@ -305,6 +305,29 @@ async def test_a_late_outcome_after_a_redrive_does_not_overwrite_the_new_run(
     assert (await subject.read(job)).result is None
 
 
+async def test_a_lease_is_extended_only_for_the_claim_that_holds_it(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job()
+    await subject.put(job)
+    first = (await subject.store.claim(job.id, START, LEASE)).job
+    assert first is not None
+    token = ClaimToken.of(first)
+
+    assert await subject.store.extend_lease(job.id, token, START + 3 * LEASE)
+    assert (await subject.read(job)).lease_until == START + 3 * LEASE
+    # Its lease ends; another worker takes the job over: the first cannot extend it.
+    taken = (await subject.store.claim(job.id, START + 4 * LEASE, LEASE)).job
+    assert taken is not None
+    assert not await subject.store.extend_lease(job.id, token, START + 9 * LEASE)
+    assert (await subject.read(job)).lease_until == START + 5 * LEASE
+    # Nor can anyone once the job has ended.
+    taken.succeed({}, START + 4 * LEASE)
+    assert await subject.store.record(taken, ClaimToken.of(taken), [])
+    assert not await subject.store.extend_lease(job.id, ClaimToken.of(taken), START + 9 * LEASE)
+    assert not await subject.store.extend_lease(make_job().id, token, START)
+
+
 async def test_claims_and_records_made_together_share_a_statement_with_the_same_rules(
     database_url: str,
 ) -> None:

@@ -2,6 +2,7 @@
 (tests/faults, `make test-faults`) runs the heavy scenarios."""
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,27 @@ async def test_a_worker_killed_mid_job_leaves_it_to_be_redelivered_and_finished(
 
     assert job["result"] == {"echo": "survivor"}
     assert job["attempts"] == 2
+
+
+async def test_a_long_job_of_a_killed_worker_is_taken_over_after_its_lease_not_its_timeout(
+    api: ApiClient, workers: Callable[..., Any]
+) -> None:
+    long = {"JOBRAIL_JOBS__TIMEOUTS_S": '{"demo.echo": 600}', "JOBRAIL_JOBS__LEASE_S": "2"}
+    first = await workers("doomed", **long)
+    job_id = await api.echo(sleep_ms=1500, message="survivor")
+    await api.wait_status(job_id, "running")
+
+    first.kill()
+    killed_at = time.monotonic()
+    await workers("rescuer", **long)
+    job = await api.wait_status(job_id, "succeeded", timeout=30)
+    taken_over_after = time.monotonic() - killed_at
+
+    assert job["result"] == {"echo": "survivor"}
+    assert job["attempts"] == 2
+    # Its claim lasted 2 s at a time, renewed while it ran: the rescuer had it within
+    # about that (plus its own start and the 1.5 s run), not after 600 s + grace.
+    assert taken_over_after < 20
 
 
 async def test_graceful_shutdown_lets_the_running_job_finish(

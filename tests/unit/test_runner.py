@@ -16,14 +16,16 @@ from jobrail.limits.gate import GateConfig, JobGate
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import Acquire, JobLimits, LimitsUnavailableError, Lock, TokenBucket
 from jobrail.messaging.envelope import HEADER_REASON
-from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+from tests.fakes import START, FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)
 GRACE = timedelta(seconds=10)
 
 
 class Harness:
-    def __init__(self, *, jitter: bool = False, unknown_limit: int = 2) -> None:
+    def __init__(
+        self, *, jitter: bool = False, unknown_limit: int = 2, lease: timedelta | None = None
+    ) -> None:
         self.clock = FixedClock()
         self.store = FakeJobStore()
         self.dispatcher = FakeDispatcher()
@@ -41,6 +43,7 @@ class Harness:
                 dead_letter_queue="jobs.dlq",
                 lease_grace=GRACE,
                 store_retry_max=timedelta(milliseconds=1),
+                lease=lease,
             ),
             self.gate,
         )
@@ -537,3 +540,85 @@ def test_a_deferred_message_carries_its_trace_context_on() -> None:
     labels = parse_job_message(again.body).labels
     assert labels["traceparent"] == parent
     assert labels["deferrals"] == 1
+
+
+# -- leases of long jobs ---------------------------------------------------------------
+
+RENEWED = timedelta(milliseconds=300)  # renewed every 100 ms
+
+
+async def test_a_long_job_holds_a_short_lease_renewed_while_it_runs() -> None:
+    h = Harness(lease=RENEWED)
+    job = h.add()
+    leases = []
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        leases.append(h.store.jobs[job.id].lease_until)
+        for _ in range(6):
+            h.clock.advance(timedelta(seconds=1))
+            await asyncio.sleep(0.1)
+            leases.append(h.store.jobs[job.id].lease_until)
+
+    done = await h.run(job, slow, timeout=timedelta(minutes=5))
+
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.started_at is not None
+    # Claimed for 300 ms, not 5 min + grace; renewals move the end on, each time to
+    # 300 ms past the clock of the moment (it went on 1 s per 100 ms here).
+    assert leases[0] == done.started_at + RENEWED
+    assert len(set(leases)) >= 3
+    assert {(lease - START) % timedelta(seconds=1) for lease in leases if lease} == {RENEWED}
+
+
+async def test_a_job_shorter_than_the_lease_claims_timeout_plus_grace_and_never_renews() -> None:
+    h = Harness(lease=timedelta(minutes=5))
+    job = h.add()
+    seen = []
+
+    async def look(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        await asyncio.sleep(0.05)
+        seen.append(h.store.jobs[job.id].lease_until)
+
+    await h.run(job, look)
+    calls_after_claim = h.store.calls
+
+    assert seen == [h.clock.now() + TIMEOUT + GRACE]
+    assert calls_after_claim == 2  # the claim and the record
+
+
+async def test_an_attempt_whose_claim_was_taken_over_is_stopped() -> None:
+    h = Harness(lease=RENEWED)
+    job = h.add()
+    finished = []
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        # Another worker takes the job over (its lease looked ended to it).
+        h.store.jobs[job.id].started_at = h.clock.now() + timedelta(seconds=1)
+        await asyncio.sleep(1)
+        finished.append(True)
+
+    await h.run(job, slow, timeout=timedelta(minutes=5))
+
+    assert finished == []  # stopped at the first renewal, long before its second
+    assert h.store.jobs[job.id].status is JobStatus.RUNNING  # the new claim's, untouched
+    assert h.dispatcher.dispatched == []
+
+
+async def test_an_attempt_that_cannot_renew_for_a_whole_lease_stops_and_retries() -> None:
+    h = Harness(lease=RENEWED)
+    job = h.add()
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        h.store.unavailable_for = 1_000  # the database goes away
+        await asyncio.sleep(2)
+
+    async def back() -> None:
+        await asyncio.sleep(0.6)
+        h.store.unavailable_for = 0
+
+    restore = asyncio.create_task(back())
+    done = await h.run(job, slow, timeout=timedelta(minutes=5))
+    await restore
+
+    assert done.status is JobStatus.RETRYING
+    assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"

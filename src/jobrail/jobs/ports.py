@@ -147,6 +147,11 @@ class JobStore(Protocol):
         the job is still running that claim. False when another worker took it over."""
         ...
 
+    async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
+        """Move the lease of a running job to `until`, only if it is still running that
+        claim. False when it is not (another worker took it over, or it ended)."""
+        ...
+
     async def cancel_requested(self, job_id: JobId) -> bool: ...
 
 

@@ -4,6 +4,10 @@ A delivery is acknowledged only after the runner returns. The runner returns onc
 the outcome is in the database (or the message was safely re-published); while
 the database or the broker cannot be reached it waits and tries again, holding the
 delivery, so a crash at any point means redelivery, never loss.
+
+A claim is a lease on the job: until it ends no other worker may start the job. A
+short job's lease is its timeout + grace; a long job's is `RunnerConfig.lease`,
+renewed while it runs (`_LeaseRenewal`), so a dead worker's job is free again soon.
 """
 
 import asyncio
@@ -115,6 +119,15 @@ class RunnerConfig:
     dead_letter_queue: str
     lease_grace: timedelta
     store_retry_max: timedelta
+    lease: timedelta | None = None
+    """A job whose timeout + grace is longer claims this much, renewed every third of
+    it while it runs, so a worker that dies mid-job frees it this soon rather than
+    after its whole timeout. None: one lease of timeout + grace."""
+
+
+class LeaseLostError(TransientError):
+    """The attempt's claim could not be renewed (another worker took the job over, or
+    the database was away for a whole lease); the attempt was stopped."""
 
 
 class JobRunner:
@@ -168,6 +181,10 @@ class JobRunner:
         started = False
         try:
             lease = job_run.timeout + self._config.lease_grace
+            renewed = self._config.lease is not None and lease > self._config.lease
+            if renewed:
+                assert self._config.lease is not None
+                lease = self._config.lease
             # The clock is read when the claim is made, not before the waits above:
             # a lease computed from an old "now" could already have ended.
             claim = await self._hold_store(
@@ -186,7 +203,7 @@ class JobRunner:
             claimed.append(job)
             token = ClaimToken.of(job)
             self._observer.claimed(job)
-            outbox = await self._attempt(job, job_run, hold)
+            outbox = await self._attempt(job, job_run, hold, lease if renewed else None)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
             if hold is not None:
@@ -244,8 +261,11 @@ class JobRunner:
             return None
         return verdict
 
-    async def _attempt(self, job: Job, job_run: JobRun, hold: Pass | None) -> Sequence[Envelope]:
-        """Run the handler once and apply the outcome to `job`; return the messages to send."""
+    async def _attempt(
+        self, job: Job, job_run: JobRun, hold: Pass | None, renew: timedelta | None
+    ) -> Sequence[Envelope]:
+        """Run the handler once and apply the outcome to `job`; return the messages to
+        send. With `renew`, the claim's lease is renewed while the handler runs."""
         ctx = JobContext(
             job_id=job.id,
             job_type=job.type,
@@ -261,10 +281,16 @@ class JobRunner:
             return ()
         try:
             async with asyncio.timeout(timeout.total_seconds()):
-                if hold is None:
-                    result = await job_run.handler(job.payload, ctx)
+
+                def work() -> Awaitable[Any]:
+                    if hold is None:
+                        return job_run.handler(job.payload, ctx)
+                    return hold.run(lambda: job_run.handler(job.payload, ctx))
+
+                if renew is None:
+                    result = await work()
                 else:
-                    result = await hold.run(lambda: job_run.handler(job.payload, ctx))
+                    result = await _LeaseRenewal(self._store, job, renew, self._clock).run(work)
             stored_result = _json_object(result)
         except JobCancelledError:
             job.stop_cancelled(self._clock.now())
@@ -454,3 +480,68 @@ def _json_object(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _LeaseRenewal:
+    """Runs an attempt while renewing its claim's lease every third of it. The renewals
+    are timers, not a task: most jobs end before the first one is due, and pay nothing.
+    If a renewal finds the claim gone, or none succeeds for a whole lease, the attempt
+    is stopped: another worker may be running the job by then."""
+
+    def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
+        self._store = store
+        self._job = job
+        self._token = ClaimToken.of(job)
+        self._lease = lease
+        self._clock = clock
+        self._lost = False
+        self._running = False
+        self._renewals: set[asyncio.Task[None]] = set()
+
+    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Await `work` in this task (no task of its own: it would cost every job); a
+        lapsed claim cancels this task, and the cancellation becomes LeaseLostError."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._running = True
+        self._confirmed = loop.time()
+        self._timer = loop.call_later(self._lease.total_seconds() / 3, self._renew, task)
+        try:
+            return await work()
+        except asyncio.CancelledError:
+            if self._lost:
+                task.uncancel()  # this cancellation was ours, and ends here
+                raise LeaseLostError("the job's claim lapsed while it ran") from None
+            raise
+        finally:
+            self._running = False
+            self._timer.cancel()
+
+    def _renew(self, task: "asyncio.Task[Any]") -> None:
+        if self._running:
+            renewal = asyncio.ensure_future(self._extend(task))
+            self._renewals.add(renewal)
+            renewal.add_done_callback(self._renewals.discard)
+
+    async def _extend(self, task: "asyncio.Task[Any]") -> None:
+        loop = asyncio.get_running_loop()
+        lease = self._lease.total_seconds()
+        try:
+            held = await self._store.extend_lease(
+                self._job.id, self._token, self._clock.now() + self._lease
+            )
+        except StoreUnavailableError as exc:
+            held = loop.time() - self._confirmed < lease
+            log.warning("job %s: cannot renew its claim (%s)", self._job.id, exc)
+        else:
+            if held:
+                self._confirmed = loop.time()
+        if not self._running:
+            return
+        if not held:
+            log.warning("job %s: its claim lapsed while it ran; stopping the attempt", self._job.id)
+            self._lost = True
+            task.cancel()
+            return
+        self._timer = loop.call_later(lease / 3, self._renew, task)

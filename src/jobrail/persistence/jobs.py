@@ -178,6 +178,22 @@ class SqlaJobStore:
                     await insert_outbox_rows(conn, outbox, job.updated_at)
         return True
 
+    async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
+        statement = (
+            update(jobs)
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.status == JobStatus.RUNNING.value,
+                jobs.c.attempts == claim.attempt,
+                jobs.c.started_at == claim.started_at,
+            )
+            .values(lease_until=until)
+        )
+        with database_errors():
+            async with self._engine.begin() as conn:
+                result = await conn.execute(statement)
+        return bool(result.rowcount == 1)
+
     async def cancel_requested(self, job_id: JobId) -> bool:
         with database_errors():
             async with self._engine.connect() as conn:

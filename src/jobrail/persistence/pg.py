@@ -101,6 +101,12 @@ RETURNING jobs.id
 
 CANCEL_REQUESTED = "SELECT cancel_requested FROM jobs WHERE id = $1"
 
+EXTEND_LEASE = """
+UPDATE jobs SET lease_until = $4
+ WHERE id = $1 AND status = 'running' AND attempts = $2 AND started_at = $3
+RETURNING id
+"""
+
 ENQUEUE = f"""
 WITH added AS (
     INSERT INTO jobs ({COLUMNS})
@@ -303,6 +309,10 @@ class PgJobStore(_Pg):
         )
         written = {row["id"] for row in rows}
         return [job.id in written for job in jobs_]
+
+    async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
+        row = await self._fetchrow(EXTEND_LEASE, job_id, claim.attempt, claim.started_at, until)
+        return row is not None
 
     async def cancel_requested(self, job_id: JobId) -> bool:
         row = await self._fetchrow(CANCEL_REQUESTED, job_id)
