@@ -168,12 +168,15 @@ async def test_a_job_that_stalls_past_its_lock_ttl_has_its_fenced_write_refused_
         "JOBRAIL_RABBIT__PREFETCH": "1",
         "JOBRAIL_WORKER__MAX_ASYNC_TASKS": "1",
     }
-    await workers("stuck", **env)
+    # Both workers up first (one prefetched message each): the stalled one blocks its
+    # whole process, so the healthy job can only go to the other, which must be ready
+    # well within the stall for the lock to change hands during it.
+    await workers("one", **env)
+    await workers("two", **env)
     stuck = await limits_api.enqueue(
         "test.stall", {"url": recorder.url, "resource": "acct-1", "name": "stuck", "stall_s": 3}
     )
     await limits_api.wait_status(stuck, "running")
-    await workers("healthy", **env)
     healthy = await limits_api.enqueue(
         "test.stall", {"url": recorder.url, "resource": "acct-1", "name": "healthy"}
     )
