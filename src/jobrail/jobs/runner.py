@@ -531,7 +531,8 @@ class _LeaseRenewal:
             held = await self._store.extend_lease(
                 self._job.id, self._token, self._clock.now() + self._lease
             )
-        except StoreUnavailableError as exc:
+        except Exception as exc:  # noqa: BLE001 - unconfirmed, whatever the cause
+            # Not renewed, not known lost: the claim holds until its lease runs out.
             held = loop.time() - self._confirmed < lease
             log.warning("job %s: cannot renew its claim (%s)", self._job.id, exc)
         else:
