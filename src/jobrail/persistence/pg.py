@@ -132,6 +132,7 @@ _UNAVAILABLE = (
     TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InsufficientResourcesError,
 )
@@ -173,24 +174,43 @@ class _Pg:
     async def _fetchrow(self, query: str, *args: Any) -> Any:
         try:
             async with self._pool.acquire() as connection:
-                return await connection.fetchrow(query, *args)
+                try:
+                    return await connection.fetchrow(query, *args)
+                except asyncpg.InternalClientError:
+                    _discard(connection)
+                    raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
         try:
             async with self._pool.acquire() as connection:
-                rows: list[Any] = await connection.fetch(query, *args)
-                return rows
+                try:
+                    rows: list[Any] = await connection.fetch(query, *args)
+                    return rows
+                except asyncpg.InternalClientError:
+                    _discard(connection)
+                    raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
 
     async def _execute(self, query: str, *args: Any) -> None:
         try:
             async with self._pool.acquire() as connection:
-                await connection.execute(query, *args)
+                try:
+                    await connection.execute(query, *args)
+                except asyncpg.InternalClientError:
+                    _discard(connection)
+                    raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _discard(connection: asyncpg.Connection) -> None:
+    """A connection the server dropped in the middle of a statement can be left in a
+    state asyncpg refuses to use again ("cannot switch to state ...; another operation
+    is in progress"): close it, so that the pool opens a new one for the retry."""
+    connection.terminate()
 
 
 def _outbox_args(messages: Sequence[Envelope], at: datetime) -> list[Any]:
