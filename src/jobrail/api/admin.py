@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobrail.api.auth import require_admin
 from jobrail.api.errors import ADMIN_ERROR_RESPONSES
@@ -39,6 +39,8 @@ LimitKey = Annotated[
 
 
 class LimitStateOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     job_type: str
     limit: str
     kind: str
@@ -59,16 +61,7 @@ class LimitReset(BaseModel):
 async def peek_limit(
     job_type: str, limit: str, key: LimitKey, limits: FromDishka[LimitsAdmin]
 ) -> LimitStateOut:
-    state = await limits.peek(job_type, limit, key)
-    return LimitStateOut(
-        job_type=state.job_type,
-        limit=state.limit,
-        kind=state.kind,
-        key=state.key,
-        allowed=state.allowed,
-        remaining=state.remaining,
-        retry_after_s=state.retry_after_s,
-    )
+    return LimitStateOut.model_validate(await limits.peek(job_type, limit, key))
 
 
 @router.post(
@@ -134,6 +127,8 @@ async def queues(stats: FromDishka[QueueStats]) -> QueueList:
 
 
 class DeadLetterOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     id: str
     reason: str
     source_queue: str
@@ -154,21 +149,7 @@ async def dead_letters(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> DeadLetterList:
     letters = await list_dead_letters(limit)
-    return DeadLetterList(
-        items=[
-            DeadLetterOut(
-                id=letter.id,
-                reason=letter.reason,
-                source_queue=letter.source_queue,
-                dead_at=letter.dead_at,
-                job_id=letter.job_id,
-                job_type=letter.job_type,
-                tenant_id=letter.tenant_id,
-                preview=letter.preview,
-            )
-            for letter in letters
-        ]
-    )
+    return DeadLetterList(items=[DeadLetterOut.model_validate(letter) for letter in letters])
 
 
 class RedriveIn(BaseModel):

@@ -69,6 +69,16 @@ _HTTP_CODES = {
 }
 
 
+def _unavailable(code: str, what: str) -> Any:
+    """A 503 for a backing service that cannot be reached: clients retry after 5 s."""
+
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s unavailable: %s", what.removeprefix("the "), exc)
+        return error_response(503, code, f"{what} is unavailable", headers={"Retry-After": "5"})
+
+    return handler
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def domain_error(_request: Request, exc: DomainError) -> JSONResponse:
@@ -80,32 +90,12 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_input", str(exc), exc.details)
         return error_response(422, "rule_violated", str(exc))
 
-    @app.exception_handler(StoreUnavailableError)
-    async def store_unavailable(_request: Request, exc: StoreUnavailableError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc)
-        return error_response(
-            503, "database_unavailable", "the database is unavailable", headers={"Retry-After": "5"}
-        )
-
-    @app.exception_handler(BrokerUnavailableError)
-    async def broker_unavailable(_request: Request, exc: BrokerUnavailableError) -> JSONResponse:
-        log.warning("broker unavailable: %s", exc)
-        return error_response(
-            503,
-            "broker_unavailable",
-            "the message broker is unavailable",
-            headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(LimitsUnavailableError)
-    async def limits_unavailable(_request: Request, exc: LimitsUnavailableError) -> JSONResponse:
-        log.warning("limits store unavailable: %s", exc)
-        return error_response(
-            503,
-            "limits_unavailable",
-            "the limits store is unavailable",
-            headers={"Retry-After": "5"},
-        )
+    for unavailable, code, what in (
+        (StoreUnavailableError, "database_unavailable", "the database"),
+        (BrokerUnavailableError, "broker_unavailable", "the message broker"),
+        (LimitsUnavailableError, "limits_unavailable", "the limits store"),
+    ):
+        app.add_exception_handler(unavailable, _unavailable(code, what))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -362,15 +362,7 @@ class JobRunner:
                 delivery.message_id,
                 delivery.job_id,
             )
-            await self._hold_broker(
-                dead_letter(
-                    body=delivery.again().body,
-                    reason=f"job {delivery.job_id} does not exist",
-                    source_queue=delivery.queue,
-                    dead_letter_queue=self._config.dead_letter_queue,
-                    at=now,
-                )
-            )
+            await self._refuse(delivery, f"job {delivery.job_id} does not exist", now)
             return
         if (current.tenant_id, current.type) != (delivery.tenant_id, delivery.job_type):
             # Someone published a message naming a job of another tenant or type: it is
@@ -380,15 +372,8 @@ class JobRunner:
                 delivery.message_id,
                 delivery.job_id,
             )
-            await self._hold_broker(
-                dead_letter(
-                    body=delivery.again().body,
-                    reason=f"the message's tenant or type does not match job {delivery.job_id}",
-                    source_queue=delivery.queue,
-                    dead_letter_queue=self._config.dead_letter_queue,
-                    at=now,
-                )
-            )
+            reason = f"the message's tenant or type does not match job {delivery.job_id}"
+            await self._refuse(delivery, reason, now)
             return
         if current.status.is_terminal:
             log.info(
@@ -413,6 +398,18 @@ class JobRunner:
             wake_at,
         )
         await self._hold_broker(delivery.again(not_before=wake_at))
+
+    async def _refuse(self, delivery: Delivery, reason: str, now: datetime) -> None:
+        """Dead-letter a message the runner will not run, with the reason."""
+        await self._hold_broker(
+            dead_letter(
+                body=delivery.again().body,
+                reason=reason,
+                source_queue=delivery.queue,
+                dead_letter_queue=self._config.dead_letter_queue,
+                at=now,
+            )
+        )
 
     async def _hold_store(self, operation: Callable[[], Awaitable[T]]) -> T:
         return await _hold(
