@@ -30,7 +30,11 @@ from tests.support.services import wait_for
 
 TTL_S = 3.0
 TICK_S = 0.25
-SLACK_S = 1.0  # process scheduling and a database round trip, on a busy machine
+# What a loaded machine may add to any wall-clock bound: the scheduler's tick, a database
+# round trip and the OS scheduling two processes among others on two busy cores. The
+# promises checked below (one job per period, no gap, one leader at a time) hold whatever
+# this is; only the lateness bounds use it.
+SLACK_S = 4.0
 FAST = {
     "prune-jobs": "*/5 * * * * *",
     "outbox-lag": "*/5 * * * * *",
