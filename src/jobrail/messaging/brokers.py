@@ -40,7 +40,13 @@ from jobrail.messaging.envelope import (
     parse_job_message,
     reroute_unknown_type,
 )
-from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
+from jobrail.messaging.topology import (
+    DELAY_HEADER,
+    Topology,
+    declare_dead_letter_queue,
+    pick_tier,
+    tier_label,
+)
 from jobrail.settings import RabbitSettings
 
 log = logging.getLogger("jobrail.broker")
@@ -184,6 +190,17 @@ class AmqpJobBroker(AioPikaBroker):
                         await connection.close()
             raise
 
+    async def _declare_dead_letter_queue(self, channel: AbstractChannel) -> None:
+        # Declared with an explicit delivery limit, and kept as it is when an older
+        # deployment declared it without one (see jobrail.messaging.topology).
+        assert self.write_conn is not None
+        await declare_dead_letter_queue(
+            self.write_conn,
+            channel,
+            self.topology.dead_letter_queue,
+            quorum=self._settings.quorum_queues,
+        )
+
     async def _declare_jobrail_topology(self, channel: AbstractChannel) -> None:
         topology = self.topology
         dlq = await channel.get_queue(topology.dead_letter_queue, ensure=False)
@@ -298,8 +315,8 @@ class AmqpJobBroker(AioPikaBroker):
     ) -> None:
         """Gets up to `limit` messages without acknowledging them, acknowledges those
         `decide` lets go, and closes the channel: RabbitMQ puts the rest back, in order.
-        (On RabbitMQ 4, quorum queues count each such look as a delivery: keep their
-        delivery limit off for the DLQ.)"""
+        (Quorum queues count each such look as a delivery: the DLQ's delivery limit is
+        set to never, see jobrail.messaging.topology.)"""
         connection = self.write_conn
         if connection is None or connection.is_closed:
             raise BrokerUnavailableError("not connected to RabbitMQ")

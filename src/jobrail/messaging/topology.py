@@ -6,15 +6,84 @@ goes to the largest tier not longer than d (or the shortest tier), keeping Q as
 its routing key; when it expires RabbitMQ routes it back to Q. If it arrives
 early (d was between tiers) the worker sends it round again for the rest. With
 one queue per TTL, a short delay never waits behind a long one.
+
+The dead-letter queue is where messages stop, so nothing may drop them from it. Looking
+at it (``GET /admin/dlq``, a redrive, a purge) takes messages with ``basic.get`` and
+gives back the ones it keeps by closing its channel, and a quorum queue counts every
+such return as a delivery (RabbitMQ 3.x and 4.x alike; 4.3 spares ``basic.nack`` only).
+RabbitMQ 4 gives every quorum queue that sets no limit a delivery limit of 20, and the
+DLQ has no dead-letter exchange behind it: the 21st look would drop a dead letter
+silently. So the DLQ sets its limit explicitly, to a value that means "never" on every
+version (`DEAD_LETTER_DELIVERY_LIMIT`).
 """
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobrail.settings import RabbitSettings
 
+log = logging.getLogger("jobrail.broker")
+
 # Headers exchanges ignore headers that start with "x-" when matching bindings.
 DELAY_HEADER = "jobrail-delay-tier"
+
+# The dead-letter queue's delivery limit: 2^31 - 1 returns, i.e. never.
+# Not -1: RabbitMQ 4 reads -1 as "no limit", but 3.x accepts it and drops a message at
+# its first return (on 3.10.8 a dead letter is gone after one look). Not absent: 4.x
+# then applies its default of 20. The largest signed 32-bit value is read the same
+# way by both, so the queue is declared with the same arguments before and after an
+# upgrade from 3.x to 4.x. (At one look a second it lasts 68 years.)
+DEAD_LETTER_DELIVERY_LIMIT = 2**31 - 1
+
+
+def dead_letter_queue_arguments(*, quorum: bool) -> dict[str, Any]:
+    """The arguments the DLQ is declared with (classic queues count no deliveries)."""
+    if not quorum:
+        return {}
+    return {"x-queue-type": "quorum", "x-delivery-limit": DEAD_LETTER_DELIVERY_LIMIT}
+
+
+def dead_letter_policy_hint(queue: str) -> str:
+    """How an operator sets the DLQ's limit on a queue declared before it had one."""
+    pattern = "^" + queue.replace(".", "\\.") + "$"
+    return (
+        f"rabbitmqctl set_policy jobrail-dlq '{pattern}' "
+        f"'{{\"delivery-limit\": {DEAD_LETTER_DELIVERY_LIMIT}}}' "
+        "--apply-to quorum_queues --priority 10"
+    )
+
+
+async def declare_dead_letter_queue(
+    connection: AbstractConnection, channel: AbstractChannel, name: str, *, quorum: bool
+) -> None:
+    """Declare the DLQ with `dead_letter_queue_arguments`, or keep the one that exists.
+
+    A DLQ declared by an older jobrail has no delivery limit among its arguments, and
+    RabbitMQ refuses to declare a queue again with other arguments (PRECONDITION_FAILED),
+    and arguments never change on an existing queue. So the full declaration is tried on
+    a channel of its own (the refusal closes it); if the queue exists with other
+    arguments it is used as it is, with a warning naming the policy that gives it the
+    limit (a policy's ``delivery-limit`` applies to existing queues)."""
+    arguments = dead_letter_queue_arguments(quorum=quorum)
+    try:
+        async with connection.channel() as probe:
+            await probe.declare_queue(name, durable=True, arguments=arguments)
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        log.warning(
+            "dead-letter queue %s exists with other arguments (%s); using it as it is. "
+            "On RabbitMQ 4 a quorum queue without a delivery limit drops a message after "
+            "20 returns, and every look at the DLQ returns its messages: give it the "
+            "limit with: %s",
+            name,
+            exc,
+            dead_letter_policy_hint(name),
+        )
+    await channel.declare_queue(name, passive=True)
 
 
 def pick_tier(delay_ms: float, tiers_ms: Sequence[int]) -> int | None:
