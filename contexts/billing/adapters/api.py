@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, model_validator
+from pydantic import BaseModel, EmailStr, Field, model_validator
 
 from contexts.billing.application.commands import (
     CreateInvoiceCommand,
@@ -26,6 +26,7 @@ from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.api.schemas import RequestModel
 
 router = APIRouter(
     prefix="/billing/invoices", tags=["billing"], route_class=DishkaRoute, responses=ERROR_RESPONSES
@@ -35,17 +36,13 @@ router = APIRouter(
 MAX_TOTAL_MINOR = 2**63 - 1
 
 
-class LineIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LineIn(RequestModel):
     description: str = Field(min_length=1, max_length=500)
     quantity: int = Field(ge=1, le=1_000_000)
     unit_price_minor: int = Field(ge=0, le=10**12)
 
 
-class InvoiceIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class InvoiceIn(RequestModel):
     customer_id: str = Field(min_length=1, max_length=255)
     customer_email: EmailStr
     currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["EUR"])

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel
 
 from contexts.sync.application.use_cases import AccountRef, GetAccount, RequestSync
+from contexts.sync.domain.account import ACCOUNT_ID_PATTERN
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
@@ -15,7 +16,7 @@ router = APIRouter(
     prefix="/sync/accounts", tags=["sync"], route_class=DishkaRoute, responses=ERROR_RESPONSES
 )
 
-AccountId = Annotated[str, Path(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$")]
+AccountId = Annotated[str, Path(min_length=1, max_length=255, pattern=ACCOUNT_ID_PATTERN)]
 
 
 class SyncAccepted(BaseModel):

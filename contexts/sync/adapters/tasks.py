@@ -5,6 +5,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contexts.sync.adapters.settings import SyncSettings
 from contexts.sync.application.use_cases import SYNC_JOB, SyncAccount, SyncAccountCommand
+from contexts.sync.domain.account import ACCOUNT_ID_PATTERN
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.limits import Lock, TokenBucket
@@ -22,7 +23,7 @@ VENDOR_BUDGET = TokenBucket(
 class SyncPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    account_id: str = Field(min_length=1, max_length=255)
+    account_id: str = Field(min_length=1, max_length=255, pattern=ACCOUNT_ID_PATTERN)
 
 
 @job(

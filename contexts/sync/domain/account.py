@@ -13,6 +13,11 @@ from enum import StrEnum
 from jobrail.kernel.errors import TransientError
 from jobrail.kernel.ids import TenantId
 
+# An account id goes into the vendor's URL as one path segment (accounts/{id}/items):
+# it starts with a letter or digit, so it is never "." or ".." (which a URL resolves
+# to the parent, escaping accounts/{id}/) nor anything else a URL treats specially.
+ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+
 
 class AccountStatus(StrEnum):
     NEVER_SYNCED = "never_synced"

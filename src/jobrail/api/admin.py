@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from jobrail.api.auth import require_admin
 from jobrail.api.errors import ADMIN_ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitRead
+from jobrail.api.schemas import RequestModel
 from jobrail.jobs.ports import QueueStats
 from jobrail.jobs.use_cases import (
     ListDeadLetters,
@@ -152,7 +153,7 @@ async def dead_letters(
     return DeadLetterList(items=[DeadLetterOut.model_validate(letter) for letter in letters])
 
 
-class RedriveIn(BaseModel):
+class RedriveIn(RequestModel):
     ids: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
         default=None, max_length=1000, description="Dead letters to redrive, by id."
     )

@@ -1,17 +1,31 @@
 import base64
 import binascii
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.ports import Cursor
 from jobrail.jobs.use_cases import EnqueueResult
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId
+
+
+class RequestModel(BaseModel):
+    """The base of every request body: unknown fields and lax conversions are refused.
+
+    Pydantic's default (lax) mode takes ``"yes"``, ``"true"``, ``1`` or ``"on"`` for a
+    boolean and ``"5"`` for a number: ``{"all": "yes"}`` redrove the whole dead-letter
+    queue. In strict mode a field takes only the JSON type it declares; FastAPI hands
+    request bodies to pydantic as decoded JSON, so nested objects and strings (for
+    ``str``, ``EmailStr``, ``Literal``) still validate as usual.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
 
 JobStatusName = Literal["pending", "running", "retrying", "succeeded", "failed", "cancelled"]
 
@@ -79,12 +93,25 @@ def encode_cursor(cursor: Cursor | None) -> str | None:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+# A cursor names a job the API listed, so its time is one a job can have been created
+# at: timezone-aware (the API writes UTC) and well inside what every backend and
+# datetime arithmetic can hold. Year 1 or 9999 would overflow on the way to the
+# database; a naive time would be refused there: both were 500s.
+_CURSOR_YEARS = range(2000, 9000)
+
+
 def decode_cursor(value: str | None) -> Cursor | None:
     if not value:
         return None
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
         created, job_id = raw.split("|", 1)
-        return Cursor(created_at=datetime.fromisoformat(created), job_id=JobId(uuid.UUID(job_id)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        created_at = datetime.fromisoformat(created)
+        if created_at.tzinfo is None or created_at.utcoffset() is None:
+            raise ValueError("naive time")
+        created_at = created_at.astimezone(UTC)
+        if created_at.year not in _CURSOR_YEARS:
+            raise ValueError("time out of range")
+        return Cursor(created_at=created_at, job_id=JobId(uuid.UUID(job_id)))
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise InvalidInputError("cursor is not one this API gave out") from None

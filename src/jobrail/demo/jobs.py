@@ -10,7 +10,8 @@ CHECKPOINT_EVERY_S = 0.25
 
 
 class EchoPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict like every request body (jobrail.api.schemas.RequestModel): "yes" is no boolean.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str = Field(max_length=10_000)
     sleep_ms: int = Field(default=0, ge=0, le=3_600_000)
