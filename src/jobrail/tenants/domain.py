@@ -40,7 +40,10 @@ def digest(key: str) -> str:
 
 
 def hint(key: str) -> str:
-    return key[:KEY_HINT_LENGTH] + "…"
+    """The start of a key, to tell keys apart: never more than a quarter of it, so a
+    short chosen key (the demo's 8 characters) is not shown whole, and what is left to
+    guess of any key is at least three quarters of it."""
+    return key[: min(KEY_HINT_LENGTH, len(key) // 4)] + "…"
 
 
 def check_key_shape(key: str) -> None:
