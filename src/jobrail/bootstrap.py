@@ -110,6 +110,9 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
 def install_worker_lifecycle(runtime: Runtime) -> None:
     """Worker processes run the outbox relay and serve their metrics (see
     jobrail.telemetry.metrics); on shutdown they stop both and close the container."""
+    # `jobrail worker` checks this before it starts Taskiq; a broker started some other
+    # way must not serve its metrics port to anyone in production either.
+    runtime.settings.check_can_serve(worker=True)
     metrics_server = WorkerMetricsServer(runtime.settings.metrics)
 
     async def on_startup(_state: TaskiqState) -> None:
@@ -129,15 +132,29 @@ def install_worker_lifecycle(runtime: Runtime) -> None:
 DEMO_TENANT = "demo"
 
 
+def seeds_demo_tenant(settings: Settings) -> bool:
+    """Whether this process seeds the tenant ``demo``: in the embedded mode, and only into
+    a SQLite database.
+
+    The embedded mode is a sandbox whose database is a file of its own (by default
+    ``var/jobrail.db``). Pointed at Postgres, it is sharing a database that a stack
+    deployment may use, and a seeded admin key with a well-known value would stay there
+    after it stops; so it seeds nothing there (make a tenant with ``jobrail tenants``). The
+    stack mode never seeds, and production refuses the embedded mode (see Settings)."""
+    return settings.embedded and settings.database.is_sqlite
+
+
 async def seed_demo_tenant(runtime: Runtime) -> None:
-    """Embedded mode only: a tenant ``demo`` (an admin: the embedded mode is a sandbox)
-    whose key is ``demo_api_key``. Runs at every start; a changed key is added to the
-    old ones, a revoked one stays revoked."""
+    """A tenant ``demo`` (an admin: the embedded mode is a sandbox) whose key is
+    ``demo_api_key``, where ``seeds_demo_tenant`` says so; nothing elsewhere. Runs at every
+    start; a changed key is added to the old ones, a revoked one stays revoked."""
     from jobrail.kernel.errors import ConflictError
     from jobrail.tenants.domain import Tenant
     from jobrail.tenants.ports import TenantExistsError
     from jobrail.tenants.use_cases import IssueApiKey
 
+    if not seeds_demo_tenant(runtime.settings):
+        return
     directory = await runtime.container.get(TenantDirectory)
     clock = await runtime.container.get(Clock)
     with contextlib.suppress(TenantExistsError):

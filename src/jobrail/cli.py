@@ -16,6 +16,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 from jobrail.settings import Settings, SettingsError, load_settings
 
@@ -47,19 +48,36 @@ def _ensure_sqlite_dir(url: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
+def _settings_refused(exc: SettingsError) -> NoReturn:
+    """A setting refused by a serving process: the message, and no traceback."""
+    print(f"jobrail: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
 def serve_api(settings: Settings) -> None:
     import uvicorn
 
     from jobrail.api.app import create_app
+    from jobrail.bootstrap import seeds_demo_tenant
     from jobrail.telemetry.logging import configure_logging
 
     configure_logging(settings.log_level)
-    app = create_app(settings)
-    if settings.embedded:
+    try:
+        settings.check_can_serve(worker=False)
+        app = create_app(settings)  # a module may refuse a setting too (the sync sandbox)
+    except SettingsError as exc:
+        _settings_refused(exc)
+    if seeds_demo_tenant(settings):
         print(
             f"jobrail: embedded mode on http://{settings.api.host}:{settings.api.port} - "
-            f"tenant 'demo', API key {settings.demo_api_key.get_secret_value()!r} "
+            f"admin tenant 'demo', API key {settings.demo_api_key.get_secret_value()!r} "
             "(set JOBRAIL_DEMO_API_KEY to change it)",
+            flush=True,
+        )
+    elif settings.embedded:
+        print(
+            f"jobrail: embedded mode on http://{settings.api.host}:{settings.api.port} - "
+            "no demo tenant outside SQLite: make one with `jobrail tenants create`",
             flush=True,
         )
     uvicorn.run(
@@ -133,6 +151,10 @@ def run_worker(settings: Settings, extra: list[str]) -> None:
             "jobrail worker needs the stack mode (JOBRAIL_MODE=stack): in embedded mode "
             "the API process runs the jobs itself"
         )
+    try:
+        settings.check_can_serve(worker=True)
+    except SettingsError as exc:
+        _settings_refused(exc)
     argv = [
         sys.executable,
         "-m",

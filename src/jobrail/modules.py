@@ -8,7 +8,7 @@ modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
 """
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from fastapi import APIRouter
 from jobrail.jobs.registry import JobSpec
 from jobrail.messaging.events import EventSpec
 from jobrail.scheduling.schedule import Schedule
+from jobrail.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,14 @@ class Module:
     providers: Sequence[Provider] = field(default_factory=tuple)
     events: Sequence[EventSpec] = ()
     schedules: Sequence[Schedule] = ()
+    # Routers that depend on the app's settings (served in some modes only): a module is
+    # imported once per process, while each app is built from its own Settings.
+    router_factories: Sequence[Callable[[Settings], Sequence[APIRouter]]] = ()
+
+    def routers_for(self, settings: Settings) -> list[APIRouter]:
+        """The routers an app built from `settings` serves. A factory may raise
+        SettingsError for settings it refuses."""
+        return [*self.routers, *(r for make in self.router_factories for r in make(settings))]
 
 
 class ModuleLoadError(Exception):

@@ -13,6 +13,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -271,6 +272,16 @@ class MetricsSettings(BaseModel):
     lookup_timeout_s: PositiveFloat = 2.0
 
 
+class OpsSettings(BaseModel):
+    """The ops page's sign-in (see jobrail.api.ops)."""
+
+    session_ttl_s: PositiveFloat = Field(
+        default=8 * 3600.0,
+        description="A session made by signing in to /ops ends this long after it began, "
+        "whatever the browser keeps.",
+    )
+
+
 class TelemetrySettings(BaseModel):
     """Tracing (OpenTelemetry). Without an endpoint nothing is recorded or exported; trace
     ids are still made and passed on, so that API and worker logs share a ``trace_id``."""
@@ -380,15 +391,29 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     demo_api_key: SecretStr = Field(
         default=SecretStr("demo-key"),
-        description="Embedded mode only: the key of the seeded tenant 'demo'.",
+        description="Embedded mode on SQLite only: the key of the seeded admin tenant 'demo'.",
     )
     api_limits: ApiLimitsSettings = ApiLimitsSettings()
     worker: WorkerSettings = WorkerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     metrics: MetricsSettings = MetricsSettings()
+    ops: OpsSettings = OpsSettings()
 
     _split_modules = field_validator("modules", mode="before")(_comma_list)
+
+    @field_validator("environment")
+    @classmethod
+    def _production_is_the_stack(cls, environment: str, info: ValidationInfo) -> str:
+        # The embedded mode is a sandbox: SQLite, an in-memory broker, and an admin tenant
+        # with a well-known key seeded at start-up. It is the default mode, so a production
+        # deployment that forgot JOBRAIL_MODE=stack would otherwise run it.
+        if environment == "production" and info.data.get("mode") == "embedded":
+            raise ValueError(
+                "production does not run the embedded mode (SQLite, an in-memory broker, "
+                "an admin tenant 'demo' with a well-known key): set JOBRAIL_MODE=stack"
+            )
+        return environment
 
     @model_validator(mode="after")
     def _worker_queues_known(self) -> Self:
@@ -408,6 +433,22 @@ class Settings(BaseSettings):
         if self.api.docs is not None:
             return self.api.docs
         return self.environment == "development"
+
+    def check_can_serve(self, *, worker: bool) -> None:
+        """What production refuses in a process that serves (the API, a worker), checked
+        when it starts rather than with every setting: `jobrail migrate` or `jobrail
+        tenants` need no metrics token. Raises SettingsError."""
+        if self.environment != "production":
+            return
+        token = self.metrics.token.get_secret_value() if self.metrics.token else ""
+        serves = self.metrics.worker_port != 0 if worker else self.metrics.api_enabled
+        if serves and not token:
+            off = "WORKER_PORT=0" if worker else "API_ENABLED=false"
+            raise SettingsError(
+                "invalid settings:\n  JOBRAIL_METRICS__TOKEN: production serves /metrics only "
+                "to a scraper that sends this token (Authorization: Bearer <token>): set it, "
+                f"or turn the metrics off with JOBRAIL_METRICS__{off}"
+            )
 
 
 class SettingsError(Exception):

@@ -187,7 +187,11 @@ async def test_docs_are_off_outside_development_unless_enabled(tmp_path: Path) -
         ("production", True, True),
     ]:
         settings = embedded_settings(
-            tmp_path, environment=environment, api={"docs": docs} if docs is not None else {}
+            tmp_path,
+            environment=environment,
+            api={"docs": docs} if docs is not None else {},
+            # Production refuses the embedded mode; this app is never started.
+            **({"mode": "stack"} if environment == "production" else {}),
         )
         app = create_app(settings)
         async with httpx.AsyncClient(

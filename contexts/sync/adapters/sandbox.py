@@ -3,20 +3,26 @@
 - ``GET /accounts/{account_id}/items?cursor=`` pages through the account's items.
   An account id containing ``pages-N`` has N pages (others have 3); one containing
   ``bad`` is refused with 400 and a reason; one containing ``flaky`` fails every
-  other call with 503.
+  other call with 503. An account id longer than the sync context accepts (255) or a
+  cursor the sandbox did not make is refused with 400 and not recorded.
 - Beyond ``rate_per_s`` calls in any second it answers 429 with ``Retry-After``.
-- It records every call: ``GET /_calls`` (and ``DELETE /_calls`` to forget them),
+- It records its calls: ``GET /_calls`` (and ``DELETE /_calls`` to forget them),
   including the most calls for one account it ever served at once.
 
-The embedded mode serves it under ``/sandbox/vendor``; tests run it on its own port:
-``python -m contexts.sync.adapters.sandbox --port 8100``.
+It has no authentication (``/_calls`` lists every tenant's account ids, and anyone may
+clear it), so the API serves it under ``/sandbox/vendor`` only in the embedded mode, or
+in the stack mode when ``JOBRAIL_SYNC__SANDBOX=true`` outside production (production
+refuses that switch; see ``contexts.sync``). Everything it remembers is bounded: the
+last ``max_calls`` calls and the ``max_accounts`` accounts seen last, so a caller cannot
+grow the process's memory however many or however odd its calls are. Tests run it on
+its own port: ``python -m contexts.sync.adapters.sandbox --port 8100``.
 """
 
 import argparse
 import asyncio
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +30,23 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 PAGES = re.compile(r"pages-(\d+)")
+MAX_ACCOUNT_ID = 255  # what the sync context accepts (contexts/sync/adapters/api.py)
+CURSOR = re.compile(r"p\d{1,9}")  # the sandbox's own cursors: "p<page>"
+
+
+class RecentDict(OrderedDict[str, int]):
+    """A dict that keeps only the `limit` keys written last. Hand-written: ten lines over
+    OrderedDict, where a cache library would be a dependency for one bounded dict."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: str, value: int) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
 
 
 @dataclass
@@ -31,11 +54,19 @@ class SandboxState:
     rate_per_s: int = 20
     page_size: int = 10
     page_delay_ms: int = 0
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    max_calls: int = 1000
+    max_accounts: int = 1000
+    calls: deque[dict[str, Any]] = field(init=False)
     recent: deque[float] = field(default_factory=deque)
     in_flight: dict[str, int] = field(default_factory=dict)
-    max_in_flight: dict[str, int] = field(default_factory=dict)
-    flaky: dict[str, int] = field(default_factory=dict)
+    max_in_flight: RecentDict = field(init=False)
+    flaky: RecentDict = field(init=False)
+    refused: int = 0  # calls refused as malformed, never recorded
+
+    def __post_init__(self) -> None:
+        self.calls = deque(maxlen=self.max_calls)
+        self.max_in_flight = RecentDict(self.max_accounts)
+        self.flaky = RecentDict(self.max_accounts)
 
     def admit(self, now: float) -> bool:
         while self.recent and self.recent[0] <= now - 1.0:
@@ -56,10 +87,13 @@ def sandbox_router(state: SandboxState) -> APIRouter:
 
     @router.get("/accounts/{account_id}/items")
     async def items(account_id: str, cursor: str | None = None) -> JSONResponse:
-        now = time.time()
-        call: dict[str, Any] = {"account_id": account_id, "cursor": cursor, "at": now}
+        if len(account_id) > MAX_ACCOUNT_ID or (cursor and not CURSOR.fullmatch(cursor)):
+            state.refused += 1
+            return JSONResponse({"error": "no such account or cursor"}, 400)
+        admitted = state.admit(time.monotonic())
+        call: dict[str, Any] = {"account_id": account_id, "cursor": cursor, "at": time.time()}
         state.calls.append(call)
-        if not state.admit(time.monotonic()):
+        if not admitted:
             call["status"] = 429
             return JSONResponse({"error": "rate limited"}, 429, headers={"Retry-After": "1"})
         if "bad" in account_id:
@@ -77,7 +111,7 @@ def sandbox_router(state: SandboxState) -> APIRouter:
         try:
             if state.page_delay_ms:
                 await asyncio.sleep(state.page_delay_ms / 1000)
-            page = int(cursor[1:]) if cursor and cursor.startswith("p") else 0
+            page = int(cursor[1:]) if cursor else 0
             total = pages_of(account_id)
             first = page * state.page_size
             body = {
@@ -90,11 +124,14 @@ def sandbox_router(state: SandboxState) -> APIRouter:
             call["status"] = 200
             return JSONResponse(body)
         finally:
+            # Only accounts with a call under way stay here, so it is bounded by them.
             state.in_flight[account_id] -= 1
+            if not state.in_flight[account_id]:
+                del state.in_flight[account_id]
 
     @router.get("/_calls")
     async def calls() -> dict[str, Any]:
-        return {"calls": state.calls, "max_in_flight": state.max_in_flight}
+        return {"calls": list(state.calls), "max_in_flight": dict(state.max_in_flight)}
 
     @router.delete("/_calls")
     async def forget() -> dict[str, int]:

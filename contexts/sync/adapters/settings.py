@@ -3,7 +3,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SyncSettings(BaseSettings):
-    """``JOBRAIL_SYNC__*``. By default the vendor is the sandbox the API serves itself."""
+    """``JOBRAIL_SYNC__*``. By default the vendor is the sandbox the API serves itself in the
+    embedded mode; the stack mode needs ``VENDOR_BASE_URL`` set to the real vendor (or, for
+    development, ``SANDBOX=true``)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBRAIL_SYNC__", env_file=".env", extra="ignore")
 
@@ -14,7 +16,18 @@ class SyncSettings(BaseSettings):
     vendor_burst: float = Field(default=10.0, gt=0)
     lock_ttl_s: float = Field(default=30.0, gt=0)
     throttle_max_wait_s: float = Field(default=5.0, gt=0)
-    sandbox: bool = Field(default=True, description="Serve the sandbox vendor from the API.")
+    sandbox: bool | None = Field(
+        default=None,
+        description="Serve the sandbox vendor from the API at /sandbox/vendor. Unset: in the "
+        "embedded mode only; true: in the stack mode too, for development (production "
+        "refuses it); false: never.",
+    )
     sandbox_rate_per_s: int = Field(default=20, ge=1)
-    sandbox_page_size: int = Field(default=10, ge=1)
+    sandbox_page_size: int = Field(default=10, ge=1, le=1000)
     sandbox_page_delay_ms: int = Field(default=0, ge=0)
+    sandbox_max_calls: int = Field(
+        default=1000, ge=1, le=100_000, description="Calls the sandbox's /_calls remembers."
+    )
+    sandbox_max_accounts: int = Field(
+        default=1000, ge=1, le=100_000, description="Accounts whose call counts it remembers."
+    )

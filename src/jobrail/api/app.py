@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(ops.router)
     for module in runtime.modules:
-        for router in module.routers:
+        for router in module.routers_for(settings):
             app.include_router(router)
     setup_dishka(runtime.container, app)
     return app
