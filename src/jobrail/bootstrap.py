@@ -71,6 +71,7 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
         queues=settings.rabbit.queues,
         default_timeout_s=settings.jobs.default_timeout_s,
         timeouts_s=settings.jobs.timeouts_s,
+        redis_cluster=settings.redis.cluster and not settings.embedded,
     )
     events = EventCatalog(spec for module in modules for spec in module.events)
     for spec in events:

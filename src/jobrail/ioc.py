@@ -7,9 +7,12 @@ REQUEST scope (one per HTTP request and one per task): unit of work and use case
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from enum import Enum
+from typing import Any
 
 from dishka import AnyOf, Provider, Scope, from_context, provide
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.ports import (
@@ -54,7 +57,7 @@ from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, SqlaOutboxM
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
 from jobrail.persistence.tenants import SqlaTenantDirectory
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
-from jobrail.settings import Settings
+from jobrail.settings import RedisSettings, Settings
 from jobrail.telemetry.metrics import Backlog, CountingJobIntake, Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
@@ -66,6 +69,25 @@ class ProcessRole(Enum):
 
     API = "api"
     WORKER = "worker"
+
+
+def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
+    """The limits' Redis client: one server, or a Redis Cluster found from one node.
+
+    A dead connection fails the command, which the limits treat as "Redis is away"
+    (limited work waits and comes back); no ping before commands, no silent retries.
+    On a cluster, a failed node also makes the client read the cluster's layout again
+    before its next command (redis-py does that itself), and MOVED/ASK redirections
+    are followed as part of the command, not retried."""
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "health_check_interval": 0,
+    }
+    url = settings.url.get_secret_value()
+    if settings.cluster:
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+    return Redis.from_url(url, retry=None, **options)
 
 
 class PlatformProvider(Provider):
@@ -179,15 +201,7 @@ class PlatformProvider(Provider):
         if settings.embedded:
             yield MemoryLimits()
             return
-        redis = Redis.from_url(
-            settings.redis.url.get_secret_value(),
-            socket_timeout=settings.redis.socket_timeout_s,
-            socket_connect_timeout=settings.redis.socket_timeout_s,
-            # A dead connection fails the command, which the limits treat as "Redis is
-            # away" (limited work waits); no ping before commands, no silent retries.
-            health_check_interval=0,
-            retry=None,
-        )
+        redis = redis_client(settings.redis)
         window = settings.worker.batch_window_ms / 1000 if role is ProcessRole.WORKER else 0.0
         backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix, window_s=window)
         yield backend

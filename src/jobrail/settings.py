@@ -7,6 +7,7 @@ message that names the variable (see ``load_settings``).
 """
 
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -116,6 +117,11 @@ class RabbitSettings(BaseModel):
 
 class RedisSettings(BaseModel):
     url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    cluster: bool = Field(
+        default=False,
+        description="The URL is one node of a Redis Cluster (the client finds the others "
+        "from it); every job type's limit keys must then share a slot (checked at start-up).",
+    )
     key_prefix: str = "jobrail:"
     socket_timeout_s: PositiveFloat = 2.0
 
@@ -125,6 +131,26 @@ class RedisSettings(BaseModel):
         if not url.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("use a redis://, rediss:// or unix:// URL")
         return url
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, prefix: str) -> str:
+        # The backend puts a hash tag in every key (see jobrail.limits.model.hash_tagged);
+        # a brace in the prefix would be the one Redis Cluster reads instead.
+        if "{" in prefix or "}" in prefix:
+            raise ValueError("must not contain '{' or '}' (jobrail adds the hash tags)")
+        return prefix
+
+    @model_validator(mode="after")
+    def _cluster_url(self) -> Self:
+        if not self.cluster:
+            return self
+        url = urlsplit(self.url.get_secret_value())
+        if url.scheme == "unix":
+            raise ValueError("url: a Redis Cluster is reached over TCP, not a unix:// socket")
+        if url.path.strip("/") not in ("", "0") or "db=" in url.query:
+            raise ValueError("url: a Redis Cluster has only database 0")
+        return self
 
 
 class RetrySettings(BaseModel):

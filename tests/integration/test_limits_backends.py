@@ -8,19 +8,20 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
 
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import Acquire, Concurrency, Grant, Lock, SlidingWindow, TokenBucket
 from jobrail.limits.redis import RedisLimits
-from tests.support.services import REDIS_URL, require
+from tests.support.redis_cluster import Connect
 
+# Keys are these plus '-0' or '-1'; all have the owner 'prop' (tb:prop:-0), so that one
+# admission's keys share a slot when the Redis is a cluster.
 LIMITS = [
-    TokenBucket("tb", key="tb", capacity=3, per_second=2.5, cost=1),
-    TokenBucket("tb2", key="tb2", capacity=4, per_second=0.7, cost=2),
-    SlidingWindow("sw", key="sw", limit=3, window_s=1.3),
-    Concurrency("cs", key="cs", slots=2, lease_s=0.9),
-    Lock(key="lk", ttl_s=0.6),
+    TokenBucket("tb", key="tb:prop:", capacity=3, per_second=2.5, cost=1),
+    TokenBucket("tb2", key="tb2:prop:", capacity=4, per_second=0.7, cost=2),
+    SlidingWindow("sw", key="sw:prop:", limit=3, window_s=1.3),
+    Concurrency("cs", key="cs:prop:", slots=2, lease_s=0.9),
+    Lock(key="lk:prop:", ttl_s=0.6),
 ]
 
 
@@ -82,8 +83,8 @@ def _summary(admission: Any) -> Any:
     )
 
 
-async def _play(sequence: list[tuple[Any, float]]) -> tuple[list[Any], list[Any]]:
-    redis = Redis.from_url(REDIS_URL)
+async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[list[Any], list[Any]]:
+    redis = connect()
     backends = [MemoryLimits(), RedisLimits(redis, key_prefix=f"prop:{uuid.uuid4().hex}:")]
     results: list[list[Any]] = [[], []]
     grants: list[list[Grant]] = [[], []]
@@ -144,7 +145,8 @@ RESERVING = [
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(RESERVING)
 @given(steps)
-def test_memory_and_redis_backends_decide_the_same(sequence: list[tuple[Any, float]]) -> None:
-    require("redis")
-    memory, redis = asyncio.run(_play(sequence))
+def test_memory_and_redis_backends_decide_the_same(
+    redis_connect: Connect, sequence: list[tuple[Any, float]]
+) -> None:
+    memory, redis = asyncio.run(_play(sequence, redis_connect))
     assert memory == redis

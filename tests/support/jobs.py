@@ -66,7 +66,8 @@ async def vendor_call(payload: Call, ctx: JobContext) -> dict[str, int]:
 @job(
     "test.exclusive",
     payload=Exclusive,
-    lock=Lock(key="resource:{resource}", ttl_s=LOCK_TTL),
+    # Both keys owned by the tenant: one slot in a Redis Cluster (one atomic admission).
+    lock=Lock(key="resource:{tenant_id}:{resource}", ttl_s=LOCK_TTL),
     limits=[Concurrency("slots", key="pool:{tenant_id}", slots=8, lease_s=30)],
 )
 async def exclusive(payload: Exclusive, ctx: JobContext) -> dict[str, int]:

@@ -27,8 +27,10 @@ _settings = NotificationsSettings()
             per_second=_settings.provider_rate_per_s,
         )
     ],
-    # Two deliveries of one event never send at the same time.
-    lock=Lock(key="receipt:{event_id}", ttl_s=30),
+    # Two deliveries of one event never send at the same time. The lock's key names the
+    # provider as its owner: in a Redis Cluster it must share the bucket's slot, as both
+    # are acquired in one step (see jobrail.limits.model.hash_tagged).
+    lock=Lock(key="receipt:email-provider:{event_id}", ttl_s=30),
 )
 async def send_receipt(
     payload: EventDelivery,

@@ -92,7 +92,9 @@ def job(
 
 
 class JobRegistry:
-    """Every job type this process knows, checked against the configured queues."""
+    """Every job type this process knows, checked against the configured queues and,
+    with `redis_cluster`, refused if its limit keys could fall on different slots of a
+    Redis Cluster (see ``jobrail.limits.model.slot_part``)."""
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class JobRegistry:
         queues: Sequence[str],
         default_timeout_s: float,
         timeouts_s: Mapping[str, float] | None = None,
+        redis_cluster: bool = False,
     ) -> None:
         self._specs: dict[str, JobSpec] = {}
         for spec in specs:
@@ -111,6 +114,8 @@ class JobRegistry:
                     f"job type {spec.name!r} uses queue {spec.queue!r}, "
                     f"which is not configured (queues: {', '.join(queues)})"
                 )
+            if redis_cluster:
+                spec.limits.check_one_slot(spec.name)
             self._specs[spec.name] = spec
         _check_shared_keys(self._specs.values())
         self._default_timeout_s = default_timeout_s

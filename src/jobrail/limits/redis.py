@@ -8,16 +8,22 @@ compared with that time; key TTLs only collect garbage and are never shorter tha
 the state they hold.
 
 Keys: ``{prefix}{kind}:{key}`` with kind ``tb`` (token bucket), ``sw`` (sliding
-window), ``cs`` (concurrency slots), ``lk`` (lock) and ``fence`` (fencing counter).
+window), ``cs`` (concurrency slots), ``lk`` (lock) and ``fence`` (fencing counter), the
+key written with its owner in braces, a Redis Cluster hash tag (``vendor:{acme}``; see
+``jobrail.limits.model.hash_tagged``). The client may be a ``RedisCluster``: every
+script's keys are then on one slot (a job type whose keys would not be is refused at
+start-up), and the calls batched together go to each node as a pipeline of their own.
 """
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobrail.batching import Coalescer
@@ -31,6 +37,7 @@ from jobrail.limits.model import (
     Lock,
     SlidingWindow,
     TokenBucket,
+    hash_tagged,
 )
 
 FENCE_TTL_MS = 30 * 24 * 3600 * 1000
@@ -264,9 +271,21 @@ def _retry(value_ms: float) -> timedelta | None:
     return timedelta(milliseconds=value_ms)
 
 
+class CrossSlotError(ValueError):
+    """The keys of one call lie on different slots of the Redis Cluster."""
+
+
+# What a Redis that cannot answer raises. A RedisClusterException is what redis-py
+# raises when it reaches no node of the cluster (keys on two slots are caught before).
+_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
+
+
 class RedisLimits:
-    def __init__(self, redis: Redis, key_prefix: str = "jobrail:", window_s: float = 0.0) -> None:
+    def __init__(
+        self, redis: Redis | RedisCluster, key_prefix: str = "jobrail:", window_s: float = 0.0
+    ) -> None:
         self._redis = redis
+        self._cluster = redis if isinstance(redis, RedisCluster) else None
         self._prefix = key_prefix
         self._admit = redis.register_script(ADMIT)
         self._release = redis.register_script(RELEASE)
@@ -283,21 +302,52 @@ class RedisLimits:
         try:
             for script in (self._admit, self._release, self._extend, self._fenced):
                 script.sha = await self._redis.script_load(script.script)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except _UNREACHABLE as exc:
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
 
     def key(self, item: Acquire) -> str:
-        return f"{self._prefix}{item.limit.kind}:{item.key}"
+        return f"{self._prefix}{item.limit.kind}:{hash_tagged(item.key)}"
 
     def _keys(self, items: Sequence[Acquire]) -> list[str]:
         keys = []
         for item in items:
             keys.append(self.key(item))
             if isinstance(item.limit, Lock):
-                keys.append(f"{self._prefix}fence:{item.key}")
+                keys.append(f"{self._prefix}fence:{hash_tagged(item.key)}")
         return keys
 
     async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
+        if self._cluster is None:
+            return await self._send_to_node(calls)
+        # redis-py's cluster pipeline would split the batch by node itself, but one node
+        # that fails fails the whole pipeline; sent node by node, a node that is down
+        # only holds back the jobs whose keys live on it.
+        await self._cluster.initialize()  # learns the slots once; then a no-op
+        batches: dict[str, list[int]] = {}
+        results: list[Any] = [None] * len(calls)
+        for i, (_script, keys, _args) in enumerate(calls):
+            try:
+                node = self._cluster.get_node_from_key(keys[0])
+            except RedisError as exc:  # a slot no node serves: a cluster in trouble
+                results[i] = exc
+                continue
+            if node is None:
+                results[i] = RedisClusterException(f"no node serves the key {keys[0]!r}")
+                continue
+            batches.setdefault(node.name, []).append(i)
+
+        async def send(indexes: list[int]) -> None:
+            try:
+                answers = await self._send_to_node([calls[i] for i in indexes])
+            except (RedisError, RedisClusterException, OSError) as exc:
+                answers = [exc] * len(indexes)
+            for i, answer in zip(indexes, answers, strict=True):
+                results[i] = answer
+
+        await asyncio.gather(*(send(indexes) for indexes in batches.values()))
+        return results
+
+    async def _send_to_node(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
         if len(calls) == 1:  # alone in its turn: a plain call costs less than a pipeline
             script, keys, args = calls[0]
             try:
@@ -321,9 +371,16 @@ class RedisLimits:
         return results
 
     async def _call(self, script: Any, keys: list[str], args: list[str]) -> Any:
+        if self._cluster is not None and len({key_slot(key.encode()) for key in keys}) > 1:
+            # Redis would refuse it (CROSSSLOT), and redis-py would fail the whole batch
+            # it is in; start-up checks make this a bug in the caller, so say so.
+            raise CrossSlotError(
+                f"keys {keys} lie on different Redis Cluster slots; one script needs one "
+                "slot (see jobrail.limits.model.hash_tagged)"
+            )
         try:
             return await self._calls.submit((script, keys, args))
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             # Down, loading, read-only, out of memory: the limits cannot be checked, so
             # limited work waits (and is never run unprotected).
             raise LimitsUnavailableError(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc
@@ -406,7 +463,7 @@ class RedisLimits:
     async def reset(self, item: Acquire) -> None:
         try:
             await self._redis.delete(self.key(item))
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except _UNREACHABLE as exc:
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
 
     async def holders(self, item: Acquire) -> list[dict[str, Any]]:
@@ -422,18 +479,18 @@ class RedisLimits:
             if not isinstance(item.limit, Concurrency):
                 return []  # rate limits have no holders
             members: Any = await self._redis.zrange(key, 0, -1, withscores=True)
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
         return [{"holder": _text(m), "until_ms": float(score)} for m, score in members]
 
     async def fenced_write(
         self, resource: str, fence: int, value: str, *, now_ms: float | None = None
     ) -> bool:
-        key = f"{self._prefix}fenced:{resource}"
+        key = f"{self._prefix}fenced:{hash_tagged(resource)}"
         return int(await self._call(self._fenced, [key], [str(fence), value])) == 1
 
     async def fenced_value(self, resource: str) -> tuple[int, str] | None:
-        data: Any = await self._redis.hgetall(f"{self._prefix}fenced:{resource}")
+        data: Any = await self._redis.hgetall(f"{self._prefix}fenced:{hash_tagged(resource)}")
         if not data:
             return None
         return int(data[b"fence"]), _text(data[b"value"])

@@ -1,0 +1,205 @@
+"""A three-master Redis Cluster on loopback, started by the tests with ``redis-server``.
+
+Each node runs with ``cluster-enabled yes``, its cluster config file in a temporary
+directory and no persistence; ``redis-cli --cluster create ... --cluster-replicas 0``
+joins them. The session fixture waits until every node reports ``cluster_state:ok``
+and shuts the nodes down at the end. The binaries are part of this project's machine
+(Debian's redis-server, /usr/bin): a missing one skips outside CI and fails with CI=true.
+"""
+
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio import RedisCluster as AsyncRedisCluster
+
+from tests.support.services import REDIS_URL, in_ci, require
+
+# The cluster bus of a node listens on its port + 10000.
+BUS_OFFSET = 10000
+
+
+@dataclass
+class RedisCluster:
+    ports: list[int]
+    directory: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """One node's URL: the client discovers the others from it."""
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def cli(self, port: int, *args: str) -> str:
+        done = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return done.stdout
+
+    def commandstat_calls(self, *commands: str) -> int:
+        """Calls of `commands` counted by every node (INFO commandstats)."""
+        total = 0
+        for port in self.ports:
+            for line in self.cli(port, "info", "commandstats").splitlines():
+                name, _, stats = line.partition(":")
+                if name in {f"cmdstat_{command}" for command in commands}:
+                    calls = dict(part.split("=", 1) for part in stats.split(","))["calls"]
+                    total += int(calls)
+        return total
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free on loopback whose cluster bus port (+10000) is free as well."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20000, 40000)
+        if port not in ports and _free(port) and _free(port + BUS_OFFSET):
+            ports.append(port)
+    return ports
+
+
+def _require_binaries() -> None:
+    missing = [name for name in ("redis-server", "redis-cli") if shutil.which(name) is None]
+    if missing:
+        message = f"{' and '.join(missing)} not found: the Redis Cluster tests need them"
+        if in_ci():
+            pytest.fail(message + " (CI=true: integration tests may not skip)")
+        pytest.skip(message)
+
+
+def start_cluster(masters: int = 3, timeout: float = 60) -> RedisCluster:
+    _require_binaries()
+    cluster = RedisCluster(_free_ports(masters), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")))
+    try:
+        for port in cluster.ports:
+            node_dir = cluster.directory / str(port)
+            node_dir.mkdir()
+            cluster.processes.append(
+                subprocess.Popen(
+                    [
+                        "redis-server",
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(node_dir / "nodes.conf"),
+                        "--dir",
+                        str(node_dir),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--logfile",
+                        str(node_dir / "redis.log"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        _wait(lambda: all(cluster.cli(p, "ping").strip() == "PONG" for p in cluster.ports), timeout)
+        created = subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{port}" for port in cluster.ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout}")
+        _wait(
+            lambda: all(
+                "cluster_state:ok" in cluster.cli(port, "cluster", "info") for port in cluster.ports
+            ),
+            timeout,
+        )
+    except BaseException:
+        stop_cluster(cluster)
+        raise
+    return cluster
+
+
+def stop_cluster(cluster: RedisCluster) -> None:
+    for port, process in zip(cluster.ports, cluster.processes, strict=False):
+        cluster.cli(port, "shutdown", "nosave")
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+    shutil.rmtree(cluster.directory, ignore_errors=True)
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the Redis Cluster did not come up in time")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A three-master Redis Cluster of this test session's own."""
+    cluster = start_cluster()
+    yield cluster
+    stop_cluster(cluster)
+
+
+# The two Redis deployments the limits tests run against: `request.param` of a fixture
+# parametrised with REDIS_KINDS.
+REDIS_KINDS = ["redis", "cluster"]
+
+
+def redis_env(kind: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings (as environment) that point a process at Redis of that kind."""
+    if kind == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"JOBRAIL_REDIS__URL": cluster.url, "JOBRAIL_REDIS__CLUSTER": "true"}
+    return {"JOBRAIL_REDIS__URL": REDIS_URL, "JOBRAIL_REDIS__CLUSTER": "false"}
+
+
+Connect = Callable[[], "Redis | AsyncRedisCluster"]
+
+
+@pytest.fixture(scope="session", params=REDIS_KINDS)
+def redis_connect(request: pytest.FixtureRequest) -> Connect:
+    """Makes clients of a single Redis, then (second parameter) of the Redis Cluster."""
+    if request.param == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return lambda: AsyncRedisCluster.from_url(cluster.url)
+    require("redis")
+    return lambda: Redis.from_url(REDIS_URL)
