@@ -1,85 +1,214 @@
 """The ops page: job counts by status and type, queue and DLQ depths, outbox lag and
 recent failures, rendered on the server and refreshing itself. No front-end build.
 
-A browser cannot send a Bearer header, so the page signs in with a form: an admin key
-given once becomes an HttpOnly, SameSite=Strict cookie scoped to ``/ops`` that holds
-the key's SHA-256 digest (never the key itself: a stolen cookie does not open the API).
-A Bearer admin key works too, for curl.
+Signing in. A browser cannot send a Bearer header, so the page signs in with a form: an
+admin key given once starts a session kept on the server (``ops_sessions``, see
+jobrail.persistence.ops_sessions). The browser holds only a random session token, in an
+HttpOnly, SameSite=Strict cookie scoped to ``/ops``; the table holds the token's SHA-256
+digest, so neither it nor ``api_keys`` holds anything a browser could present. Every
+page view looks the session up together with its key (one query, no cache): signing out
+deletes the row, and revoking the key or its tenant's admin flag ends the session on the
+next request, on every API replica. A session ends ``JOBRAIL_OPS__SESSION_TTL_S`` (8 h)
+after it began, whatever the browser keeps. A Bearer admin key works too, for curl.
+
+Cross-site requests. Both forms carry a CSRF token: the sign-in form the value of a
+short-lived cookie set with the form (double submit: a page of another site can neither
+read nor set it, and SameSite=Strict keeps it off cross-site requests), the sign-out form
+an HMAC of the session token (never stored). A POST whose browser says it came from
+another site (``Sec-Fetch-Site``) is refused before anything else. Responses carry a
+Content-Security-Policy that allows nothing but the page's own stylesheet and forms
+posting to this origin, refuse framing, and are never cached.
 """
 
+import base64
+import hashlib
+import hmac
 import html
+import re
+import secrets
 from collections import defaultdict
+from datetime import timedelta
 from typing import Annotated
 from urllib.parse import parse_qs
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Cookie, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.use_cases.overview import GetOpsOverview, OpsOverview
-from jobrail.tenants.domain import Principal, digest
+from jobrail.kernel.clock import Clock
+from jobrail.persistence.ops_sessions import SqlaOpsSessions
+from jobrail.settings import Settings
+from jobrail.tenants.domain import Principal
 from jobrail.tenants.use_cases import Authenticate
 
 COOKIE = "jobrail_ops"
-COOKIE_MAX_AGE_S = 8 * 3600
+LOGIN_COOKIE = "jobrail_ops_login"
+LOGIN_COOKIE_MAX_AGE_S = 3600  # how long a sign-in form stays usable
 REFRESH_S = 5
 MAX_FORM_BYTES = 1024
+# What secrets.token_urlsafe(32) makes; anything else in a cookie is not ours.
+TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
+# Fetch Metadata: what a browser says about where a request came from. Absent from
+# non-browser clients and old browsers, which the CSRF tokens still cover.
+SAME_ORIGIN = {"same-origin", "none"}
 
 router = APIRouter(prefix="/ops", route_class=DishkaRoute, include_in_schema=False)
 
 
-async def _principal(request: Request, cookie: str | None) -> Principal | None:
-    authenticate: Authenticate = request.app.state.authenticate
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return await authenticate(header[7:].strip())
-    if cookie and len(cookie) == 64:
-        return await authenticate.by_digest(cookie)
-    return None
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _csrf_for(session_token: str) -> str:
+    """The sign-out form's token: derived from the session token, so nothing is stored,
+    and not derivable from the stored digest."""
+    return hmac.new(session_token.encode(), b"jobrail-ops-csrf", hashlib.sha256).hexdigest()
+
+
+def _token(value: str | None) -> str | None:
+    return value if value is not None and TOKEN.match(value) else None
+
+
+def _form(body: bytes) -> dict[str, str]:
+    fields = parse_qs(body.decode("utf-8", "replace"))
+    return {name: values[0].strip() for name, values in fields.items() if values}
+
+
+def _cross_site(request: Request) -> bool:
+    site = request.headers.get("sec-fetch-site")
+    return site is not None and site not in SAME_ORIGIN
+
+
+async def _session_principal(
+    engine: AsyncEngine, clock: Clock, session_token: str | None
+) -> Principal | None:
+    if session_token is None:
+        return None
+    return await SqlaOpsSessions(engine).principal_for(_digest(session_token), clock.now())
 
 
 @router.get("", response_class=HTMLResponse)
 async def ops_page(
     request: Request,
     overview: FromDishka[GetOpsOverview],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
     jobrail_ops: Annotated[str | None, Cookie()] = None,
-) -> HTMLResponse:
-    principal = await _principal(request, jobrail_ops)
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    header = request.headers.get("authorization", "")
+    session_token = _token(jobrail_ops)
+    if header.lower().startswith("bearer "):
+        authenticate: Authenticate = request.app.state.authenticate
+        principal = await authenticate(header[7:].strip())
+        session_token = None  # a curl with a key has no session to sign out of
+    else:
+        principal = await _session_principal(engine, clock, session_token)
     if principal is None:
-        return HTMLResponse(_login_page(), status_code=401)
+        response = _login(request, jobrail_ops_login, status=401)
+        if jobrail_ops is not None:
+            response.delete_cookie(COOKIE, path="/ops")  # ended, expired or never ours
+        return response
     if not principal.admin:
-        return HTMLResponse(_login_page("That key is not an admin key."), status_code=403)
-    return HTMLResponse(_overview_page(await overview()))
+        return _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
+    csrf = _csrf_for(session_token) if session_token else None
+    return _secured(HTMLResponse(_overview_page(await overview(), csrf)))
 
 
 @router.post("/login")
-async def login(request: Request) -> Response:
+async def login(
+    request: Request,
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    settings: FromDishka[Settings],
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    if _cross_site(request):
+        return _login(request, None, "Sign in from this page, not another site.", status=403)
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
-        return HTMLResponse(_login_page("That is not an API key."), status_code=400)
-    key = parse_qs(body.decode("utf-8", "replace")).get("api_key", [""])[0].strip()
+        return _login(request, jobrail_ops_login, "That is not an API key.", status=400)
+    form = _form(body)
+    expected = _token(jobrail_ops_login)
+    given = form.get("csrf_token", "")
+    if expected is None or not hmac.compare_digest(expected.encode(), given.encode()):
+        # A form from another site, or one older than its cookie: a fresh form.
+        return _login(request, None, "The sign-in form expired: try again.", status=403)
+    key = form.get("api_key", "")
     authenticate: Authenticate = request.app.state.authenticate
     principal = await authenticate(key) if key else None
     if principal is None or not principal.admin:
-        return HTMLResponse(_login_page("That is not an admin API key."), status_code=401)
+        return _login(request, expected, "That is not an admin API key.", status=401)
+    session_token = secrets.token_urlsafe(32)
+    now = clock.now()
+    ttl = settings.ops.session_ttl_s
+    await SqlaOpsSessions(engine).start(
+        _digest(session_token), principal.key_id, now, now + timedelta(seconds=ttl)
+    )
     response = RedirectResponse("/ops", status_code=303)
     response.set_cookie(
         COOKIE,
-        digest(key),
-        max_age=COOKIE_MAX_AGE_S,
+        session_token,
+        max_age=int(ttl),
         path="/ops",
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
     )
-    return response
+    response.delete_cookie(LOGIN_COOKIE, path="/ops")
+    return _secured(response)
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(
+    request: Request,
+    engine: FromDishka[AsyncEngine],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    session_token = _token(jobrail_ops)
+    if session_token is not None:
+        if _cross_site(request):
+            return _secured(HTMLResponse(_refused_page(), status_code=403))
+        body = await request.body()
+        given = _form(body).get("csrf_token", "") if len(body) <= MAX_FORM_BYTES else ""
+        if not hmac.compare_digest(_csrf_for(session_token).encode(), given.encode()):
+            return _secured(HTMLResponse(_refused_page(), status_code=403))
+        await SqlaOpsSessions(engine).end(_digest(session_token))
     response = RedirectResponse("/ops", status_code=303)
     response.delete_cookie(COOKIE, path="/ops")
+    return _secured(response)
+
+
+def _login(
+    request: Request, login_token: str | None, problem: str = "", *, status: int
+) -> Response:
+    """The sign-in page, with its CSRF token: the one the browser holds if it is still
+    good (two tabs keep working), else a fresh one set as a cookie."""
+    token = _token(login_token) or secrets.token_urlsafe(32)
+    response = HTMLResponse(_login_page(token, problem), status_code=status)
+    response.set_cookie(
+        LOGIN_COOKIE,
+        token,
+        max_age=LOGIN_COOKIE_MAX_AGE_S,
+        path="/ops",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return _secured(response)
+
+
+def _secured(response: Response) -> Response:
+    """Headers every /ops response carries: nothing but this page's own stylesheet and
+    forms to this origin may run or load, no site may frame it, and nobody caches it."""
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
 
@@ -95,6 +224,11 @@ th:first-child,td:first-child{text-align:left} td.err{text-align:left;max-width:
 .card b{display:block;font-size:22px} .bad{color:#b42318}
 form{display:inline} input{font:inherit;padding:4px}
 """
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
 
 
 def _page(title: str, body: str, refresh: bool = False) -> str:
@@ -106,18 +240,27 @@ def _page(title: str, body: str, refresh: bool = False) -> str:
     )
 
 
-def _login_page(problem: str = "") -> str:
+def _login_page(csrf: str, problem: str = "") -> str:
     note = f'<p class="bad">{html.escape(problem)}</p>' if problem else ""
     return _page(
         "jobrail ops - sign in",
         "<h1>jobrail ops</h1><p class=muted>Sign in with an admin API key.</p>"
         f"{note}<form method=post action=/ops/login>"
+        f'<input type=hidden name=csrf_token value="{html.escape(csrf)}">'
         "<input type=password name=api_key id=api_key autocomplete=off size=50 required> "
         "<button type=submit id=sign-in>Sign in</button></form>",
     )
 
 
-def _overview_page(overview: OpsOverview) -> str:
+def _refused_page() -> str:
+    return _page(
+        "jobrail ops",
+        "<h1>jobrail ops</h1><p class=bad>That form did not come from this page: "
+        '<a href="/ops">back to the ops page</a>.</p>',
+    )
+
+
+def _overview_page(overview: OpsOverview, csrf: str | None) -> str:
     e = html.escape
     statuses = [status.value for status in JobStatus]
     by_type: dict[str, dict[str, int]] = defaultdict(dict)
@@ -169,7 +312,14 @@ def _overview_page(overview: OpsOverview) -> str:
     return _page(
         "jobrail ops",
         f"<h1>jobrail ops</h1><p class=muted>Refreshes every {REFRESH_S}s. "
-        "<form method=post action=/ops/logout><button>Sign out</button></form></p>"
+        + (
+            "<form method=post action=/ops/logout>"
+            f'<input type=hidden name=csrf_token value="{csrf}">'
+            "<button id=sign-out>Sign out</button></form>"
+            if csrf
+            else ""
+        )
+        + "</p>"
         f"<div class=cards>{cards}</div>"
         f"<h2>Jobs by type and status</h2><table id=jobs><tr><th>type</th>{head}</tr>"
         f"{rows}{total_row}</tr></table>"

@@ -142,3 +142,19 @@ api_keys = Table(
     Index("uq_api_keys_digest", "digest", unique=True),
     Index("ix_api_keys_tenant_id", "tenant_id"),
 )
+
+# The ops page's sign-in sessions (jobrail.api.ops): one row per signed-in browser.
+ops_sessions = Table(
+    "ops_sessions",
+    metadata,
+    # SHA-256 of the session token, hex: the cookie holds the token, which is never stored,
+    # so reading this table (or api_keys) gives nothing a browser could present.
+    Column("digest", String(64), primary_key=True),
+    # Each request checks this key is still live and an admin's: revoking it ends the
+    # session at once.
+    Column("key_id", Uuid, ForeignKey("api_keys.id"), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Index("ix_ops_sessions_key_id", "key_id"),
+    Index("ix_ops_sessions_expires_at", "expires_at"),
+)
