@@ -194,6 +194,17 @@ async def test_the_ops_page_shows_what_the_database_holds(
         )
         assert _shown(browser) == await _in_db(engine)
 
+        # Signing out (the form carries its CSRF token) ends the session: the sign-in form.
+        await asyncio.to_thread(
+            lambda: _until(lambda: _click(browser, "sign-out"), "the sign-out button")
+        )
+        await asyncio.to_thread(
+            lambda: _until(lambda: browser.find_elements(By.ID, "api_key"), "the sign-in form")
+        )
+        browser.get(f"{served}/ops")
+        assert browser.find_elements(By.ID, "api_key")
+        assert not browser.find_elements(By.ID, "jobs")
+
     # A tenant key does not open the page.
     other = _signed_in_status(served, tenant_key)
     assert other == 403
@@ -210,3 +221,15 @@ def _until(check: Any, what: str, timeout: float = 15) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _click(driver: Any, element_id: str) -> bool:
+    """Click an element of a page that reloads itself: False if it went stale meanwhile."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.find_element(By.ID, element_id).click()
+    except (NoSuchElementException, StaleElementReferenceException):
+        return False
+    return True
