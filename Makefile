@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STACK_ENV := JOBRAIL_MODE=stack \
 	JOBRAIL_DATABASE__URL=$${JOBRAIL_DATABASE__URL:-postgresql+asyncpg://postgres@127.0.0.1:5432/jobrail} \
 	JOBRAIL_RABBIT__URL=$${JOBRAIL_RABBIT__URL:-amqp://guest:guest@127.0.0.1:5672/} \
-	JOBRAIL_REDIS__URL=$${JOBRAIL_REDIS__URL:-redis://127.0.0.1:6379/0}
+	JOBRAIL_REDIS__URL=$${JOBRAIL_REDIS__URL:-redis://127.0.0.1:6379/0} \
+	JOBRAIL_SYNC__SANDBOX=$${JOBRAIL_SYNC__SANDBOX:-true}
 QUEUES ?=
 
 install-bench: $(VENV)/.installed-bench
@@ -51,7 +52,7 @@ run-stack: install migrate-stack
 	wait
 
 api: install
-	$(BIN)/jobrail api
+	$(STACK_ENV) $(BIN)/jobrail api
 
 worker: install
 	JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker

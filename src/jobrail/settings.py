@@ -185,6 +185,11 @@ class JobsSettings(BaseModel):
         default=5.0, description="Cap of the backoff while the database is unreachable."
     )
 
+    max_result_bytes: PositiveInt = Field(
+        default=64 * 1024,
+        description="A job whose handler returns a larger result (UTF-8 JSON) fails, "
+        "permanently, saying so: results are small JSON, not blobs.",
+    )
 
 class OutboxSettings(BaseModel):
     relay_interval_s: PositiveFloat = 1.0

@@ -118,3 +118,69 @@ async def test_redriving_the_whole_dead_letter_queue_needs_a_json_true(
     response = await api.post("/admin/dlq/redrive", json=body, headers=admin)
 
     assert _is_422(response), response.text
+
+
+NUL_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("/demo/echo", {"message": "a\u0000b"}),
+    ("/billing/invoices", {**INVOICE, "customer_id": "c\u00001"}),
+    (
+        "/billing/invoices",
+        {**INVOICE, "lines": [{"description": "p\u0000", "quantity": 1, "unit_price_minor": 1}]},
+    ),
+]
+
+
+async def assert_nul_refused(api: ApiClient) -> None:
+    """Shared with the Postgres-mode test (tests/integration/test_bad_input_pg.py)."""
+    for path, body in NUL_BODIES:
+        response = await api.post(path, json=body)
+        assert _is_422(response), (path, response.text)
+        assert response.json()["error"]["details"][0]["type"] == "nul_character"
+    escaped_nul = b'{"message": "a\\u0000b"}'
+    response = await api.post(
+        "/demo/echo", content=escaped_nul, headers={"content-type": "application/json"}
+    )
+    assert _is_422(response), response.text
+    for params in ({"type": "a\u0000"}, {"entity_id": "\u0000"}, {"cursor": "x\u0000"}):
+        response = await api.get("/jobs", params=params)
+        assert _is_422(response), (params, response.text)
+    for path in ("/sync/accounts/a%00b", "/sync/accounts/a%00b/sync", "/jobs/%00"):
+        method = "POST" if path.endswith("/sync") else "GET"
+        response = await api.send(api.build_request(method, path))
+        assert _is_422(response), (path, response.text)
+    # Nothing was half-written.
+    assert (await api.get("/jobs")).json()["items"] == []
+    assert (await api.get("/billing/invoices")).json()["items"] == []
+
+
+async def test_a_nul_character_anywhere_in_a_request_is_a_422(api: ApiClient) -> None:
+    await assert_nul_refused(api)
+
+
+async def test_an_escaped_backslash_before_u0000_is_text_not_nul(api: ApiClient) -> None:
+    # JSON "a\\u0000b" is the six characters \u0000 between a and b, not a NUL.
+    response = await api.post(
+        "/demo/echo",
+        content=b'{"message": "a\\\\u0000b"}',
+        headers={"content-type": "application/json"},
+    )
+
+    assert response.status_code == 202, response.text
+    job = await api.wait_status(response.json()["job_id"], "succeeded", timeout=10)
+    assert job["result"] == {"echo": "a\\u0000b"}
+
+
+async def test_an_unexpected_error_is_a_json_500_with_the_request_id(api: ApiClient) -> None:
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    api.app.add_api_route("/test-boom", boom)
+
+    response = await api.get("/test-boom", headers={"X-Request-Id": "req-500"})
+    after = await api.get("/health")
+
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "boom" not in response.text
+    assert response.headers["X-Request-Id"] == "req-500"
+    assert after.status_code == 200

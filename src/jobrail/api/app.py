@@ -6,12 +6,12 @@ from contextlib import asynccontextmanager
 
 from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 
 from jobrail import __version__
 from jobrail.api import admin, health, jobs, metrics, ops
 from jobrail.api.body_limit import BodySizeLimit
-from jobrail.api.errors import install_error_handlers
+from jobrail.api.errors import JsonCORSMiddleware, UnhandledErrors, install_error_handlers
+from jobrail.api.nul_guard import NulGuard
 from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs, seed_demo_tenant
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
@@ -56,10 +56,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The server span is RequestTelemetry's: FastAPI's own would record query strings.
         telemetry={"tracing": False},
     )
+    # Middlewares run outermost last-added first: telemetry, 500s, CORS, size, NUL.
+    app.add_middleware(NulGuard)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     if settings.api.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            JsonCORSMiddleware,
             allow_origins=settings.api.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=[
@@ -78,7 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "RateLimit-Reset",
             ],
         )
-    # Last added, so outermost: every response (a 413 too) gets a request id and a span.
+    app.add_middleware(UnhandledErrors)
+    # Last added, so outermost: every response (a 413 or a 500 too) gets a request id
+    # and a span.
     app.add_middleware(RequestTelemetry)
     app.state.runtime = runtime
     install_error_handlers(app)

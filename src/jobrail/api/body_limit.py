@@ -4,10 +4,10 @@ A declared ``Content-Length`` over the limit is refused before the body is read;
 body without one (chunked) is counted as it arrives and refused when it goes over.
 """
 
-import json
-
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobrail.api.errors import asgi_error
 
 
 class BodySizeLimit:
@@ -57,18 +57,5 @@ class BodySizeLimit:
         return f"the request body is larger than {self.max_bytes} bytes"
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {"error": {"code": "payload_too_large", "message": self._message(), "details": []}}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        # The unread rest of the body would be taken for the next request: close.
+        await asgi_error(send, 413, "payload_too_large", self._message(), close=True)

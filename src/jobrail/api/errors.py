@@ -1,5 +1,12 @@
-"""Every error leaves the API as JSON: ``{"error": {"code", "message", "details"}}``."""
+"""Every error leaves the API as JSON: ``{"error": {"code", "message", "details"}}``.
 
+That holds for the answers made outside FastAPI's handlers too: the ASGI middlewares'
+(BodySizeLimit, NulGuard, CORS preflight refusals), an unexpected exception's 500
+(``UnhandledErrors``, inside RequestTelemetry so that it carries the request id), and
+the HTTP server's own refusals of a request it cannot parse (``jobrail.api.server``).
+"""
+
+import json
 import logging
 from typing import Any
 
@@ -9,6 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
@@ -38,6 +48,51 @@ def error_response(
     return JSONResponse(jsonable_encoder(body), status_code=status, headers=headers)
 
 
+def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> bytes:
+    """The JSON error body, for answers sent below FastAPI (ASGI middlewares, the server)."""
+    return json.dumps(
+        {"error": {"code": code, "message": message, "details": details or []}},
+        ensure_ascii=False,
+    ).encode()
+
+
+async def asgi_error(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    *,
+    close: bool = False,
+) -> None:
+    """Answer an HTTP request with a JSON error from an ASGI middleware."""
+    body = error_body(code, message, details)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestRefused(StarletteHTTPException):
+    """An HTTPException with the error code and details it answers with."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status, message, headers=headers)
+        self.code = code
+        self.details = details or []
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in {
@@ -62,8 +117,11 @@ _HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    422: "validation_error",
+    431: "headers_too_large",
     429: "rate_limited",
     503: "service_unavailable",
 }
@@ -114,9 +172,65 @@ def install_error_handlers(app: FastAPI) -> None:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         headers = dict(exc.headers) if exc.headers else None
+        if isinstance(exc, RequestRefused):
+            return error_response(exc.status_code, exc.code, message, exc.details, headers)
         return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "internal error")
+
+
+class UnhandledErrors:
+    """The JSON 500 of an unexpected exception, answered inside RequestTelemetry.
+
+    Starlette answers an exception that no handler took in ServerErrorMiddleware, the
+    outermost layer: outside RequestTelemetry, so that 500 had no ``X-Request-Id``.
+    And it raises the exception again to the server, which then drops the connection
+    (keep-alive, no ``Connection: close``) and fails the client's next request on it.
+    Here the error is logged and answered, and the connection stays usable.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            if started:  # half a response is out: only dropping the connection is left
+                raise
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            await asgi_error(send, 500, "internal_error", "internal error")
+
+
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS middleware, whose refusal of a preflight is plain text: JSON here."""
+
+    def preflight_response(self, request_headers: Any) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        message = bytes(response.body).decode(errors="replace")
+        headers = {
+            name: value
+            for name, value in response.headers.items()
+            if name.lower() not in {"content-type", "content-length"}
+        }
+        return JSONResponse(
+            json.loads(error_body("cors_refused", message)),
+            status_code=response.status_code,
+            headers=headers,
+        )

@@ -53,6 +53,7 @@ Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] 
 class Delivery:
     """A job message as the worker received it."""
 
+from jobrail.kernel.json_text import has_nul_escape
     job_id: JobId
     job_type: str
     queue: str
@@ -155,6 +156,16 @@ class JobRunner:
         """Run one delivery to its end. Returns once the outcome is recorded or the
         message is safely back on the bus; only then may the delivery be acknowledged."""
         if delivery.not_before is not None:
+    max_result_bytes: int = 64 * 1024
+    """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
+    the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
+
+    def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
+        """How long a claim of a job with this timeout lasts, and whether it is renewed."""
+        lease = timeout + self.lease_grace
+        if self.lease is not None and lease > self.lease:
+            return self.lease, True
+        return lease, False
             early = (delivery.not_before - self._clock.now()).total_seconds()
             if early > SHORT_WAIT.total_seconds():
                 # Back early from a delay tier (tiers are coarse): round again for the rest.
@@ -291,7 +302,7 @@ class JobRunner:
                     result = await work()
                 else:
                     result = await _LeaseRenewal(self._store, job, renew, self._clock).run(work)
-            stored_result = _json_object(result)
+            stored_result = _json_object(result, self._config.max_result_bytes)
         except JobCancelledError:
             job.stop_cancelled(self._clock.now())
             return ()
@@ -463,7 +474,7 @@ def _again(job: Job, run_after: datetime, limits: JobLimits) -> Envelope:
     )
 
 
-def _json_object(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _json_object(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str, Any] | None:
     if result is None:
         return None
     try:
@@ -543,3 +554,13 @@ class _LeaseRenewal:
             task.cancel()
             return
         self._timer = loop.call_later(lease / 3, self._renew, task)
+    size = len(text.encode())
+    if size > max_bytes:
+        raise PermanentError(
+            f"the job's result is {size} bytes of JSON, more than the {max_bytes} a job "
+            "may store (JOBRAIL_JOBS__MAX_RESULT_BYTES): store large output elsewhere "
+            "and return a reference"
+        )
+    if has_nul_escape(text):
+        raise PermanentError("the job's result holds a NUL character (U+0000)")
+    value = json.loads(text)

@@ -1,9 +1,14 @@
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.persistence import json_codec
 from jobrail.settings import DatabaseSettings
+
+NUL_TEXT_ERROR = "a text value holds a NUL character (U+0000), which cannot be stored"
 
 
 def create_engine(settings: DatabaseSettings) -> AsyncEngine:
@@ -11,7 +16,7 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
     url = settings.url.get_secret_value()
     if settings.is_sqlite:
         return _sqlite_engine(url, settings)
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         echo=settings.echo,
         pool_size=settings.pool_size,
@@ -21,7 +26,27 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
         # invalidated by the failing statement and replaced on the next checkout.
         pool_recycle=1800,
         connect_args={"timeout": settings.connect_timeout_s},
+        json_serializer=json_codec.dumps,
     )
+    _refuse_nul_text(engine)
+    return engine
+
+
+def _refuse_nul_text(engine: AsyncEngine) -> None:
+    """Postgres refuses U+0000 in text (UntranslatableCharacterError), after the
+    statements before it in the transaction ran: refuse it before the statement is
+    sent, as the clear error the API answers with a 422. The API refuses NUL at the
+    edge; this is the backstop for values made elsewhere (workers, the CLI)."""
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _check(
+        _conn: Any, _cursor: Any, _statement: str, parameters: Any, _context: Any, many: bool
+    ) -> None:
+        for row in parameters if many else (parameters,):
+            values: Iterable[Any] = row.values() if isinstance(row, Mapping) else row or ()
+            for value in values:
+                if isinstance(value, str) and "\x00" in value:
+                    raise InvalidInputError(NUL_TEXT_ERROR)
 
 
 def _sqlite_engine(url: str, settings: DatabaseSettings) -> AsyncEngine:
@@ -29,6 +54,7 @@ def _sqlite_engine(url: str, settings: DatabaseSettings) -> AsyncEngine:
         url,
         echo=settings.echo,
         connect_args={"timeout": 30},
+        json_serializer=json_codec.dumps,
     )
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -19,9 +19,10 @@ from sqlalchemy.engine import make_url
 from jobrail.batching import Coalescer
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, StoreUnavailableError
-from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.envelope import Envelope
+from jobrail.persistence import json_codec
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.tables import jobs
 from jobrail.settings import DatabaseSettings
@@ -141,7 +142,7 @@ _UNAVAILABLE = (
 async def _init(connection: asyncpg.Connection) -> None:
     for kind in ("json", "jsonb"):
         await connection.set_type_codec(
-            kind, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+            kind, encoder=json_codec.dumps, decoder=json.loads, schema="pg_catalog"
         )
 
 
@@ -181,6 +182,9 @@ class _Pg:
                     raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        except asyncpg.DataError as exc:
+            _raise_refused_value(exc)
+            raise
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
         try:
@@ -193,6 +197,9 @@ class _Pg:
                     raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        except asyncpg.DataError as exc:
+            _raise_refused_value(exc)
+            raise
 
     async def _execute(self, query: str, *args: Any) -> None:
         try:
@@ -204,6 +211,16 @@ class _Pg:
                     raise
         except _UNAVAILABLE as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        except asyncpg.DataError as exc:
+            _raise_refused_value(exc)
+            raise
+
+
+def _raise_refused_value(exc: asyncpg.DataError) -> None:
+    """asyncpg wraps what a codec raised (json_codec refusing a NUL) in DataError: give
+    the caller the codec's own error, which the API answers with a 422."""
+    if isinstance(exc.__cause__, InvalidInputError):
+        raise exc.__cause__ from None
 
 
 def _discard(connection: asyncpg.Connection) -> None:

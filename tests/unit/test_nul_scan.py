@@ -1,0 +1,52 @@
+"""The body scan that finds a NUL in JSON text without parsing it."""
+
+import json
+
+import pytest
+
+from jobrail.api.nul_guard import json_has_nul
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"m": "a\u0000b"},
+        {"m": "\\\u0000"},
+        {"m": "\\\\\u0000"},
+        {"a": ["x", {"b": "\u0000"}]},
+        {"\u0000": 1},
+    ],
+)
+def test_a_nul_is_found_whatever_precedes_it(document: object) -> None:
+    assert json_has_nul(json.dumps(document).encode())
+    assert json_has_nul(json.dumps(document, ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"m": "\\u0000"},
+        {"m": "\\\\u0000"},
+        {"m": "\\"},
+        {"m": "u0000 \\u00000"},
+        {"m": "\u0001\u00a0😀"},
+    ],
+)
+def test_text_that_only_looks_like_the_escape_is_not_a_nul(document: object) -> None:
+    text = json.dumps(document)
+    assert "\u0000" not in json.loads(text)["m"]
+    assert not json_has_nul(text.encode())
+
+
+def test_a_raw_nul_byte_is_found() -> None:
+    assert json_has_nul(b'{"m": "a\x00"}')
+
+
+def test_every_split_of_the_backslashes_agrees_with_a_parse() -> None:
+    for backslashes in range(6):
+        text = '{"m": "' + "\\" * backslashes + 'u0000"}'
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            continue
+        assert json_has_nul(text.encode()) == ("\u0000" in parsed["m"]), text
