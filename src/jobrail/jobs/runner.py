@@ -33,6 +33,7 @@ from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.kernel.ids import JobId
+from jobrail.kernel.json_text import has_nul_escape
 from jobrail.limits.gate import Deferred, JobGate, Pass
 from jobrail.limits.model import JobLimits, LimitsUnavailableError
 from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope
@@ -53,7 +54,6 @@ Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] 
 class Delivery:
     """A job message as the worker received it."""
 
-from jobrail.kernel.json_text import has_nul_escape
     job_id: JobId
     job_type: str
     queue: str
@@ -124,6 +124,9 @@ class RunnerConfig:
     """A job whose timeout + grace is longer claims this much, renewed every third of
     it while it runs, so a worker that dies mid-job frees it this soon rather than
     after its whole timeout. None: one lease of timeout + grace."""
+    max_result_bytes: int = 64 * 1024
+    """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
+    the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
 
 
 class LeaseLostError(TransientError):
@@ -156,16 +159,6 @@ class JobRunner:
         """Run one delivery to its end. Returns once the outcome is recorded or the
         message is safely back on the bus; only then may the delivery be acknowledged."""
         if delivery.not_before is not None:
-    max_result_bytes: int = 64 * 1024
-    """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
-    the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
-
-    def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
-        """How long a claim of a job with this timeout lasts, and whether it is renewed."""
-        lease = timeout + self.lease_grace
-        if self.lease is not None and lease > self.lease:
-            return self.lease, True
-        return lease, False
             early = (delivery.not_before - self._clock.now()).total_seconds()
             if early > SHORT_WAIT.total_seconds():
                 # Back early from a delay tier (tiers are coarse): round again for the rest.
@@ -478,9 +471,19 @@ def _json_object(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str, 
     if result is None:
         return None
     try:
-        value = json.loads(json.dumps(dict(result), allow_nan=False))
+        text = json.dumps(dict(result), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"the job's result is not JSON: {exc}") from exc
+    size = len(text.encode())
+    if size > max_bytes:
+        raise PermanentError(
+            f"the job's result is {size} bytes of JSON, more than the {max_bytes} a job "
+            "may store (JOBRAIL_JOBS__MAX_RESULT_BYTES): store large output elsewhere "
+            "and return a reference"
+        )
+    if has_nul_escape(text):
+        raise PermanentError("the job's result holds a NUL character (U+0000)")
+    value = json.loads(text)
     assert isinstance(value, dict)
     return value
 
@@ -554,13 +557,3 @@ class _LeaseRenewal:
             task.cancel()
             return
         self._timer = loop.call_later(lease / 3, self._renew, task)
-    size = len(text.encode())
-    if size > max_bytes:
-        raise PermanentError(
-            f"the job's result is {size} bytes of JSON, more than the {max_bytes} a job "
-            "may store (JOBRAIL_JOBS__MAX_RESULT_BYTES): store large output elsewhere "
-            "and return a reference"
-        )
-    if has_nul_escape(text):
-        raise PermanentError("the job's result holds a NUL character (U+0000)")
-    value = json.loads(text)
