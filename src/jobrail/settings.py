@@ -184,12 +184,12 @@ class JobsSettings(BaseModel):
     store_retry_max_s: PositiveFloat = Field(
         default=5.0, description="Cap of the backoff while the database is unreachable."
     )
-
     max_result_bytes: PositiveInt = Field(
         default=64 * 1024,
         description="A job whose handler returns a larger result (UTF-8 JSON) fails, "
         "permanently, saying so: results are small JSON, not blobs.",
     )
+
 
 class OutboxSettings(BaseModel):
     relay_interval_s: PositiveFloat = 1.0
@@ -224,21 +224,46 @@ class ApiLimitRule(BaseModel):
 
 
 class ApiLimitsSettings(BaseModel):
-    """API rate limits by route group. Enqueue routes fail closed without Redis."""
+    """API rate limits by route group. Enqueue routes fail closed without Redis.
+
+    Authenticated routes are limited per tenant and globally, never per client
+    address: every tenant behind one NAT or proxy shares an address, so a per-IP
+    budget let sixteen tenants use up a seventeenth's. Per-address limits apply to
+    what has no tenant: failed authentications (``auth_failures``), counted per client
+    address (``api.trusted_proxies`` says when to believe X-Forwarded-For).
+    """
 
     enabled: bool = True
     enqueue: list[ApiLimitRule] = [
         ApiLimitRule(scope="tenant", limit=30, window_s=60),
-        ApiLimitRule(scope="ip", limit=300, window_s=60, algorithm="token_bucket"),
         ApiLimitRule(scope="global", limit=6000, window_s=60, algorithm="token_bucket"),
     ]
     read: list[ApiLimitRule] = [
-        ApiLimitRule(scope="ip", limit=1200, window_s=60, algorithm="token_bucket"),
         ApiLimitRule(scope="tenant", limit=1200, window_s=60, algorithm="token_bucket"),
     ]
+    auth_failures: list[ApiLimitRule] = Field(
+        default=[ApiLimitRule(scope="ip", limit=20, window_s=60, algorithm="token_bucket")],
+        description="Failed authentications allowed per client address (token buckets): "
+        "past them a client gets 429 before its key is looked up.",
+    )
     read_fail_open: bool = Field(
         default=True, description="Serve read routes unlimited while Redis is unreachable."
     )
+
+    @model_validator(mode="after")
+    def _scopes_fit_their_traffic(self) -> Self:
+        for group in ("enqueue", "read"):
+            if any(rule.scope == "ip" for rule in getattr(self, group)):
+                raise ValueError(
+                    f"{group}: per-IP rules are for unauthenticated traffic only "
+                    "(auth_failures); tenants behind one address would share one budget"
+                )
+        for rule in self.auth_failures:
+            if rule.scope == "tenant":
+                raise ValueError("auth_failures: a failed authentication has no tenant")
+            if rule.algorithm != "token_bucket":
+                raise ValueError("auth_failures: use token_bucket rules (a success is refunded)")
+        return self
 
 
 class ApiSettings(BaseModel):
@@ -256,8 +281,37 @@ class ApiSettings(BaseModel):
     max_body_bytes: PositiveInt = Field(
         default=64 * 1024, description="Larger request bodies are refused with 413."
     )
+    max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=16 * 1024,
+        description="A request line and headers larger than this are refused with 431 "
+        "and the connection closed (jobrail api).",
+    )
+    header_timeout_s: PositiveFloat = Field(
+        default=10.0,
+        description="A connection that has not sent a whole request line and headers "
+        "this long after it opened (or after its previous response) is closed "
+        "(jobrail api).",
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of the proxies in front of the API: "
+        "from them, X-Forwarded-For names the client. Empty: the peer is the client, and "
+        "X-Forwarded-For is ignored.",
+    )
 
-    _split_origins = field_validator("cors_origins", mode="before")(_comma_list)
+    _split_origins = field_validator("cors_origins", "trusted_proxies", mode="before")(_comma_list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, proxies: list[str]) -> list[str]:
+        import ipaddress
+
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"{proxy!r} is not an IP address or network") from None
+        return proxies
 
 
 class AuthSettings(BaseModel):

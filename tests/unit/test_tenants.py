@@ -52,10 +52,26 @@ async def test_authenticate_caches_answers_for_the_ttl_and_then_asks_again() -> 
 
 async def test_the_cache_stays_bounded() -> None:
     directory = FakeTenantDirectory()
-    authenticate = Authenticate(directory, ttl_s=60, max_entries=10)
+    authenticate = Authenticate(directory, ttl_s=60, max_entries=10, max_unknown=10)
 
     for n in range(50):
         await authenticate(f"jr_flood-{n}")
     await authenticate("jr_flood-0")
 
     assert directory.lookups == 51  # the oldest entries were dropped, so it asked again
+
+
+async def test_a_flood_of_unknown_keys_never_evicts_a_live_one() -> None:
+    directory = FakeTenantDirectory()
+    issued = await CreateTenant(directory, FixedClock())("acme")
+    authenticate = Authenticate(directory, ttl_s=60, max_entries=10, max_unknown=10)
+    assert await authenticate(issued.api_key) is not None
+    lookups = directory.lookups
+
+    for n in range(1000):
+        assert await authenticate(f"jr_flood-{n}") is None
+
+    assert directory.lookups == lookups + 1000
+    assert authenticate.live(issued.api_key) is not None
+    assert await authenticate(issued.api_key) is not None
+    assert directory.lookups == lookups + 1000  # still cached: no lookup

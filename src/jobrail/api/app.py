@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from jobrail import __version__
 from jobrail.api import admin, health, jobs, metrics, ops
@@ -84,6 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Last added, so outermost: every response (a 413 or a 500 too) gets a request id
     # and a span.
     app.add_middleware(RequestTelemetry)
+    if settings.api.trusted_proxies:
+        # uvicorn's own, here rather than in the server (`jobrail api` turns the server's
+        # off) so that it applies however the app is served; it takes the rightmost
+        # X-Forwarded-For address that is not a trusted proxy.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.api.trusted_proxies)
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(health.router)

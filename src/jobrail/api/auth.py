@@ -3,6 +3,12 @@
 Routes take ``CurrentTenant`` (every query is scoped by it: another tenant's
 resource is a 404) or ``AdminPrincipal`` (operator endpoints; a tenant key gets
 403). No key, or an unknown or revoked one, is a 401.
+
+A key this process has not recently found live is looked up in the database, and
+that lookup is throttled per client address before it runs: each such request is
+charged as a failed authentication (``api_limits.auth_failures``), refunded when the
+key is live. Past the budget the client gets a 429 with Retry-After, and no lookup.
+The client address is the peer's, or X-Forwarded-For's from ``api.trusted_proxies``.
 """
 
 from typing import Annotated
@@ -12,6 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
+from jobrail.limits.api import ApiRateLimiter
 from jobrail.tenants.domain import Principal, check_key_shape
 from jobrail.tenants.use_cases import Authenticate
 
@@ -35,12 +42,38 @@ async def _principal(
         check_key_shape(key)
     except InvalidInputError:
         raise HTTPException(401, "the API key is not valid", headers=_CHALLENGE) from None
-    authenticate: Authenticate = request.app.state.authenticate
-    principal = await authenticate(key)
+    principal = await principal_for_key(request, key)
     if principal is None:
         raise HTTPException(401, "the API key is not valid", headers=_CHALLENGE)
     request.state.principal = principal
     return principal
+
+
+async def principal_for_key(request: Request, key: str) -> Principal | None:
+    """The principal of a live key, or None; raises a 429 past the client's budget of
+    failed authentications, before the key is looked up."""
+    authenticate: Authenticate = request.app.state.authenticate
+    principal = authenticate.live(key)
+    if principal is not None:
+        return principal
+    limiter: ApiRateLimiter = request.app.state.api_limiter
+    attempt = await limiter.charge_auth_attempt(client_address(request))
+    if attempt is not None and not attempt.decision.allowed:
+        raise HTTPException(
+            429,
+            f"too many failed authentications: the limit is {attempt.decision.rule}",
+            headers=attempt.decision.headers(),
+        )
+    principal = await authenticate(key)
+    if principal is not None and attempt is not None:
+        await limiter.refund(attempt)
+    return principal
+
+
+def client_address(request: Request) -> str:
+    """The client's address (ProxyHeadersMiddleware has already put X-Forwarded-For's
+    there when the peer is a trusted proxy)."""
+    return request.client.host if request.client else "unknown"
 
 
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]

@@ -36,13 +36,13 @@ from fastapi import APIRouter, Cookie, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.api.auth import principal_for_key
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.use_cases.overview import GetOpsOverview, OpsOverview
 from jobrail.kernel.clock import Clock
 from jobrail.persistence.ops_sessions import SqlaOpsSessions
 from jobrail.settings import Settings
 from jobrail.tenants.domain import Principal
-from jobrail.tenants.use_cases import Authenticate
 
 COOKIE = "jobrail_ops"
 LOGIN_COOKIE = "jobrail_ops_login"
@@ -102,8 +102,7 @@ async def ops_page(
     header = request.headers.get("authorization", "")
     session_token = _token(jobrail_ops)
     if header.lower().startswith("bearer "):
-        authenticate: Authenticate = request.app.state.authenticate
-        principal = await authenticate(header[7:].strip())
+        principal = await principal_for_key(request, header[7:].strip())
         session_token = None  # a curl with a key has no session to sign out of
     else:
         principal = await _session_principal(engine, clock, session_token)
@@ -138,8 +137,8 @@ async def login(
         # A form from another site, or one older than its cookie: a fresh form.
         return _login(request, None, "The sign-in form expired: try again.", status=403)
     key = form.get("api_key", "")
-    authenticate: Authenticate = request.app.state.authenticate
-    principal = await authenticate(key) if key else None
+    # Throttled per client like every key lookup (jobrail.api.auth).
+    principal = await principal_for_key(request, key) if key else None
     if principal is None or not principal.admin:
         return _login(request, expected, "That is not an admin API key.", status=401)
     session_token = secrets.token_urlsafe(32)

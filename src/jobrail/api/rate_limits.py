@@ -23,9 +23,8 @@ def rate_limit(group: Group) -> Callable[..., Awaitable[None]]:
         limiter: ApiRateLimiter = request.app.state.api_limiter
         if not limiter.enabled:
             return
-        ip = request.client.host if request.client else "unknown"
         try:
-            decision = await limiter.check(group, ip=ip, tenant=tenant)
+            decision = await limiter.check(group, tenant=tenant)
         except LimitsUnavailableError:
             if limiter.fails_open(group):
                 return

@@ -4,6 +4,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, NotFoundError
@@ -20,6 +21,8 @@ from jobrail.tenants.domain import (
     tenant_id_for,
 )
 from jobrail.tenants.ports import KeyExistsError, TenantDirectory, TenantExistsError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,33 +98,75 @@ class RevokeApiKey:
 class Authenticate:
     """The principal of a presented key, or None for an unknown or revoked key.
 
-    Answers are cached in the process for ``ttl_s`` (unknown keys too, so a flood of
-    bad keys does not become a flood of queries): a revoked key stops working within
-    that time.
+    Answers are cached in the process for ``ttl_s``: a revoked key stops working within
+    that time. Live keys and unknown ones are kept apart, each bounded: a flood of
+    random keys fills only the cache of unknown keys and never evicts a live key (which
+    would turn every request of a real client back into a lookup). Callers throttle
+    lookups of keys not known to be live (``jobrail.api.auth``); ``live`` is the check
+    that needs no lookup.
     """
 
-    def __init__(self, directory: TenantDirectory, ttl_s: float, max_entries: int = 10_000) -> None:
+    def __init__(
+        self,
+        directory: TenantDirectory,
+        ttl_s: float,
+        max_entries: int = 10_000,
+        max_unknown: int = 10_000,
+    ) -> None:
         self._directory = directory
         self._ttl_s = ttl_s
-        self._max_entries = max_entries
-        self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
+        self._live = _TtlCache[Principal](max_entries)
+        self._unknown = _TtlCache[None](max_unknown)
 
     async def __call__(self, key: str) -> Principal | None:
         return await self.by_digest(digest(key))
+
+    def live(self, key: str) -> Principal | None:
+        """The principal of a key this process recently found live, without a lookup."""
+        return self._live.get(digest(key), time.monotonic())
 
     async def by_digest(self, key_digest: str) -> Principal | None:
         """The same, for a caller that holds the digest rather than the key (the ops
         page's cookie)."""
         now = time.monotonic()
-        cached = self._cache.get(key_digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        principal = self._live.get(key_digest, now)
+        if principal is not None or self._unknown.has(key_digest, now):
+            return principal
         principal = await self._directory.principal_for(key_digest)
-        self._cache[key_digest] = (now + self._ttl_s, principal)
-        self._cache.move_to_end(key_digest)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
+        if principal is None:
+            self._unknown.put(key_digest, None, now + self._ttl_s)
+        else:
+            self._live.put(key_digest, principal, now + self._ttl_s)
         return principal
 
     def forget(self) -> None:
-        self._cache.clear()
+        self._live.clear()
+        self._unknown.clear()
+
+
+class _TtlCache(Generic[T]):
+    """A bounded map whose entries expire; the oldest entry goes first when it is full.
+
+    Written here rather than taken from cachetools: twenty lines, and the project has
+    no other use for that dependency."""
+
+    def __init__(self, max_entries: int) -> None:
+        self._max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[float, T]] = OrderedDict()
+
+    def has(self, key: str, now: float) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry[0] > now
+
+    def get(self, key: str, now: float) -> T | None:
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None and entry[0] > now else None
+
+    def put(self, key: str, value: T, until: float) -> None:
+        self._entries[key] = (until, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()

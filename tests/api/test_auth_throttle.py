@@ -1,0 +1,146 @@
+"""Failed authentication is throttled per client before the key is looked up; per-IP
+limits never apply to authenticated traffic; X-Forwarded-For only from trusted proxies."""
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from jobrail.api.app import create_app, runtime_of
+from jobrail.settings import SettingsError, load_settings
+from jobrail.tenants.use_cases import Authenticate
+from tests.api.conftest import embedded_settings, migrated
+from tests.support.fixtures import ApiClient
+
+BUDGET = 20  # the default api_limits.auth_failures: 20 per 60 s per client address
+
+
+@asynccontextmanager
+async def _api(tmp_path: Path, **overrides: Any) -> AsyncIterator[ApiClient]:
+    app = create_app(await migrated(embedded_settings(tmp_path, **overrides)))
+    client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    client.app = app
+    async with app.router.lifespan_context(app), client:
+        yield client
+
+
+def _count_lookups(client: ApiClient) -> Callable[[], int]:
+    authenticate: Authenticate = client.app.state.authenticate
+    directory: Any = authenticate._directory
+    calls = 0
+    original = directory.principal_for
+
+    async def counting(key_digest: str) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(key_digest)
+
+    directory.principal_for = counting
+    return lambda: calls
+
+
+def _bearer(key: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", **extra}
+
+
+async def test_wrong_keys_past_the_budget_are_429s_without_a_lookup(tmp_path: Path) -> None:
+    async with _api(tmp_path) as api:
+        good = await api.key_for("acme")
+        assert (await api.get("/jobs", headers=_bearer(good))).status_code == 200
+        lookups = _count_lookups(api)
+
+        answers = [
+            (await api.get("/jobs", headers=_bearer(f"jr_wrong-key-{n}"))).status_code
+            for n in range(BUDGET + 30)
+        ]
+
+        assert answers[:BUDGET] == [401] * BUDGET
+        assert set(answers[BUDGET:]) == {429}
+        assert lookups() == BUDGET
+        refused = await api.get("/jobs", headers=_bearer("jr_one-more-wrong-key"))
+        assert refused.json()["error"]["code"] == "rate_limited"
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert refused.headers["X-Request-Id"]
+        # A key this process knows to be live is not held up by its neighbour's flood.
+        assert (await api.get("/jobs", headers=_bearer(good))).status_code == 200
+
+
+async def test_clients_with_good_keys_never_use_up_the_budget(tmp_path: Path) -> None:
+    async with _api(tmp_path, auth={"key_cache_ttl_s": 0}) as api:
+        keys = [await api.key_for(f"t{n}") for n in range(BUDGET + 10)]
+
+        answers = [(await api.get("/jobs", headers=_bearer(key))).status_code for key in keys]
+
+        assert set(answers) == {200}
+
+
+async def test_tenants_behind_one_address_do_not_share_an_enqueue_budget(
+    tmp_path: Path,
+) -> None:
+    # The per-IP enqueue rule (300/min) was shared by every tenant behind one NAT.
+    async with _api(tmp_path) as api:
+        tenants = [_bearer(await api.key_for(f"nat-{n}")) for n in range(11)]
+        answers = [
+            (await api.post("/demo/echo", json={"message": "m"}, headers=headers)).status_code
+            for headers in tenants
+            for _ in range(28)
+        ]
+
+    assert len(answers) > 300
+    assert set(answers) == {202}
+
+
+def test_a_per_ip_rule_on_authenticated_routes_is_refused_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        "JOBRAIL_API_LIMITS__ENQUEUE", '[{"scope": "ip", "limit": 300, "window_s": 60}]'
+    )
+
+    with pytest.raises(SettingsError, match="unauthenticated traffic only"):
+        load_settings()
+
+
+async def test_x_forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy(
+    tmp_path: Path,
+) -> None:
+    async with _api(tmp_path) as api:
+        answers = [
+            (
+                await api.get(
+                    "/jobs", headers=_bearer(f"jr_wrong-{n}", **{"X-Forwarded-For": f"10.0.0.{n}"})
+                )
+            ).status_code
+            for n in range(BUDGET + 1)
+        ]
+    assert answers[-1] == 429  # one client, however many addresses it claims
+
+
+async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
+    tmp_path: Path,
+) -> None:
+    # The in-process client connects from 127.0.0.1: the proxy.
+    async with _api(tmp_path, api={"trusted_proxies": ["127.0.0.0/8"]}) as api:
+        spread = [
+            (
+                await api.get(
+                    "/jobs", headers=_bearer(f"jr_wrong-{n}", **{"X-Forwarded-For": f"10.0.0.{n}"})
+                )
+            ).status_code
+            for n in range(BUDGET + 5)
+        ]
+        one_client = [
+            (
+                await api.get(
+                    "/jobs",
+                    headers=_bearer(f"jr_other-{n}", **{"X-Forwarded-For": "192.0.2.7, 127.0.0.1"}),
+                )
+            ).status_code
+            for n in range(BUDGET + 1)
+        ]
+
+    assert set(spread) == {401}
+    assert one_client[-1] == 429
