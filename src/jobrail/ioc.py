@@ -267,8 +267,8 @@ class PlatformProvider(Provider):
             lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
             store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
             lease=timedelta(seconds=settings.jobs.lease_s),
-        )
             max_result_bytes=settings.jobs.max_result_bytes,
+        )
         return JobRunner(
             store, dispatcher, publisher, clock, retry, config, gate, observer=metrics.jobs
         )
