@@ -1,5 +1,6 @@
 """The memory and Redis backends decide the same, for the same sequences of acquires,
-releases, extensions and clock steps (Redis is given the virtual time)."""
+releases, extensions, clock steps (Redis is given the virtual time) and losses of all
+their data (a Redis restarted without persistence: here, this test's keys deleted)."""
 
 import asyncio
 import uuid
@@ -50,6 +51,11 @@ class PeekOp:
     key: int
 
 
+@dataclass(frozen=True)
+class LoseDataOp:
+    """Everything is forgotten, reservations' buckets and fencing counters included."""
+
+
 admits = st.builds(
     AdmitOp,
     st.lists(st.integers(0, len(LIMITS) - 1), min_size=1, max_size=3, unique=True).map(tuple),
@@ -65,6 +71,7 @@ ops = st.one_of(
     st.builds(ReleaseOp, st.integers(0, 20), st.booleans()),
     st.builds(ExtendOp, st.integers(0, 20)),
     st.builds(PeekOp, st.integers(0, len(LIMITS) - 1), st.integers(0, 1)),
+    st.just(LoseDataOp()),
 )
 steps = st.lists(
     st.tuples(ops, st.sampled_from([0.0, 0.0, 0.0, 1.0, 17.5, 120.0, 333.3, 700.0])),
@@ -76,7 +83,7 @@ def _summary(admission: Any) -> Any:
     return (
         admission.allowed,
         [
-            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6), d.reserved)
+            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6), d.reserved, d.epoch)
             for d in admission.decisions
         ],
         admission.grant.fence if admission.grant else None,
@@ -85,9 +92,14 @@ def _summary(admission: Any) -> Any:
 
 async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[list[Any], list[Any]]:
     redis = connect()
-    backends = [MemoryLimits(), RedisLimits(redis, key_prefix=f"prop:{uuid.uuid4().hex}:")]
+    prefix = f"prop:{uuid.uuid4().hex}:"
+    memory = MemoryLimits()
+    backends: list[MemoryLimits | RedisLimits] = [memory, RedisLimits(redis, key_prefix=prefix)]
     results: list[list[Any]] = [[], []]
     grants: list[list[Grant]] = [[], []]
+    # The last epoch each backend named for a bucket key: what a job deferred by it
+    # would come back with (after a data loss, a reservation the fresh bucket never made).
+    epochs: list[dict[str, str]] = [{}, {}]
     now = 1_000_000.0
     try:
         for n, (op, step) in enumerate(sequence):
@@ -98,16 +110,29 @@ async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[li
                         Acquire(
                             LIMITS[i],
                             f"{LIMITS[i].key}-{op.keys[j]}",
-                            prepaid=op.prepaid[j] and isinstance(LIMITS[i], TokenBucket),
+                            prepaid=epochs[b].get(f"{LIMITS[i].key}-{op.keys[j]}")
+                            if op.prepaid[j] and isinstance(LIMITS[i], TokenBucket)
+                            else None,
                         )
                         for j, i in enumerate(op.which)
                     ]
                     admission = await backend.admit(
                         items, f"holder{n}", reserve=op.reserve, now_ms=now
                     )
+                    for item, decision in zip(items, admission.decisions, strict=True):
+                        if decision.epoch is not None:
+                            epochs[b][item.key] = decision.epoch
                     if admission.grant:
                         grants[b].append(admission.grant)
                     results[b].append(("admit", _summary(admission)))
+                elif isinstance(op, LoseDataOp):
+                    if isinstance(backend, MemoryLimits):
+                        backend.clear()
+                    else:
+                        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+                        if keys:
+                            await redis.delete(*keys)
+                    results[b].append(("lost",))
                 elif isinstance(op, ReleaseOp) and op.grant < len(grants[b]):
                     await backend.release(grants[b][op.grant], refund=op.refund, now_ms=now)
                     results[b].append(("release",))
@@ -140,10 +165,18 @@ RESERVING = [
     (AdmitOp((1,), (0, 0, 0), True), 0.0),
     (AdmitOp((1, 4), (0, 0, 0), True), 0.0),
 ]
+# The same, with the data lost while reservations are out: they are not honoured.
+RESERVING_ACROSS_A_LOSS = [
+    *[(AdmitOp((0, 4), (0, 0, 0), True), 0.0)] * 5,
+    (LoseDataOp(), 100.0),
+    *[(AdmitOp((0, 4), (0, 0, 0), True, (True, False, False)), 300.0)] * 4,
+    *[(AdmitOp((0,), (0, 0, 0), True, (True, False, False)), 0.0)] * 3,
+]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(RESERVING)
+@example(RESERVING_ACROSS_A_LOSS)
 @given(steps)
 def test_memory_and_redis_backends_decide_the_same(
     redis_connect: Connect, sequence: list[tuple[Any, float]]

@@ -1,8 +1,12 @@
 """Limit semantics, on the memory backend with a virtual clock (milliseconds)."""
 
+import asyncio
+import heapq
 from datetime import timedelta
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
@@ -185,3 +189,65 @@ async def test_expired_state_is_forgotten_so_memory_stays_bounded() -> None:
         await limits.admit([Acquire(LOCK, "same")], f"y{n}", now_ms=10**9 + 10**6 * n)
 
     assert len(limits._state.windows) < 1100
+
+
+async def _run_jobs(arrivals: list[float], loss_at: float) -> tuple[list[float], list[float]]:
+    """Jobs arrive at `arrivals` (ms) and do what the runner does: a job turned away
+    comes back when told, with the reservation it was given. All data is lost at
+    `loss_at`. Returns the admission times before and after the loss."""
+    limits = MemoryLimits()
+    pending = [(at, n, None) for n, at in enumerate(arrivals)]
+    heapq.heapify(pending)
+    before: list[float] = []
+    after: list[float] = []
+    lost = False
+    while pending:
+        now, n, prepaid = heapq.heappop(pending)
+        if not lost and now >= loss_at:
+            limits.clear()
+            lost = True
+        admission = await limits.admit(
+            [Acquire(RATED, "vendor", prepaid=prepaid)], f"job{n}-{now}", reserve=True, now_ms=now
+        )
+        if admission.allowed:
+            (after if lost else before).append(now)
+            continue
+        [decision] = admission.decisions
+        # Back when told (a microsecond late: retry_after is in whole microseconds).
+        again = now + decision.retry_after_s * 1000 + 0.001
+        heapq.heappush(pending, (again, n, decision.epoch if decision.reserved else None))
+    return before, after
+
+
+def _over_the_rate(times: list[float]) -> float:
+    """How far the busiest window of these admissions goes over capacity + rate * t."""
+    return max(
+        (
+            (j - i + 1) - (RATED.capacity + RATED.per_second * (times[j] - times[i]) / 1000)
+            for i in range(len(times))
+            for j in range(i, len(times))
+        ),
+        default=0.0,
+    )
+
+
+RATED = TokenBucket("vendor", key="vendor", capacity=3, per_second=2)
+
+
+@settings(max_examples=150, deadline=None)
+@example(arrivals=[0.0] * 10 + [700.0] * 5, loss_at=600.0)
+@given(
+    arrivals=st.lists(st.floats(0, 4000), min_size=1, max_size=40),
+    loss_at=st.floats(0, 6000),
+)
+def test_reservations_never_let_a_bucket_exceed_its_rate_even_across_a_data_loss(
+    arrivals: list[float], loss_at: float
+) -> None:
+    """Before the loss the old bucket keeps to its rate, after it the fresh one does:
+    reservations the old bucket made are not honoured by the new one (which would give
+    out its own burst and rate on top of them)."""
+    before, after = asyncio.run(_run_jobs(sorted(arrivals), loss_at))
+
+    assert len(before) + len(after) == len(arrivals)  # every job ran in the end
+    assert _over_the_rate(before) <= 1e-6
+    assert _over_the_rate(after) <= 1e-6

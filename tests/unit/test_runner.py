@@ -358,7 +358,8 @@ async def test_a_job_over_its_rate_limit_is_deferred_without_spending_an_attempt
     assert deferred.not_before == h.clock.now() + timedelta(seconds=60)
     labels = json.loads(deferred.body)["labels"]
     assert labels["deferrals"] == 1
-    assert labels["prepaid"] == ["vendor:acme"]  # its token is reserved for it
+    # Its token is reserved for it, in the bucket state (epoch) it was reserved in.
+    assert [label.split(":", 1)[1] for label in labels["prepaid"]] == ["vendor:acme"]
     assert h.counters.deferred == 1
     assert h.counters.admitted == 1
 
@@ -368,6 +369,7 @@ async def test_a_deferred_job_runs_once_the_limit_allows() -> None:
     await h.run(h.add(), limits=ONE_PER_MINUTE)
     second = h.add()
     await h.run(second, limits=ONE_PER_MINUTE)
+    reserved = json.loads(h.publisher.published[-1].body)["labels"]["prepaid"]
     h.clock.advance(timedelta(seconds=60))
     third = h.add()
 
@@ -375,7 +377,7 @@ async def test_a_deferred_job_runs_once_the_limit_allows() -> None:
         second,
         limits=ONE_PER_MINUTE,
         deferrals=1,
-        prepaid=("vendor:acme",),
+        prepaid=tuple(reserved),
         not_before=h.clock.now(),
     )
     await h.run(third, limits=ONE_PER_MINUTE)
@@ -447,7 +449,8 @@ async def test_when_redis_is_down_a_limited_job_is_deferred_with_backoff_not_run
     assert h.calls == 0
     assert job.attempts == 0
     [deferred] = h.publisher.published
-    assert deferred.not_before == h.clock.now() + timedelta(seconds=4)
+    # Its earlier deferrals were not outages: the backoff starts at its first step.
+    assert deferred.not_before == h.clock.now() + timedelta(seconds=0.5)
     assert h.counters.unavailable == 1
 
 

@@ -65,6 +65,8 @@ class Delivery:
     limit_keys: tuple[str, ...] | None = None
     trace_context: Mapping[str, str] = field(default_factory=dict)
     """The W3C trace context the message carried: sent on with every deferral."""
+    outages: int = 0
+    """Consecutive deferrals because the limits store was unreachable (its backoff)."""
 
     def again(
         self,
@@ -72,6 +74,7 @@ class Delivery:
         *,
         deferred: bool = False,
         prepaid: Sequence[str] | None = None,
+        outages: int | None = None,
     ) -> Envelope:
         """The same message, to publish anew (counting deferrals by the limits)."""
         return job_envelope(
@@ -84,6 +87,7 @@ class Delivery:
             prepaid=self.prepaid if prepaid is None else prepaid,
             limit_keys=self.limit_keys,
             trace_context=self.trace_context,
+            outages=self.outages if outages is None else outages,
         )
 
 
@@ -248,7 +252,9 @@ class JobRunner:
         # again, so that late jobs cannot bunch their calls together.
         on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
         prepaid = delivery.prepaid if on_time else ()
-        verdict = await self._gate.enter(limits, keys, delivery.deferrals, prepaid)
+        verdict = await self._gate.enter(
+            limits, keys, delivery.deferrals, prepaid, outages=delivery.outages
+        )
         if isinstance(verdict, Deferred):
             log.info(
                 "job %s deferred %.3fs: %s",
@@ -259,7 +265,11 @@ class JobRunner:
             await self._hold_broker(
                 # From the clock after Redis answered: never earlier than the reserved token.
                 delivery.again(
-                    self._clock.now() + verdict.delay, deferred=True, prepaid=verdict.prepaid
+                    self._clock.now() + verdict.delay,
+                    deferred=True,
+                    prepaid=verdict.prepaid,
+                    # The outage backoff counts outage deferrals in a row, nothing else.
+                    outages=delivery.outages + 1 if verdict.unavailable else 0,
                 )
             )
             return None

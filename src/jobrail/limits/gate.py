@@ -9,11 +9,23 @@ releases everything in one round trip at the end.
 
 Each admission is a span (``limits admit``) that says whether the job was admitted
 or deferred, why, and for how long.
+
+A token bucket that says no reserves its next token for the job, which comes back
+when it is due with the reservation in its message (``Deferred.prepaid``): the bucket's
+key and the epoch of the bucket state the token was reserved in. The backend honours
+it only in that same state, so reservations made before Redis lost its data are not
+honoured by the fresh bucket (see ``jobrail.limits.redis``).
+
+While Redis is unreachable, a limited job is deferred with exponential backoff on the
+number of *consecutive* outage deferrals of that job (``outages``), not on all its
+deferrals: a job that waited its turn at a rate limit many times does not, when
+Redis goes away, wait as if it had waited for Redis all that time.
 """
 
 import asyncio
 import logging
 import random
+import string
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,6 +66,9 @@ class GateConfig:
     contention_retry: timedelta = timedelta(milliseconds=250)
     jitter: float = 0.2
     unavailable_retry_max: timedelta = timedelta(seconds=30)
+    unavailable_retry: timedelta = timedelta(milliseconds=500)
+    """The first wait while the limits store is unreachable; it doubles with each
+    consecutive outage deferral of the job, up to `unavailable_retry_max`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +76,27 @@ class Deferred:
     delay: timedelta
     reason: str
     prepaid: tuple[str, ...] = ()
-    """Token buckets (rendered keys) whose token is now reserved for the job."""
+    """The reservations the job now holds, as `reservation` strings, for its message."""
+    unavailable: bool = False
+    """Deferred because the limits store could not be reached (counted in `outages`)."""
+
+
+def reservation(key: str, epoch: str) -> str:
+    """A reservation as it travels in a message's labels: ``<epoch>:<key>``. The epoch
+    is hex digits only (``Decision.epoch``), so the first colon ends it."""
+    return f"{epoch}:{key}"
+
+
+def reservations(labels: Sequence[str]) -> dict[str, str]:
+    """Reserved token buckets' keys and their epochs, from a message's labels. Anything
+    else (a label from before epochs, which named only the key) is no reservation: that
+    job competes for its token again."""
+    found = {}
+    for label in labels:
+        epoch, colon, key = label.partition(":")
+        if colon and key and epoch and all(c in string.hexdigits for c in epoch):
+            found[key] = epoch
+    return found
 
 
 class Pass:
@@ -160,20 +195,23 @@ class JobGate:
         keys: Sequence[str],
         deferrals: int = 0,
         prepaid: Sequence[str] = (),
+        outages: int = 0,
     ) -> Pass | Deferred:
         """Admit the job (its limits' `keys`, as `declared.keys` fills them in), or say
         how long to wait. A token bucket that says no reserves its next token for the
         job, which comes back when the token is due and pays nothing then: waiting jobs
-        are served in turn, without a stampede."""
+        are served in turn, without a stampede. `prepaid` is the job's reservations
+        (`Deferred.prepaid` of its last deferral); `outages` how many times in a row it
+        was deferred because the limits store was unreachable."""
         if not trace.get_current_span().is_recording():
             # The job's trace is not sampled (or nothing is exported): a child span
             # would not be either, and making one costs more than the admission's
             # own Python work.
-            return await self._enter(declared, keys, deferrals, prepaid)
+            return await self._enter(declared, keys, prepaid, outages)
         with _tracer.start_as_current_span(
             "limits admit", attributes={"limits.count": len(keys), "job.deferrals": deferrals}
         ) as span:
-            verdict = await self._enter(declared, keys, deferrals, prepaid)
+            verdict = await self._enter(declared, keys, prepaid, outages)
             if isinstance(verdict, Deferred):
                 span.set_attribute("limits.outcome", "deferred")
                 span.set_attribute("limits.reason", verdict.reason)
@@ -186,11 +224,12 @@ class JobGate:
         self,
         declared: JobLimits,
         keys: Sequence[str],
-        deferrals: int,
         prepaid: Sequence[str],
+        outages: int,
     ) -> Pass | Deferred:
+        held = reservations(prepaid)
         items = [
-            Acquire(limit, key, prepaid=isinstance(limit, TokenBucket) and key in prepaid)
+            Acquire(limit, key, prepaid=held.get(key) if isinstance(limit, TokenBucket) else None)
             for limit, key in zip(declared.all(), keys, strict=True)
         ]
         try:
@@ -198,19 +237,25 @@ class JobGate:
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
             backoff = min(
-                self._config.unavailable_retry_max.total_seconds(), 0.5 * 2 ** min(deferrals, 16)
+                self._config.unavailable_retry_max.total_seconds(),
+                self._config.unavailable_retry.total_seconds() * 2 ** min(outages, 16),
             )
-            return Deferred(self._jittered(backoff), f"limits store unavailable: {exc}")
+            return Deferred(
+                self._jittered(backoff), f"limits store unavailable: {exc}", unavailable=True
+            )
         if admission.grant is not None:
             self._counters.admitted += 1
             return Pass(self._backend, admission.grant, self._counters)
         self._counters.deferred += 1
         contended = False
         waits = []
+        # The tokens reserved now, and those reserved before that this state still
+        # honoured (the admission failed on something else: they stay reserved).
         reserved = [
-            item.key
+            reservation(item.key, decision.epoch)
             for item, decision in zip(items, admission.decisions, strict=True)
-            if decision.reserved or item.prepaid
+            if decision.epoch is not None
+            and (decision.reserved or (item.prepaid is not None and item.prepaid == decision.epoch))
         ]
         reservations_only = all(d.allowed or d.reserved for d in admission.decisions)
         for item, decision in zip(items, admission.decisions, strict=True):

@@ -4,6 +4,7 @@ Same decisions as the Redis backend, step for step: the arithmetic below mirrors
 Lua in ``redis.py``, and a property test feeds both the same sequences.
 """
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -37,11 +38,11 @@ class _Window:
 
 @dataclass
 class _State:
-    buckets: dict[str, float] = field(default_factory=dict)  # key -> TAT (ms)
+    buckets: dict[str, tuple[float, str]] = field(default_factory=dict)  # key -> (TAT ms, epoch)
     windows: dict[str, _Window] = field(default_factory=dict)
     slots: dict[str, dict[str, float]] = field(default_factory=dict)  # key -> holder -> end
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (token, end)
-    fences: dict[str, float] = field(default_factory=dict)
+    fences: dict[str, int] = field(default_factory=dict)
     fenced: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
@@ -50,6 +51,11 @@ class MemoryLimits:
         self._clock_ms = clock_ms or (lambda: time.time() * 1000)
         self._state = _State()
         self._admits = 0
+
+    def clear(self) -> None:
+        """Forget everything, as a Redis restarted without persistence does. Fencing
+        tokens still grow afterwards: they are at least the clock (see ``redis.py``)."""
+        self._state = _State()
 
     def _now(self, now_ms: float | None) -> float:
         return self._clock_ms() if now_ms is None else now_ms
@@ -79,23 +85,28 @@ class MemoryLimits:
     ) -> Admission:
         decisions: list[Decision] = []
         plans: list[Callable[[], int | None]] = []
-        reservations: list[tuple[str, float]] = []
+        reservations: list[tuple[str, float, str]] = []
         for item in items:
             decision, plan = self._evaluate(item, holder, now)
             if reserve and not decision.allowed and isinstance(item.limit, TokenBucket):
-                tat = max(self._state.buckets.get(item.key, now), now)
+                tat, epoch = self._bucket(item.key, now, holder)
                 reservations.append(
-                    (item.key, tat + item.limit.cost * 1000.0 / item.limit.per_second)
+                    (item.key, tat + item.limit.cost * 1000.0 / item.limit.per_second, epoch)
                 )
                 decision = Decision(
-                    decision.name, False, decision.remaining, decision.retry_after, reserved=True
+                    decision.name,
+                    False,
+                    decision.remaining,
+                    decision.retry_after,
+                    reserved=True,
+                    epoch=epoch,
                 )
             decisions.append(decision)
             plans.append(plan)
         allowed = all(d.allowed for d in decisions)
         if not allowed and not dry_run:
-            for key, new_tat in reservations:
-                self._state.buckets[key] = new_tat
+            for key, new_tat, epoch in reservations:
+                self._state.buckets[key] = (new_tat, epoch)
         if not allowed or dry_run:
             return Admission(allowed=allowed, decisions=decisions, grant=None)
         fence = None
@@ -106,30 +117,46 @@ class MemoryLimits:
         return Admission(
             allowed=True,
             decisions=decisions,
-            grant=Grant(items=tuple(items), holder=holder, fence=fence),
+            grant=Grant(
+                items=tuple(items),
+                holder=holder,
+                fence=fence,
+                epochs=tuple(d.epoch for d in decisions),
+            ),
         )
+
+    def _bucket(self, key: str, now: float, holder: str) -> tuple[float, str]:
+        """A bucket's TAT and epoch. Absent or refilled completely, it starts from full
+        in a new state, named after the (unique) holder that found it so, as in the Lua."""
+        current = self._state.buckets.get(key)
+        if current is not None and current[0] > now:
+            return current
+        # SHA-1 names a state, it guards nothing: it is what Redis's Lua offers.
+        return now, hashlib.sha1(holder.encode(), usedforsecurity=False).hexdigest()[:16]
 
     def _evaluate(
         self, item: Acquire, holder: str, now: float
     ) -> tuple[Decision, Callable[[], int | None]]:
         limit, key, state = item.limit, item.key, self._state
-        if isinstance(limit, TokenBucket) and item.prepaid:
-            return Decision(limit.name, True, 0, None), _nothing
         if isinstance(limit, TokenBucket):
+            tat, epoch = self._bucket(key, now, holder)
+            if item.prepaid is not None and item.prepaid == epoch:
+                # Reserved in this very state: already paid for.
+                return Decision(limit.name, True, 0, None, epoch=epoch), _nothing
             interval = 1000.0 / limit.per_second
             tau = limit.capacity * interval
-            tat = max(state.buckets.get(key, now), now)
             new_tat = tat + limit.cost * interval
             allow_at = new_tat - tau
             if allow_at <= now:
                 remaining = math.floor((now - allow_at) / interval + 1e-9)
 
                 def take() -> None:
-                    state.buckets[key] = new_tat
+                    state.buckets[key] = (new_tat, epoch)
 
-                return Decision(limit.name, True, remaining, None), take
+                return Decision(limit.name, True, remaining, None, epoch=epoch), take
             remaining = max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
-            return Decision(limit.name, False, remaining, _ms(allow_at - now)), _nothing
+            decision = Decision(limit.name, False, remaining, _ms(allow_at - now), epoch=epoch)
+            return decision, _nothing
         if isinstance(limit, SlidingWindow):
             window_ms = limit.window_s * 1000
             log = state.windows.setdefault(key, _Window())
@@ -167,9 +194,10 @@ class MemoryLimits:
 
         def lock() -> int:
             state.locks[key] = (holder, now + limit.ttl_s * 1000)
-            fence = max(state.fences.get(key, 0.0) + 1, math.floor(now * 1000))
+            # At least the clock in µs, so it grows even after the state is lost.
+            fence = max(state.fences.get(key, 0) + 1, math.floor(now * 1000))
             state.fences[key] = fence
-            return int(fence)
+            return fence
 
         return Decision(limit.name, True, 0, None), lock
 
@@ -177,12 +205,17 @@ class MemoryLimits:
         self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
     ) -> None:
         state = self._state
-        for item in grant.items:
+        epochs = list(grant.epochs) or [None] * len(grant.items)
+        for item, epoch in zip(grant.items, epochs, strict=True):
             limit, key = item.limit, item.key
             if isinstance(limit, TokenBucket) and refund:
-                tat = state.buckets.get(key)
-                if tat is not None:
-                    state.buckets[key] = tat - limit.cost * 1000.0 / limit.per_second
+                current = state.buckets.get(key)
+                # Only to the state it was charged in: not to a bucket lost since.
+                if current is not None and current[1] == epoch:
+                    state.buckets[key] = (
+                        current[0] - limit.cost * 1000.0 / limit.per_second,
+                        epoch,
+                    )
             elif isinstance(limit, SlidingWindow) and refund:
                 log = state.windows.get(key)
                 if log is not None:
@@ -191,8 +224,8 @@ class MemoryLimits:
             elif isinstance(limit, Concurrency):
                 state.slots.get(key, {}).pop(grant.holder, None)
             elif isinstance(limit, Lock):
-                current = state.locks.get(key)
-                if current is not None and current[0] == grant.holder:
+                lock = state.locks.get(key)
+                if lock is not None and lock[0] == grant.holder:
                     del state.locks[key]
 
     async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:
@@ -241,7 +274,7 @@ class MemoryLimits:
     def _prune(self, now: float) -> None:
         """Forget what Redis would have expired, so memory stays bounded."""
         state = self._state
-        state.buckets = {k: tat for k, tat in state.buckets.items() if tat > now}
+        state.buckets = {k: bucket for k, bucket in state.buckets.items() if bucket[0] > now}
         state.locks = {k: lock for k, lock in state.locks.items() if lock[1] > now}
         state.slots = {
             k: live

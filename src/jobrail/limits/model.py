@@ -100,7 +100,8 @@ class Concurrency:
 @dataclass(frozen=True, slots=True)
 class Lock:
     """One holder at a time, with a random token, a TTL renewed while the job runs, and a
-    fencing token that only grows (pass it to writes so a stale holder's write is refused)."""
+    fencing token that only grows (pass it to writes so a stale holder's write is refused),
+    also across a restart of the store that lost its data (see ``jobrail.limits.redis``)."""
 
     key: str
     ttl_s: float = 30.0
@@ -269,11 +270,15 @@ def _describe_slot(part: SlotPart | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Acquire:
     """One limit to acquire, with its key already rendered. A token bucket item may be
-    `prepaid`: its token was reserved when an earlier admission was denied."""
+    `prepaid`: its token was reserved when an earlier admission was denied, in the
+    bucket state named by this epoch (`Decision.epoch`). The reservation is honoured
+    only while the bucket is still in that state: after the store lost the bucket (a
+    Redis restart without persistence, a reset) or the bucket refilled completely, the
+    item competes for a token like any other, so a fresh bucket never pays twice."""
 
     limit: Limit
     key: str
-    prepaid: bool = False
+    prepaid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +289,10 @@ class Decision:
     retry_after: timedelta | None
     reserved: bool = False
     """Denied, but the next token was reserved for the caller: due at `retry_after`."""
+    epoch: str | None = None
+    """A token bucket's state: an id (16 hex digits) made whenever the bucket starts from
+    full (first use, refilled completely, lost by the store). Passed back as
+    `Acquire.prepaid` with a reservation."""
 
     @property
     def retry_after_s(self) -> float:
@@ -297,6 +306,9 @@ class Grant:
     items: Sequence[Acquire]
     holder: str
     fence: int | None
+    epochs: Sequence[str | None] = ()
+    """Per item, the token bucket state it was charged in: a refund goes back only to
+    that state (a bucket the store has since lost or refilled is not given a token)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,32 @@ key written with its owner in braces, a Redis Cluster hash tag (``vendor:{acme}`
 ``jobrail.limits.model.hash_tagged``). The client may be a ``RedisCluster``: every
 script's keys are then on one slot (a job type whose keys would not be is refused at
 start-up), and the calls batched together go to each node as a pipeline of their own.
+
+Redis may lose everything (the compose file runs it without persistence). Two things
+must survive that, and neither may rely on a key having survived:
+
+- **Reservations.** A job a token bucket turns away reserves the bucket's next token
+  and comes back when it is due, prepaid. If the prepaid label were honoured without
+  looking at the bucket, then after a data loss the fresh bucket would give out its
+  whole burst and rate while every old reservation was honoured as well: twice the
+  rate. So a bucket's value is ``tat|epoch``, the epoch naming the bucket's current
+  state: it is made (a digest of the unique holder token of the admission that found
+  the bucket full) whenever the bucket starts from full. A reservation names its epoch
+  and is honoured only in that same state; no clock is involved, so a new state never
+  has an old state's epoch. A bucket that is lost, reset, or refilled
+  completely starts a new epoch, and the job competes for a token again (a refill
+  that complete means it came back more than a whole burst late anyway). Refunds go
+  back only to the epoch they were charged in.
+- **Fencing tokens.** The fence of a lock is ``max(last fence + 1, now in µs)``. The
+  counter alone restarts at 1 after a data loss; Redis's clock alone may repeat
+  within a microsecond. Their maximum stays monotonic across a loss as long as
+  Redis's clock does not go back by more than the time between the last fence
+  before the loss and the first after it (a restart takes far longer than the
+  counter can run ahead of the clock: one admission is more than a microsecond of
+  script). It assumes a clock kept by NTP, not stepped back, and, after a failover
+  to another Redis host, clocks that agree to better than the failover takes. The
+  fencing counter's key only breaks ties within a microsecond and guards against
+  small slews while Redis keeps its data.
 """
 
 import asyncio
@@ -43,10 +69,18 @@ from jobrail.limits.model import (
 FENCE_TTL_MS = 30 * 24 * 3600 * 1000
 
 _NOW = """
-local function now_ms(override)
-  if override ~= '' then return tonumber(override) end
+local function clock(override)
+  if override ~= '' then
+    local ms = tonumber(override)
+    return ms, math.floor(ms * 1000)
+  end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + us / 1000, s * 1000000 + us
+end
+local function now_ms(override)
+  local ms = clock(override)
+  return ms
 end
 local function num(x) return string.format('%.17g', x) end
 local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)) + 1000) end
@@ -54,13 +88,17 @@ local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms))
 
 # ARGV: now_override, holder, dry_run, reserve, n, then per item: kind + 4 params.
 # KEYS: per item one key; a lock also has its fence key right after it.
-# A token bucket item with p4 = '1' was paid for by an earlier reservation.
+# A token bucket's value is 'tat|epoch': its theoretical arrival time (ms) and the id of
+# its current state (a digest of the holder that started it, as in memory.py). A token
+# bucket item whose p4 names the bucket's epoch was paid for by a reservation made in
+# that state; any other p4 competes as usual.
 # With reserve = '1', a denied admission reserves the next token of each token bucket
-# that said no (its caller comes back when the token is due, prepaid).
+# that said no (its caller comes back when the token is due, prepaid with the epoch).
+# Out: allowed, fence, then per item: ok, remaining, retry_after, reserved, epoch.
 ADMIT = (
     _NOW
     + """
-local now = now_ms(ARGV[1])
+local now, now_us = clock(ARGV[1])
 local holder, dry, reserve, n = ARGV[2], ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
 local out, plans, reservations, all = {}, {}, {}, true
 local a, k = 6, 1
@@ -69,26 +107,36 @@ for i = 1, n do
   a = a + 5
   local key = KEYS[k]
   k = k + 1
-  local ok, remaining, retry, reserved = 1, 0, 0, 0
-  if kind == 'tb' and p4 == '1' then
-    remaining = 0
-  elseif kind == 'tb' then
+  local ok, remaining, retry, reserved, epoch = 1, 0, 0, 0, ''
+  if kind == 'tb' then
+    -- A bucket that is absent (never used, expired, lost with Redis's data) or whose
+    -- TAT has passed is full: a new state, with a new epoch, begins now.
+    local tat, state, e = now, redis.call('GET', key), nil
+    if state then
+      local t
+      t, e = string.match(state, '^([^|]*)|(.*)$')
+      t = tonumber(t or state) -- a value from before epochs is a bare TAT: keep it
+      if t and t > now then tat = t else e = nil end
+    end
+    epoch = e or string.sub(redis.sha1hex(holder), 1, 16)
     local cap, per_s, cost = tonumber(p1), tonumber(p2), tonumber(p3)
     local interval = 1000 / per_s
     local tau = cap * interval
-    local tat = tonumber(redis.call('GET', key) or now)
-    if tat < now then tat = now end
-    local new_tat = tat + cost * interval
-    local allow_at = new_tat - tau
-    if allow_at <= now then
-      remaining = math.floor((now - allow_at) / interval + 1e-9)
-      plans[#plans + 1] = {'tb', key, new_tat}
+    if p4 ~= '' and p4 == epoch then
+      remaining = 0 -- reserved in this very state: already paid for
     else
-      ok, retry = 0, allow_at - now
-      remaining = math.max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
-      if reserve then
-        reserved = 1
-        reservations[#reservations + 1] = {key, new_tat}
+      local new_tat = tat + cost * interval
+      local allow_at = new_tat - tau
+      if allow_at <= now then
+        remaining = math.floor((now - allow_at) / interval + 1e-9)
+        plans[#plans + 1] = {'tb', key, new_tat, epoch}
+      else
+        ok, retry = 0, allow_at - now
+        remaining = math.max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
+        if reserve then
+          reserved = 1
+          reservations[#reservations + 1] = {key, new_tat, epoch}
+        end
       end
     end
   elseif kind == 'sw' then
@@ -132,18 +180,19 @@ for i = 1, n do
   out[#out + 1] = num(remaining)
   out[#out + 1] = num(retry)
   out[#out + 1] = reserved
+  out[#out + 1] = epoch
 end
 local fence = ''
 if not all and not dry then
   for _, r in ipairs(reservations) do
-    redis.call('SET', r[1], num(r[2]))
+    redis.call('SET', r[1], num(r[2]) .. '|' .. r[3])
     gc(r[1], r[2] - now)
   end
 end
 if all and not dry then
   for _, p in ipairs(plans) do
     if p[1] == 'tb' then
-      redis.call('SET', p[2], num(p[3]))
+      redis.call('SET', p[2], num(p[3]) .. '|' .. p[4])
       gc(p[2], p[3] - now)
     elseif p[1] == 'sw' then
       for j = 1, p[3] do redis.call('ZADD', p[2], num(now), holder .. ':' .. j) end
@@ -155,8 +204,12 @@ if all and not dry then
     else
       redis.call('SET', p[2], num(now + p[3]) .. '|' .. holder)
       gc(p[2], p[3])
-      local f = math.max(tonumber(redis.call('GET', p[4]) or 0) + 1, math.floor(now * 1000))
-      fence = num(f)
+      -- The counter alone would start again from 1 after Redis lost its data; the
+      -- clock (us) alone could repeat within a microsecond. Their maximum only grows
+      -- while the clock does not go back by more than the time since the last fence
+      -- (see the module docstring).
+      local f = math.max(tonumber(redis.call('GET', p[4]) or 0) + 1, now_us)
+      fence = string.format('%.0f', f)
       redis.call('SET', p[4], fence, 'PX', """
     + str(FENCE_TTL_MS)
     + """)
@@ -169,20 +222,23 @@ return out
 """
 )
 
-# ARGV: refund, holder, n, then per item: kind + 2 params. KEYS: one per item.
+# ARGV: refund, holder, n, then per item: kind + 3 params. KEYS: one per item.
+# A token bucket's refund goes back only to the state (epoch, p3) it was charged in.
 RELEASE = """
 local refund, holder, n = ARGV[1] == '1', ARGV[2], tonumber(ARGV[3])
 local a = 4
 for i = 1, n do
-  local kind, p1, p2 = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  a = a + 3
+  local kind, p1, p2, p3 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  a = a + 4
   local key = KEYS[i]
   if kind == 'tb' and refund then
-    local tat = redis.call('GET', key)
-    if tat then
+    local state = redis.call('GET', key)
+    local tat, epoch = nil, nil
+    if state then tat, epoch = string.match(state, '^([^|]*)|(.*)$') end
+    if tat and epoch == p3 then
       local ttl = redis.call('PTTL', key)
       local refunded = tonumber(tat) - tonumber(p1) * 1000 / tonumber(p2)
-      redis.call('SET', key, string.format('%.17g', refunded))
+      redis.call('SET', key, string.format('%.17g', refunded) .. '|' .. epoch)
       if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
     end
   elseif kind == 'sw' and refund then
@@ -249,7 +305,7 @@ return 1
 def _params(item: Acquire) -> list[str]:
     limit = item.limit
     if isinstance(limit, TokenBucket):
-        prepaid = "1" if item.prepaid else "0"
+        prepaid = item.prepaid or ""
         return [_num(limit.capacity), _num(limit.per_second), _num(limit.cost), prepaid]
     if isinstance(limit, SlidingWindow):
         return [str(limit.limit), _num(limit.window_s * 1000), str(limit.cost), ""]
@@ -411,10 +467,10 @@ class RedisLimits:
             args.extend(_params(item))
         raw = await self._call(self._admit, self._keys(items), args)
         allowed = int(raw[0]) == 1
-        fence = int(float(raw[1])) if raw[1] not in (b"", "") else None
+        fence = int(raw[1]) if raw[1] not in (b"", "") else None
         decisions = []
         for i, item in enumerate(items):
-            ok, remaining, retry, reserved = raw[2 + 4 * i : 6 + 4 * i]
+            ok, remaining, retry, reserved, epoch = raw[2 + 5 * i : 7 + 5 * i]
             granted = int(ok) == 1
             decisions.append(
                 Decision(
@@ -423,25 +479,28 @@ class RedisLimits:
                     remaining=float(remaining),
                     retry_after=None if granted else _retry(float(retry)),
                     reserved=int(reserved) == 1,
+                    epoch=_text(epoch) or None,
                 )
             )
         grant = None
         if allowed and not dry_run:
-            grant = Grant(items=tuple(items), holder=holder, fence=fence)
+            epochs = tuple(d.epoch for d in decisions)
+            grant = Grant(items=tuple(items), holder=holder, fence=fence, epochs=epochs)
         return Admission(allowed=allowed, decisions=decisions, grant=grant)
 
     async def release(
         self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
     ) -> None:
         args = ["1" if refund else "0", grant.holder, str(len(grant.items))]
-        for item in grant.items:
+        epochs = list(grant.epochs) or [None] * len(grant.items)
+        for item, epoch in zip(grant.items, epochs, strict=True):
             limit = item.limit
             if isinstance(limit, TokenBucket):
-                args += ["tb", _num(limit.cost), _num(limit.per_second)]
+                args += ["tb", _num(limit.cost), _num(limit.per_second), epoch or ""]
             elif isinstance(limit, SlidingWindow):
-                args += ["sw", str(limit.cost), ""]
+                args += ["sw", str(limit.cost), "", ""]
             else:
-                args += [limit.kind, "", ""]
+                args += [limit.kind, "", "", ""]
         await self._call(self._release, [self.key(i) for i in grant.items], args)
 
     async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:

@@ -57,10 +57,12 @@ def job_envelope(
     deferrals: int = 0,
     prepaid: Sequence[str] = (),
     limit_keys: Sequence[str] | None = None,
+    outages: int = 0,
 ) -> Envelope:
     """A job message. `not_before` also travels in the labels, so that a worker can tell
     a message that came back early from a delay tier; `prepaid` lists the token buckets
-    whose token was reserved for this job."""
+    whose token was reserved for this job (``jobrail.limits.gate.reservation``);
+    `outages` counts its deferrals in a row while the limits store was unreachable."""
     message_id = new_id()
     labels: dict[str, Any] = {"queue_name": queue, "tenant_id": tenant_id}
     if not_before is not None:
@@ -71,6 +73,8 @@ def job_envelope(
         labels["prepaid"] = list(prepaid)
     if limit_keys is not None:
         labels["limit_keys"] = list(limit_keys)
+    if outages:
+        labels["outages"] = outages
     labels.update(trace_context or {})
     body: dict[str, Any] = {
         "task_id": str(message_id),
@@ -138,6 +142,7 @@ def _check_labels(labels: Mapping[str, Any]) -> None:
         ("tenant_id", "a string", lambda v: isinstance(v, str)),
         ("queue_name", "a string", lambda v: isinstance(v, str)),
         ("deferrals", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
+        ("outages", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
         ("not_before", "a number", lambda v: type(v) in (int, float)),
         ("prepaid", "a list of strings", _strings),
         ("limit_keys", "a list of strings", _strings),

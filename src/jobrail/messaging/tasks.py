@@ -159,6 +159,7 @@ def _delivery(job_id: str, job_type: str, default_queue: str, context: Context) 
         tenant_id=str(labels.get("tenant_id", "")),
         message_id=context.message.task_id,
         deferrals=int(labels.get("deferrals", 0)),
+        outages=int(labels.get("outages") or 0),
         not_before=_when(labels.get("not_before")),
         prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
         limit_keys=_keys(labels.get("limit_keys")),
