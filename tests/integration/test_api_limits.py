@@ -6,9 +6,19 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fixtures import ApiClient
+from tests.support.redis_cluster import REDIS_KINDS, redis_env
 from tests.support.services import start_redis, stop_redis
 
+# Run on a single Redis and on a three-master Redis Cluster (tests/support/redis_cluster.py).
+on_both = pytest.mark.parametrize("stack_env", REDIS_KINDS, indirect=True)
 
+
+@pytest.fixture
+def stack_env(stack_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    return {**stack_env, **redis_env(getattr(request, "param", "redis"), request)}
+
+
+@on_both
 async def test_the_31st_enqueue_in_a_minute_is_refused_for_that_tenant_only(
     api: ApiClient,
 ) -> None:
@@ -35,6 +45,7 @@ async def test_the_31st_enqueue_in_a_minute_is_refused_for_that_tenant_only(
     assert other.headers["RateLimit-Remaining"] == "29"
 
 
+@on_both
 async def test_reads_have_their_own_looser_limit(api: ApiClient) -> None:
     response = await api.get("/jobs")
 

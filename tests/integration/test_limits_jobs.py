@@ -14,17 +14,22 @@ from jobrail.persistence.tables import jobs as jobs_table
 from jobrail.settings import Settings
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
+from tests.support.redis_cluster import REDIS_KINDS, RedisCluster, redis_env
 from tests.support.services import start_redis, stop_redis, wait_for
 
 TEST_MODULES = "jobrail.demo,tests.support.jobs"
 
+# Run on a single Redis and on a three-master Redis Cluster (tests/support/redis_cluster.py).
+on_both = pytest.mark.parametrize("limits_env", REDIS_KINDS, indirect=True)
+
 
 @pytest.fixture
-def limits_env(stack_env: dict[str, str]) -> dict[str, str]:
+def limits_env(stack_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
     return {
         **stack_env,
         "JOBRAIL_MODULES": TEST_MODULES,
         "JOBRAIL_API_LIMITS__ENABLED": "false",
+        **redis_env(getattr(request, "param", "redis"), request),
     }
 
 
@@ -71,6 +76,7 @@ async def _all_succeeded(
     return [await api.job(i, headers) for i in ids]
 
 
+@on_both
 async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     limits_api: ApiClient,
     workers: Callable[..., Any],
@@ -131,6 +137,7 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     assert {job["attempts"] for job in finished} == {1}, "deferrals must not spend attempts"
 
 
+@on_both
 async def test_one_lock_key_never_runs_two_jobs_at_once(
     limits_api: ApiClient,
     workers: Callable[..., Any],
@@ -157,6 +164,7 @@ async def test_one_lock_key_never_runs_two_jobs_at_once(
     assert {job["attempts"] for job in finished} == {1}
 
 
+@on_both
 async def test_a_job_that_stalls_past_its_lock_ttl_has_its_fenced_write_refused_and_is_retried(
     limits_api: ApiClient,
     workers: Callable[..., Any],
@@ -197,6 +205,7 @@ async def test_a_job_that_stalls_past_its_lock_ttl_has_its_fenced_write_refused_
     assert finished[1]["attempts"] == 1
 
 
+@on_both
 async def test_a_worker_killed_while_holding_a_lock_frees_it_after_its_ttl(
     limits_api: ApiClient,
     workers: Callable[..., Any],
@@ -221,14 +230,25 @@ async def test_a_worker_killed_while_holding_a_lock_frees_it_after_its_ttl(
     assert starts[1] - starts[0] >= 2.0, "the second holder waited for the lock's TTL"
 
 
+@on_both
 async def test_an_admitted_job_costs_at_most_two_redis_round_trips(
-    limits_api: ApiClient, workers: Callable[..., Any], recorder: Recorder
+    limits_api: ApiClient,
+    workers: Callable[..., Any],
+    recorder: Recorder,
+    limits_env: dict[str, str],
+    request: pytest.FixtureRequest,
 ) -> None:
     await workers()
     warm = await limits_api.enqueue("test.exclusive", {"url": recorder.url, "resource": "warm"})
     await limits_api.wait_status(warm, "succeeded")
+    # The test's own cluster counts only this session's scripts, summed over its nodes.
+    cluster: RedisCluster | None = (
+        request.getfixturevalue("redis_cluster")
+        if limits_env["JOBRAIL_REDIS__CLUSTER"] == "true"
+        else None
+    )
 
-    with RedisCommands() as redis:
+    with RedisCommands(cluster) as redis:
         for n in range(20):  # one at a time, so that none is deferred by another
             job_id = await limits_api.enqueue(
                 "test.exclusive", {"url": recorder.url, "resource": f"r{n}"}
@@ -273,6 +293,9 @@ class RedisCommands:
     """Scripts clients sent to Redis, from INFO commandstats. (MONITOR drops lines under
     load; a script's own inner commands count under their names, not as scripts.)"""
 
+    def __init__(self, cluster: RedisCluster | None = None) -> None:
+        self._cluster = cluster
+
     def __enter__(self) -> "RedisCommands":
         self._before = self._count()
         return self
@@ -280,9 +303,11 @@ class RedisCommands:
     def __exit__(self, *exc: object) -> None:
         self.scripts = self._count() - self._before
 
-    @staticmethod
-    def _count() -> int:
+    def _count(self) -> int:
         from redis import Redis
+
+        if self._cluster is not None:
+            return self._cluster.commandstat_calls("evalsha", "eval")
 
         client = Redis()
         stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]

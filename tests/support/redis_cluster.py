@@ -89,7 +89,8 @@ def _require_binaries() -> None:
         pytest.skip(message)
 
 
-def start_cluster(masters: int = 3, timeout: float = 60) -> RedisCluster:
+def start_cluster(masters: int = 3, timeout: float = 60, *options: str) -> RedisCluster:
+    """`options` are added to every node's command line (``--cluster-node-timeout``, ...)."""
     _require_binaries()
     cluster = RedisCluster(_free_ports(masters), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")))
     try:
@@ -116,6 +117,7 @@ def start_cluster(masters: int = 3, timeout: float = 60) -> RedisCluster:
                         "no",
                         "--logfile",
                         str(node_dir / "redis.log"),
+                        *options,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

@@ -323,6 +323,14 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _evalsha(pipe: Any, script: Any, keys: list[str], args: list[str]) -> None:
+    # The raw command, not `pipe.evalsha`: redis-py refuses that method on a cluster
+    # pipeline (a list of blocked commands shared with its synchronous client), though
+    # its asyncio cluster pipeline routes EVALSHA by the script's keys, as a cluster
+    # client's own EVALSHA does. On a plain pipeline the two are the same command.
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
 def _retry(value_ms: float) -> timedelta | None:
     return timedelta(milliseconds=value_ms)
 
@@ -412,7 +420,7 @@ class RedisLimits:
                 return [exc]
         pipe = self._redis.pipeline(transaction=False)
         for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            _evalsha(pipe, script, keys, args)
         results: list[Any] = await pipe.execute(raise_on_error=False)
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:  # Redis restarted and forgot the scripts: load them, send again
@@ -421,7 +429,7 @@ class RedisLimits:
             pipe = self._redis.pipeline(transaction=False)
             for i in missing:
                 script, keys, args = calls[i]
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                _evalsha(pipe, script, keys, args)
             for i, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
                 results[i] = result
         return results
