@@ -54,6 +54,10 @@ class RunningSandbox:
 
 @contextmanager
 def sandbox_vendor(**options: Any) -> Iterator[RunningSandbox]:
+    # A test's sandbox is its recorder: it keeps every call of the test (the API's
+    # sandbox keeps the last 1000).
+    options.setdefault("max_calls", 100_000)
+    options.setdefault("max_accounts", 100_000)
     state = SandboxState(**options)
     port = free_port()
     server = uvicorn.Server(
