@@ -58,6 +58,7 @@ def serve_api(settings: Settings) -> None:
     import uvicorn
 
     from jobrail.api.app import create_app
+    from jobrail.api.server import uvicorn_options
     from jobrail.bootstrap import seeds_demo_tenant
     from jobrail.telemetry.logging import configure_logging
 
@@ -86,6 +87,7 @@ def serve_api(settings: Settings) -> None:
         port=settings.api.port,
         log_config=None,
         access_log=False,
+        **uvicorn_options(settings.api.max_header_bytes, settings.api.header_timeout_s),
     )
 
 

@@ -184,3 +184,32 @@ async def test_an_unexpected_error_is_a_json_500_with_the_request_id(api: ApiCli
     assert "boom" not in response.text
     assert response.headers["X-Request-Id"] == "req-500"
     assert after.status_code == 200
+
+
+async def test_a_refused_cors_preflight_is_json_with_the_request_id(tmp_path: Any) -> None:
+    import httpx
+
+    from jobrail.api.app import create_app
+    from tests.api.conftest import embedded_settings, migrated
+
+    settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c,
+    ):
+        refused = await c.options(
+            "/jobs",
+            headers={"Origin": "https://evil", "Access-Control-Request-Method": "GET"},
+        )
+        allowed = await c.options(
+            "/jobs", headers={"Origin": "https://ok", "Access-Control-Request-Method": "GET"}
+        )
+
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/json"
+    assert refused.json()["error"]["code"] == "cors_refused"
+    assert "origin" in refused.json()["error"]["message"]
+    assert refused.headers["X-Request-Id"]
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://ok"

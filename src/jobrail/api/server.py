@@ -1,0 +1,154 @@
+"""How ``jobrail api`` serves HTTP: uvicorn on h11, with a header limit, a header
+timeout and JSON refusals.
+
+uvicorn's default protocol is httptools when it is installed, and httptools has no
+limit on the size of a request's headers: a 40 MB ``Authorization`` header was read
+whole. h11 has one (``h11_max_incomplete_event_size``, ``api.max_header_bytes``), so
+jobrail runs uvicorn on h11.
+
+uvicorn has no header-read timeout either: its keep-alive timer runs only between
+requests and stops at the first byte, and nothing runs before a connection's first
+byte, so a connection that sends a few bytes of a request line, or nothing at all,
+stayed open for good (slowloris). And its refusal of a request it cannot parse is
+``text/plain``. uvicorn offers no hook for either, hence the small subclass of its
+h11 protocol below:
+
+- from the moment a connection waits for a request (it opened, or it sent a partial
+  request line after its previous response), the whole request line and headers must
+  arrive within ``api.header_timeout_s``; otherwise a JSON 408 (if it sent anything)
+  and the connection is closed;
+- a request it cannot parse gets JSON, with h11's status (431 for headers over the
+  limit, else 400), an ``X-Request-Id`` and ``Connection: close``;
+- after such a refusal the connection is closed for writing and what the client still
+  sends is read and dropped for a short while before the socket is closed ("lingering
+  close", as nginx does): closing a socket with unread data makes the kernel reset the
+  connection, and a client still sending its 40 MB would then lose the response.
+"""
+
+import asyncio
+import uuid
+from http import HTTPStatus
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from jobrail.api.errors import error_body
+
+LINGER_S = 2.0
+
+_REFUSALS = {
+    408: ("request_timeout", "the request line and headers did not arrive in time"),
+    431: ("headers_too_large", "the request line and headers are too large"),
+}
+
+
+class _Connection(h11.Connection):
+    """h11's connection, remembering the error that ended it (for its status hint)."""
+
+    error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+
+
+class JobrailH11Protocol(H11Protocol):
+    header_timeout_s: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = _Connection(h11.SERVER, self.conn._max_incomplete_event_size)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:  # lingering after a refusal: read and drop
+            return
+        super().data_received(data)
+        if self._refused or self.transport.is_closing():
+            self._stop_header_timer()
+        elif self.conn.their_state is h11.IDLE:
+            # Waiting for (the rest of) a request line and headers.
+            self._start_header_timer()
+        else:
+            self._stop_header_timer()
+
+    def _start_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a response is being made; uvicorn's own timers take over after it
+        if self.conn.trailing_data[0]:
+            self._refuse(408)
+        else:
+            self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn calls this for a request h11 could not parse."""
+        error = getattr(self.conn, "error", None)
+        status = error.error_status_hint if error is not None else 400
+        self._refuse(status if status in _REFUSALS else 400, msg)
+
+    def _refuse(self, status: int, msg: str = "invalid HTTP request") -> None:
+        self._stop_header_timer()
+        code, message = _REFUSALS.get(status, ("bad_request", msg.rstrip(".")))
+        body = error_body(code, message)
+        head = (
+            f"HTTP/1.1 {status} {_reason(status)}\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n"
+            "connection: close\r\n"
+            f"x-request-id: {uuid.uuid4()}\r\n\r\n"
+        ).encode()
+        # Written by hand, not through h11: h11 refuses to send a response while the
+        # client's request is incomplete (the 408), and its state after an error is of
+        # no further use on a connection that is being closed.
+        self.transport.write(head + body)
+        self._refused = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+
+def _reason(status: int) -> str:
+    return HTTPStatus(status).phrase
+
+
+def protocol_class(header_timeout_s: float) -> type[JobrailH11Protocol]:
+    """The protocol class for uvicorn.Config(http=...), with this header timeout."""
+    return type("JobrailH11Protocol", (JobrailH11Protocol,), {"header_timeout_s": header_timeout_s})
+
+
+def uvicorn_options(max_header_bytes: int, header_timeout_s: float) -> dict[str, Any]:
+    """The uvicorn.Config / uvicorn.run options that make these limits."""
+    return {
+        "http": protocol_class(header_timeout_s),
+        "h11_max_incomplete_event_size": max_header_bytes,
+        # X-Forwarded-For is believed only from api.trusted_proxies, by the app itself
+        # (jobrail.api.app); uvicorn's default trusts 127.0.0.1.
+        "proxy_headers": False,
+    }
