@@ -36,6 +36,7 @@ from jobrail.jobs.use_cases import (
     GetJob,
     ListDeadLetters,
     ListJobs,
+    PurgeDeadLetters,
     RedriveDeadLetters,
     RedriveJob,
 )
@@ -331,3 +332,4 @@ class PlatformProvider(Provider):
     ops_overview = provide(GetOpsOverview, scope=Scope.APP)
     list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
     redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
+    purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)

@@ -20,6 +20,8 @@ from jobrail.jobs.use_cases import (
 )
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
+from jobrail.messaging.brokers import EmbeddedJobBroker
+from jobrail.settings import RabbitSettings
 from tests.fakes import FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")
@@ -231,7 +233,8 @@ async def test_redrive_resets_a_failed_job_and_publishes_it_again(
     stored.start(clock.now(), timedelta(seconds=30))
     stored.fail("boom", clock.now())
 
-    job = await RedriveJob(uow, clock)(RedriveJobCommand(ACME, created.job.id))
+    dlq = EmbeddedJobBroker(RabbitSettings())
+    job = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))
 
     assert job.status is JobStatus.PENDING
     assert uow.store[created.job.id].attempts == 0
@@ -245,5 +248,6 @@ async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
     created = await enqueue(greet_cmd())
 
     with pytest.raises(ConflictError):
-        await RedriveJob(uow, clock)(RedriveJobCommand(ACME, created.job.id))
+        dlq = EmbeddedJobBroker(RabbitSettings())
+        await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))
     assert uow.published == []

@@ -15,10 +15,13 @@ from jobrail.api.schemas import RequestModel
 from jobrail.jobs.ports import QueueStats
 from jobrail.jobs.use_cases import (
     ListDeadLetters,
+    PurgeDeadLetters,
+    PurgeDeadLettersCommand,
     RedriveDeadLetters,
     RedriveDeadLettersCommand,
 )
 from jobrail.jobs.use_cases.overview import GetOpsOverview
+from jobrail.kernel.ids import JobId
 from jobrail.limits.admin import LimitsAdmin
 
 router = APIRouter(
@@ -138,6 +141,9 @@ class DeadLetterOut(BaseModel):
     job_type: str | None
     tenant_id: str | None
     preview: str = Field(description="The start of a message that is not a job message.")
+    job_failed_at: datetime | None = Field(
+        default=None, description="For a failed job's letter: when the job failed."
+    )
 
 
 class DeadLetterList(BaseModel):
@@ -169,12 +175,13 @@ class RedriveIn(RequestModel):
 class RedriveOutcomeOut(BaseModel):
     id: str
     job_id: str | None
-    outcome: Literal["redriven", "kept"]
+    outcome: Literal["redriven", "removed", "kept"]
     detail: str
 
 
 class RedriveResult(BaseModel):
     redriven: int
+    removed: int = Field(description="Stale letters of failures redriven or failed again since.")
     kept: int
     items: list[RedriveOutcomeOut]
 
@@ -192,12 +199,58 @@ async def redrive_dead_letters(
     )
     return RedriveResult(
         redriven=sum(1 for o in outcomes if o.outcome == "redriven"),
+        removed=sum(1 for o in outcomes if o.outcome == "removed"),
         kept=sum(1 for o in outcomes if o.outcome == "kept"),
         items=[
             RedriveOutcomeOut(id=o.id, job_id=o.job_id, outcome=o.outcome, detail=o.detail)
             for o in outcomes
         ],
     )
+
+
+class PurgeIn(RequestModel):
+    all: bool = Field(default=False, description="Purge every dead letter.")
+    # Strict mode takes a UUID only as a UUID object; JSON has strings.
+    job_id: uuid.UUID | None = Field(
+        default=None, strict=False, description="The letters of this job."
+    )
+    job_type: str | None = Field(
+        default=None, min_length=1, max_length=128, description="The letters of jobs of a type."
+    )
+    reason: str | None = Field(
+        default=None, min_length=1, max_length=1000, description="Letters whose reason has this."
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "PurgeIn":
+        filtered = any(f is not None for f in (self.job_id, self.job_type, self.reason))
+        if self.all == filtered:
+            raise ValueError("give either all=true or at least one of job_id, job_type, reason")
+        return self
+
+
+class PurgeResult(BaseModel):
+    purged: int
+    complete: bool = Field(
+        description="false when a filtered purge stopped after its scan limit: purge again."
+    )
+
+
+@router.post(
+    "/dlq/purge",
+    summary="Delete dead letters: all, or by job, job type or reason",
+    description=PurgeDeadLetters.__doc__ or "",
+)
+async def purge_dead_letters(body: PurgeIn, purge: FromDishka[PurgeDeadLetters]) -> PurgeResult:
+    purged = await purge(
+        PurgeDeadLettersCommand(
+            all=body.all,
+            job_id=JobId(body.job_id) if body.job_id is not None else None,
+            job_type=body.job_type,
+            reason=body.reason,
+        )
+    )
+    return PurgeResult(purged=purged.purged, complete=purged.complete)
 
 
 class JobCountOut(BaseModel):

@@ -207,6 +207,10 @@ class DeadLetterQueue(Protocol):
         `decide` returns True leaves the queue, the others stay."""
         ...
 
+    async def purge_dead_letters(self) -> int:
+        """Delete every dead letter waiting in the queue; return how many went."""
+        ...
+
 
 class Publisher(Protocol):
     async def publish(self, envelope: Envelope) -> None:

@@ -36,7 +36,7 @@ from jobrail.kernel.ids import JobId
 from jobrail.kernel.json_text import has_nul_escape
 from jobrail.limits.gate import Deferred, JobGate, Pass
 from jobrail.limits.model import JobLimits, LimitsUnavailableError
-from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope
+from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope, with_task_id
 
 log = logging.getLogger("jobrail.runner")
 
@@ -211,7 +211,7 @@ class JobRunner:
             claimed.append(job)
             token = ClaimToken.of(job)
             self._observer.claimed(job)
-            outbox = await self._attempt(job, job_run, hold, lease if renewed else None)
+            outbox = await self._attempt(job, job_run, hold, lease if renewed else None, delivery)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
             if hold is not None:
@@ -276,7 +276,12 @@ class JobRunner:
         return verdict
 
     async def _attempt(
-        self, job: Job, job_run: JobRun, hold: Pass | None, renew: timedelta | None
+        self,
+        job: Job,
+        job_run: JobRun,
+        hold: Pass | None,
+        renew: timedelta | None,
+        delivery: Delivery,
     ) -> Sequence[Envelope]:
         """Run the handler once and apply the outcome to `job`; return the messages to
         send. With `renew`, the claim's lease is renewed while the handler runs."""
@@ -310,7 +315,7 @@ class JobRunner:
             job.stop_cancelled(self._clock.now())
             return ()
         except PermanentError as exc:
-            return self._fail(job, f"permanent error: {_describe(exc)}")
+            return self._fail(job, f"permanent error: {_describe(exc)}", delivery)
         except ThrottledError as exc:
             now = self._clock.now()
             run_after = now + timedelta(seconds=exc.retry_after_s)
@@ -323,32 +328,37 @@ class JobRunner:
             LimitsUnavailableError,
         ) as exc:
             # Infrastructure the handler needed was away: as transient as it gets.
-            return await self._retry_or_fail(job, _describe(exc), job.max_attempts, job_run)
+            return await self._retry_or_fail(
+                job, _describe(exc), job.max_attempts, job_run, delivery
+            )
         except TimeoutError:
             error = f"timed out after {timeout.total_seconds():g}s"
-            return await self._retry_or_fail(job, error, job.max_attempts, job_run)
+            return await self._retry_or_fail(job, error, job.max_attempts, job_run, delivery)
         except Exception as exc:
             log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
             limit = min(job.max_attempts, self._retry.max_attempts_unknown)
             error = f"unexpected error: {_describe(exc)}"
-            return await self._retry_or_fail(job, error, limit, job_run)
+            return await self._retry_or_fail(job, error, limit, job_run, delivery)
         job.succeed(stored_result, self._clock.now())
         return ()
 
     async def _retry_or_fail(
-        self, job: Job, error: str, attempt_limit: int, job_run: JobRun
+        self, job: Job, error: str, attempt_limit: int, job_run: JobRun, delivery: Delivery
     ) -> Sequence[Envelope]:
         if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
             job.stop_cancelled(self._clock.now())
             return ()
         if job.attempts >= attempt_limit:
-            return self._fail(job, f"{error} (gave up after {job.attempts} attempts)")
+            return self._fail(job, f"{error} (gave up after {job.attempts} attempts)", delivery)
         now = self._clock.now()
         run_after = now + self._retry.delay(job.attempts)
         job.retry_later(error, run_after, now)
         return (_again(job, run_after, job_run.limits),)
 
-    def _fail(self, job: Job, error: str) -> Sequence[Envelope]:
+    def _fail(self, job: Job, error: str, delivery: Delivery) -> Sequence[Envelope]:
+        """Fail the job; its dead letter is the message that ran it, under its id, and
+        names the failure (the job's finished_at) so that a redrive can tell it from
+        the letters of earlier failures."""
         now = self._clock.now()
         job.fail(error, now)
         message = job_envelope(
@@ -360,12 +370,14 @@ class JobRunner:
         )
         return (
             dead_letter(
-                body=message.body,
+                body=with_task_id(message.body, delivery.message_id),
                 reason=job.last_error or error,
                 source_queue=job.queue,
                 dead_letter_queue=self._config.dead_letter_queue,
                 at=now,
                 headers=message.headers,
+                message_id=delivery.message_id,
+                job_failed_at=job.finished_at,
             ),
         )
 
@@ -417,11 +429,12 @@ class JobRunner:
         """Dead-letter a message the runner will not run, with the reason."""
         await self._hold_broker(
             dead_letter(
-                body=delivery.again().body,
+                body=with_task_id(delivery.again().body, delivery.message_id),
                 reason=reason,
                 source_queue=delivery.queue,
                 dead_letter_queue=self._config.dead_letter_queue,
                 at=now,
+                message_id=delivery.message_id,
             )
         )
 

@@ -77,6 +77,8 @@ class JobBroker(Protocol):
         self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
     ) -> None: ...
 
+    async def purge_dead_letters(self) -> int: ...
+
 
 def _delay_ms(envelope: Envelope, clock: Clock) -> float:
     if envelope.not_before is None:
@@ -253,7 +255,7 @@ class AmqpJobBroker(AioPikaBroker):
             body=envelope.body,
             headers=headers,
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            message_id=str(envelope.id),
+            message_id=envelope.message_id,
         )
         try:
             async with asyncio.timeout(self._settings.publish_timeout_s):
@@ -340,6 +342,24 @@ class AmqpJobBroker(AioPikaBroker):
         ) as exc:
             raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
 
+    async def purge_dead_letters(self) -> int:
+        """Delete every dead letter waiting in the DLQ; return how many went."""
+        connection = self.write_conn
+        if connection is None or connection.is_closed:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        try:
+            async with connection.channel() as channel:
+                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=False)
+                purged = await queue.purge()
+        except (
+            aiormq.exceptions.AMQPError,
+            ChannelInvalidStateError,
+            ConnectionError,
+            RuntimeError,
+        ) as exc:
+            raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
+        return int(purged.message_count or 0)
+
     # -- consuming ---------------------------------------------------------------
 
     async def listen(self) -> AsyncGenerator[AckableMessage, None]:
@@ -384,6 +404,7 @@ class AmqpJobBroker(AioPikaBroker):
             dead_letter_queue=self.topology.dead_letter_logical,
             at=self._clock.now(),
             headers={k: str(v) for k, v in (message.headers or {}).items() if k != "x-death"},
+            message_id=message.message_id,
         )
         try:
             await self.publish(envelope)
@@ -466,6 +487,7 @@ class EmbeddedJobBroker(InMemoryBroker):
                 source_queue=envelope.queue,
                 dead_letter_queue=self._settings.dead_letter_queue,
                 at=self._clock.now(),
+                message_id=envelope.message_id,
             )
         )
 
@@ -493,6 +515,11 @@ class EmbeddedJobBroker(InMemoryBroker):
         self.dead_letters.clear()
         self.dead_letters.extend(kept)
 
+    async def purge_dead_letters(self) -> int:
+        purged = len(self.dead_letters)
+        self.dead_letters.clear()
+        return purged
+
     async def shutdown(self) -> None:
         """Let running jobs finish within the grace period, then stop the rest: they stay
         claimed in the database and resume after their lease when the process restarts."""
@@ -511,7 +538,7 @@ class EmbeddedJobBroker(InMemoryBroker):
 
 
 def _describe(envelope: Envelope) -> DeadLetter:
-    return describe_dead_letter(str(envelope.id), envelope.body, envelope.headers)
+    return describe_dead_letter(envelope.message_id, envelope.body, envelope.headers)
 
 
 def _why(exc: BaseException) -> str:

@@ -19,6 +19,12 @@ HEADER_SOURCE_QUEUE = "x-jobrail-source-queue"
 HEADER_JOB_ID = "x-jobrail-job-id"
 HEADER_TASK = "x-jobrail-task"
 HEADER_DEAD_AT = "x-jobrail-dead-lettered-at"
+# A dead letter keeps the AMQP message id of the message that died (the outbox row it
+# is written to needs an id of its own): publishers send it under this id.
+HEADER_MESSAGE_ID = "x-jobrail-message-id"
+# On the dead letter of a failed job: the job's finished_at when it failed. It tells
+# the letter of the job's current failure from stale ones (see RedriveDeadLetters).
+HEADER_JOB_FAILED_AT = "x-jobrail-job-failed-at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,12 @@ class Envelope:
     headers: Mapping[str, str] = field(default_factory=dict)
     not_before: datetime | None = None
     id: uuid.UUID = field(default_factory=new_id)
+
+    @property
+    def message_id(self) -> str:
+        """The id the message is published under: its own, or for a dead letter the id
+        of the message that died."""
+        return self.headers.get(HEADER_MESSAGE_ID) or str(self.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +175,15 @@ def dead_letter(
     dead_letter_queue: str,
     at: datetime,
     headers: Mapping[str, str] | None = None,
+    message_id: str | None = None,
+    job_failed_at: datetime | None = None,
 ) -> Envelope:
-    """The original message, unchanged, addressed to the dead-letter queue with its reason."""
+    """The original message, unchanged, addressed to the dead-letter queue with its reason
+    and, when known, the id it had (`message_id`). `job_failed_at`: the letter records
+    the failure of its job that ended then."""
+    extra = {HEADER_MESSAGE_ID: message_id} if message_id else {}
+    if job_failed_at is not None:
+        extra[HEADER_JOB_FAILED_AT] = job_failed_at.isoformat()
     return Envelope(
         queue=dead_letter_queue,
         body=body,
@@ -173,8 +192,17 @@ def dead_letter(
             HEADER_REASON: reason[:1000],
             HEADER_SOURCE_QUEUE: source_queue,
             HEADER_DEAD_AT: at.isoformat(),
+            **extra,
         },
     )
+
+
+def with_task_id(body: bytes, task_id: str) -> bytes:
+    """A job message's body under another task id: a dead letter made again from its
+    job carries the id of the message that died, inside as well as outside."""
+    data = json.loads(body)
+    data["task_id"] = task_id
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +219,8 @@ class DeadLetter:
     tenant_id: str | None
     preview: str
     """The start of the body of a message that is not a job message, else ''."""
+    job_failed_at: datetime | None = None
+    """For the letter of a failed job: the job's finished_at when it failed."""
 
 
 def describe_dead_letter(message_id: str, body: bytes, headers: Mapping[str, object]) -> DeadLetter:
@@ -207,4 +237,15 @@ def describe_dead_letter(message_id: str, body: bytes, headers: Mapping[str, obj
         job_type=parsed.task_name if parsed else None,
         tenant_id=str(parsed.labels.get("tenant_id", "")) if parsed else None,
         preview="" if parsed else body[:200].decode("utf-8", "replace"),
+        job_failed_at=_moment(headers.get(HEADER_JOB_FAILED_AT)),
     )
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

@@ -4,6 +4,8 @@ from jobrail.jobs.use_cases.cancel import CancelJob, CancelJobCommand
 from jobrail.jobs.use_cases.dead_letters import (
     DeadLetterOutcome,
     ListDeadLetters,
+    PurgeDeadLetters,
+    PurgeDeadLettersCommand,
     RedriveDeadLetters,
     RedriveDeadLettersCommand,
 )
@@ -24,6 +26,8 @@ __all__ = [
     "ListDeadLetters",
     "ListJobs",
     "ListJobsQuery",
+    "PurgeDeadLetters",
+    "PurgeDeadLettersCommand",
     "RedriveDeadLetters",
     "RedriveDeadLettersCommand",
     "RedriveJob",

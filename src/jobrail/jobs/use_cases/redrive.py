@@ -1,11 +1,29 @@
-from dataclasses import dataclass
+"""Running a failed job again, and taking its dead letter out of the DLQ.
 
-from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import JobsUnitOfWork
+A failed job has one dead letter: the message that ran its last attempt, naming the
+failure (the job's ``finished_at``, see jobrail.messaging.envelope). Redriving the job
+makes every letter of that failure and of earlier ones stale, so `RedriveJob` removes
+them from the DLQ after the commit; a job that fails again afterwards then has exactly
+one letter, its new one. A letter made after the redrive names a later failure and is
+never taken for a stale one.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.ports import BrokerUnavailableError, DeadLetterQueue, JobsUnitOfWork
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import NotFoundError
+from jobrail.kernel.errors import ConflictError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import job_envelope
+from jobrail.messaging.envelope import DeadLetter, job_envelope
+
+log = logging.getLogger("jobrail.jobs")
+
+# How many dead letters one clean-up looks through (each is held in memory meanwhile).
+# A stale letter beyond it is removed by the next `{"all": true}` redrive instead.
+SCAN_LIMIT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,23 +31,63 @@ class RedriveJobCommand:
     tenant_id: TenantId | None
     """None: an operator acting for every tenant."""
     job_id: JobId
+    failed_at: datetime | None = None
+    """Redrive only the failure that ended then (a dead letter names it): if the job has
+    been redriven or has failed again since, raise `SupersededFailureError`."""
+    clear_dead_letters: bool = True
+    """Remove the job's stale dead letters from the DLQ after the commit."""
+
+
+class SupersededFailureError(ConflictError):
+    """The failure a dead letter records is not the job's current state any more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Redriven:
+    job: Job
+    failed_at: datetime
+    """When the failure that was redriven ended (the job's finished_at before)."""
+
+
+def is_stale_letter_of(letter: DeadLetter, job_id: JobId, failed_at: datetime) -> bool:
+    """Whether `letter` records a failure of the job that ended at or before `failed_at`
+    (a redrive of that failure supersedes it)."""
+    return (
+        letter.job_id == job_id
+        and letter.job_failed_at is not None
+        and letter.job_failed_at <= failed_at
+    )
 
 
 class RedriveJob:
     """Run a failed job again: back to pending with its attempts reset, published again.
 
-    Only failed jobs can be redriven.
+    Only failed jobs can be redriven. Its dead letters leave the DLQ.
     """
 
-    def __init__(self, uow: JobsUnitOfWork, clock: Clock) -> None:
+    def __init__(self, uow: JobsUnitOfWork, clock: Clock, dlq: DeadLetterQueue) -> None:
         self._uow = uow
         self._clock = clock
+        self._dlq = dlq
 
     async def __call__(self, cmd: RedriveJobCommand) -> Job:
+        redriven = await self.redrive(cmd)
+        if cmd.clear_dead_letters:
+            await self.clear_dead_letters({redriven.job.id: redriven.failed_at})
+        return redriven.job
+
+    async def redrive(self, cmd: RedriveJobCommand) -> Redriven:
+        """The redrive itself, in one transaction (no DLQ clean-up)."""
         async with self._uow:
             job = await self._uow.jobs.get(cmd.job_id, cmd.tenant_id, for_update=True)
             if job is None:
                 raise NotFoundError(f"job {cmd.job_id} not found")
+            if cmd.failed_at is not None and not _is_current_failure(job, cmd.failed_at):
+                raise SupersededFailureError(
+                    f"job {job.id} has been redriven or has failed again since this dead "
+                    f"letter (it is {job.status.value})"
+                )
+            failed_at = job.finished_at or self._clock.now()
             job.redrive(self._clock.now())
             await self._uow.jobs.save(job)
             await self._uow.outbox.add(
@@ -42,4 +100,41 @@ class RedriveJob:
                 )
             )
             await self._uow.commit()
-        return job
+        return Redriven(job, failed_at)
+
+    async def clear_dead_letters(self, failures: dict[JobId, datetime]) -> int:
+        """Remove the dead letters of the redriven failures (job id: when it ended) and of
+        their earlier failures; return how many went. The redrives are committed, so a
+        broker that cannot be reached only leaves stale letters behind: logged, not
+        raised (`{"all": true}` removes them later)."""
+        removed = 0
+
+        async def stale(letter: DeadLetter) -> bool:
+            nonlocal removed
+            failed_at = failures.get(letter.job_id) if letter.job_id else None
+            if failed_at is None or letter.job_id is None:
+                return False
+            if is_stale_letter_of(letter, letter.job_id, failed_at):
+                removed += 1
+                return True
+            return False
+
+        try:
+            await self._dlq.settle_dead_letters(stale, SCAN_LIMIT)
+        except BrokerUnavailableError as exc:
+            log.warning(
+                "could not remove the dead letters of %d redriven jobs (%s); a redrive of "
+                "the whole DLQ removes them later",
+                len(failures),
+                exc,
+            )
+        return removed
+
+
+def _is_current_failure(job: Job, failed_at: datetime) -> bool:
+    # A later failure has a later finished_at; any other status means a redrive since.
+    return (
+        job.status is JobStatus.FAILED
+        and job.finished_at is not None
+        and job.finished_at <= failed_at
+    )
