@@ -247,7 +247,7 @@ async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
 ) -> None:
     created = await enqueue(greet_cmd())
 
+    dlq = EmbeddedJobBroker(RabbitSettings())
     with pytest.raises(ConflictError):
-        dlq = EmbeddedJobBroker(RabbitSettings())
         await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))
     assert uow.published == []
