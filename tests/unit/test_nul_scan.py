@@ -50,3 +50,28 @@ def test_every_split_of_the_backslashes_agrees_with_a_parse() -> None:
         except ValueError:
             continue
         assert json_has_nul(text.encode()) == ("\u0000" in parsed["m"]), text
+
+
+def test_a_job_message_holding_a_nul_is_malformed() -> None:
+    from jobrail.kernel.ids import new_id
+    from jobrail.messaging.envelope import (
+        MalformedMessageError,
+        job_envelope,
+        parse_job_message,
+    )
+
+    good = job_envelope(
+        job_id=new_id(), job_type="demo.echo", queue="jobs.default", tenant_id="acme"
+    ).body
+    parse_job_message(good)
+    for field in ("tenant_id", "task_id"):
+        data = json.loads(good)
+        if field == "tenant_id":
+            data["labels"]["tenant_id"] = "ac\u0000me"
+        else:
+            data["task_id"] = "id\u0000"
+        with pytest.raises(MalformedMessageError, match="NUL"):
+            parse_job_message(json.dumps(data).encode())
+    data = json.loads(good)
+    data["labels"]["tenant_id"] = "ac\\u0000me"  # the text \u0000, not a NUL
+    parse_job_message(json.dumps(data).encode())

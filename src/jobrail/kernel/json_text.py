@@ -10,3 +10,8 @@ def has_nul_escape(text: str) -> bool:
     escape. Postgres cannot store NUL in ``jsonb`` or ``text``.
     """
     return "\\u0000" in text and "\\u0000" in text.replace("\\\\", "")
+
+
+def bytes_have_nul_escape(data: bytes) -> bool:
+    """``has_nul_escape`` for UTF-8 JSON bytes (a message body)."""
+    return b"\\u0000" in data and b"\\u0000" in data.replace(b"\\\\", b"")

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrail.kernel.ids import JobId, new_id
+from jobrail.kernel.json_text import bytes_have_nul_escape
 
 HEADER_REASON = "x-jobrail-reason"
 HEADER_SOURCE_QUEUE = "x-jobrail-source-queue"
@@ -113,6 +114,9 @@ def parse_job_message(body: bytes) -> JobMessage:
         raise MalformedMessageError(f"body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise MalformedMessageError("body is not a JSON object")
+    if bytes_have_nul_escape(body):
+        # Its ids and labels go into Postgres text columns, which cannot hold U+0000.
+        raise MalformedMessageError("body holds a NUL character (U+0000)")
     task_name = data.get("task_name")
     task_id = data.get("task_id")
     kwargs = data.get("kwargs")
