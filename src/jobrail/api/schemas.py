@@ -21,7 +21,9 @@ class RequestModel(BaseModel):
     boolean and ``"5"`` for a number: ``{"all": "yes"}`` redrove the whole dead-letter
     queue. In strict mode a field takes only the JSON type it declares; FastAPI hands
     request bodies to pydantic as decoded JSON, so nested objects and strings (for
-    ``str``, ``EmailStr``, ``Literal``) still validate as usual.
+    ``str``, ``EmailStr``, ``Literal``) still validate as usual. A type JSON has no
+    literal for (``uuid.UUID``, ``datetime``) must say ``Field(strict=False)``: strict
+    mode would take it only as a Python object, and the body has a string.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid")
