@@ -251,3 +251,30 @@ def test_reservations_never_let_a_bucket_exceed_its_rate_even_across_a_data_loss
     assert len(before) + len(after) == len(arrivals)  # every job ran in the end
     assert _over_the_rate(before) <= 1e-6
     assert _over_the_rate(after) <= 1e-6
+
+
+async def test_a_fence_keeps_growing_after_the_state_is_lost() -> None:
+    limits = MemoryLimits()
+    first = await limits.admit(one(LOCK), "a", now_ms=1000)
+
+    limits.clear()  # what a Redis restarted without persistence does
+    second = await limits.admit(one(LOCK), "b", now_ms=1000.001)
+
+    assert first.grant
+    assert second.grant
+    assert first.grant.fence is not None
+    assert second.grant.fence is not None
+    assert second.grant.fence > first.grant.fence
+
+
+async def test_a_refund_goes_back_only_to_the_bucket_state_that_was_charged() -> None:
+    limits = MemoryLimits()
+    bucket = TokenBucket("v", key="v", capacity=1, per_second=1)
+    charged = (await limits.admit([Acquire(bucket, "v")], "old", now_ms=0)).grant
+    assert charged is not None
+    limits.clear()
+    await limits.admit([Acquire(bucket, "v")], "new", now_ms=10)  # the fresh bucket's token
+
+    await limits.release(charged, refund=True)  # charged before the loss: not to this one
+
+    assert not (await limits.peek(Acquire(bucket, "v"), now_ms=20)).allowed
