@@ -147,16 +147,21 @@ def seeds_demo_tenant(settings: Settings) -> bool:
 
 async def seed_demo_tenant(runtime: Runtime) -> None:
     """A tenant ``demo`` (an admin: the embedded mode is a sandbox) whose key is
-    ``demo_api_key``, where ``seeds_demo_tenant`` says so; nothing elsewhere. Runs at every
-    start; a changed key is added to the old ones, a revoked one stays revoked."""
+    ``demo_api_key``, where ``seeds_demo_tenant`` says so. Runs at every start; a changed
+    key is added to the old ones, a revoked one stays revoked.
+
+    Anywhere else it seeds nothing, and warns if the demo key is a live key of this
+    database (an embedded run of an older jobrail, or a `make api` that was the embedded
+    mode, left it there): an admin key anyone can guess."""
     from jobrail.kernel.errors import ConflictError
     from jobrail.tenants.domain import Tenant
     from jobrail.tenants.ports import TenantExistsError
     from jobrail.tenants.use_cases import IssueApiKey
 
-    if not seeds_demo_tenant(runtime.settings):
-        return
     directory = await runtime.container.get(TenantDirectory)
+    if not seeds_demo_tenant(runtime.settings):
+        await _warn_if_demo_key_is_live(runtime, directory)
+        return
     clock = await runtime.container.get(Clock)
     with contextlib.suppress(TenantExistsError):
         await directory.create_tenant(
@@ -165,6 +170,26 @@ async def seed_demo_tenant(runtime: Runtime) -> None:
     issue = await runtime.container.get(IssueApiKey)
     with contextlib.suppress(ConflictError):  # the key is there already
         await issue(TenantId(DEMO_TENANT), key=runtime.settings.demo_api_key.get_secret_value())
+
+
+async def _warn_if_demo_key_is_live(runtime: Runtime, directory: TenantDirectory) -> None:
+    from jobrail.tenants.domain import digest
+
+    key = runtime.settings.demo_api_key.get_secret_value()
+    try:
+        principal = await directory.principal_for(digest(key))
+    except Exception as exc:  # noqa: BLE001 - a database that cannot answer yet (/ready
+        # says so) or is not migrated (every request says so) is no reason to stop here
+        log.info("could not look for the demo API key: %s", type(exc).__name__)
+        return
+    if principal is not None:
+        log.warning(
+            "the embedded mode's demo API key is a live %skey of tenant %r in this database: "
+            "anyone can guess it; revoke it with `jobrail tenants revoke-key %s`",
+            "admin " if principal.admin else "",
+            principal.tenant_id,
+            principal.key_id,
+        )
 
 
 async def resume_unfinished_jobs(runtime: Runtime) -> int:

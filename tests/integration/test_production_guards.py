@@ -1,16 +1,21 @@
 """The stack-mode halves of what production refuses (see tests/api/test_production_guards.py):
-no sandbox vendor, /metrics only with its token, and no demo tenant seeded into Postgres."""
+no sandbox vendor, /metrics only with its token, no demo tenant seeded into Postgres, and a
+warning when an older embedded run left the demo key live there."""
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import create_app
+from jobrail.api.app import create_app, runtime_of
+from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import api_keys, tenants
 from jobrail.settings import MetricsSettings, Settings
+from jobrail.tenants.use_cases import CreateTenant, IssueApiKey
 from tests.support.rabbit import RabbitProbe
 
 
@@ -70,3 +75,27 @@ async def test_the_embedded_mode_on_postgres_seeds_no_demo_tenant(
     assert demo.status_code == 401
     assert seeded == []
     assert keys == []
+
+
+async def test_the_stack_mode_warns_of_a_live_demo_key_left_in_its_database(
+    stack_settings: Settings,
+    rabbit: RabbitProbe,
+    make_api: Callable[[Settings], Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make_api(stack_settings) as api:
+        # What an embedded run against this database used to leave behind.
+        container = runtime_of(api.app).container
+        await (await container.get(CreateTenant))("demo", admin=True)
+        left = await (await container.get(IssueApiKey))(TenantId("demo"), key="demo-key")
+    assert not [r for r in caplog.records if "demo API key" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="jobrail"):
+        async with make_api(stack_settings):
+            pass
+
+    [warning] = [r for r in caplog.records if "demo API key" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert str(left.key_id) in warning.getMessage()
+    assert "admin key of tenant 'demo'" in warning.getMessage()
+    assert "demo-key" not in warning.getMessage()

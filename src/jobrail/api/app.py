@@ -34,8 +34,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.api_limiter = await runtime.container.get(ApiRateLimiter)
         app.state.authenticate = await runtime.container.get(Authenticate)
         await runtime.broker.startup()
+        await seed_demo_tenant(runtime)  # or, where it seeds nothing, warns of a stale one
         if settings.embedded:
-            await seed_demo_tenant(runtime)
             await resume_unfinished_jobs(runtime)
             await runtime.start_relay()
         try:
