@@ -24,6 +24,7 @@ import base64
 import hashlib
 import hmac
 import html
+import math
 import re
 import secrets
 from collections import defaultdict
@@ -151,7 +152,7 @@ async def login(
     response.set_cookie(
         COOKIE,
         session_token,
-        max_age=int(ttl),
+        max_age=math.ceil(ttl),  # the browser may keep it longer; the server will not
         path="/ops",
         httponly=True,
         samesite="strict",
