@@ -403,6 +403,12 @@ class ScheduleOverride(BaseModel):
 class SchedulerSettings(BaseModel):
     """``jobrail scheduler`` and the housekeeping it schedules (see jobrail.scheduling)."""
 
+    embedded: bool = Field(
+        default=True,
+        description="The embedded mode (`jobrail run`) fires the schedules in its own process "
+        "(its leader lock on the in-memory limits backend).",
+    )
+
     tick_s: PositiveFloat = Field(
         default=1.0,
         description="How often a standby scheduler tries to take the lead, and the longest "
@@ -426,10 +432,35 @@ class SchedulerSettings(BaseModel):
     prune_after_days: PositiveInt = Field(
         default=30, description="prune-jobs deletes finished jobs older than this."
     )
+    outbox_keep_days: PositiveInt = Field(
+        default=7,
+        description="prune-messages deletes outbox rows published longer ago than this "
+        "(rows not yet published stay, however old).",
+    )
+    inbox_keep_days: PositiveInt = Field(
+        default=45,
+        description="prune-messages deletes inbox rows whose message was last taken longer "
+        "ago than this; more than prune_after_days (see _inbox_outlives_jobs).",
+    )
     outbox_lag_warn_s: PositiveFloat = Field(
         default=60.0,
         description="outbox-lag warns when the oldest unpublished outbox row is older.",
     )
+
+    @model_validator(mode="after")
+    def _inbox_outlives_jobs(self) -> Self:
+        # An inbox row is what stops a consumer from taking its message twice, and the
+        # message can come again as long as the job that carries it exists: a failed job
+        # can be redriven until prune-jobs deletes it, prune_after_days after it finished.
+        # Each time the job runs it takes the message again and that renews the row's
+        # time (jobrail.persistence.inbox), so a row kept longer than finished jobs are
+        # outlives every job that could bring its message back.
+        if self.inbox_keep_days <= self.prune_after_days:
+            raise ValueError(
+                "inbox_keep_days must be more than prune_after_days: a failed job can be "
+                "redriven until it is pruned, and its message must still be known then"
+            )
+        return self
 
     @model_validator(mode="after")
     def _failover_is_caught_up(self) -> Self:

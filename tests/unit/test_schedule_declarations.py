@@ -98,6 +98,7 @@ def test_the_default_modules_schedule_housekeeping_and_billing_auto_pay() -> Non
 
     assert {(s.name, s.job_type) for s in resolved} == {
         ("prune-jobs", "maintenance.prune_jobs"),
+        ("prune-messages", "maintenance.prune_messages"),
         ("outbox-lag", "maintenance.check_outbox_lag"),
         ("dlq-report", "maintenance.report_dead_letters"),
         ("billing-auto-pay", "billing.auto_pay"),

@@ -1,22 +1,29 @@
-"""Platform housekeeping as scheduled jobs: prune finished jobs, watch the outbox lag,
-report the dead-letter queue.
+"""Platform housekeeping as scheduled jobs: prune finished jobs, prune the outbox and
+inbox rows no one needs any more, watch the outbox lag, report the dead-letter queue.
 
 Each runs on a worker as a job of the ``_system`` tenant, enqueued by ``jobrail
-scheduler`` once per period. Change a schedule with ``JOBRAIL_SCHEDULER__SCHEDULES``
+scheduler`` once per period (in the embedded mode, by ``jobrail run`` itself).
+Change a schedule with ``JOBRAIL_SCHEDULER__SCHEDULES``
 (``{"prune-jobs": {"cron": "0 4 * * *"}}``) or switch it off (``{"enabled": false}``).
 """
 
 from jobrail.maintenance.ioc import MaintenanceProvider
-from jobrail.maintenance.jobs import check_outbox_lag, prune_jobs, report_dead_letters
+from jobrail.maintenance.jobs import (
+    check_outbox_lag,
+    prune_jobs,
+    prune_messages,
+    report_dead_letters,
+)
 from jobrail.modules import Module
 from jobrail.scheduling import Schedule
 
 module = Module(
     name="maintenance",
-    jobs=[prune_jobs, check_outbox_lag, report_dead_letters],
+    jobs=[prune_jobs, prune_messages, check_outbox_lag, report_dead_letters],
     providers=[MaintenanceProvider()],
     schedules=[
         Schedule("prune-jobs", cron="0 3 * * *", job_type=prune_jobs.name),
+        Schedule("prune-messages", cron="30 3 * * *", job_type=prune_messages.name),
         Schedule("outbox-lag", cron="* * * * *", job_type=check_outbox_lag.name),
         Schedule("dlq-report", cron="*/5 * * * *", job_type=report_dead_letters.name),
     ],

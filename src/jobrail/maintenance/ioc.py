@@ -5,8 +5,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.ports import OpsReadModel
 from jobrail.kernel.clock import Clock
-from jobrail.maintenance.persistence import SqlaFinishedJobs
-from jobrail.maintenance.use_cases import CheckOutboxLag, PruneFinishedJobs, ReportDeadLetters
+from jobrail.maintenance.persistence import (
+    SqlaFinishedJobs,
+    SqlaProcessedInbox,
+    SqlaPublishedOutbox,
+)
+from jobrail.maintenance.use_cases import (
+    CheckOutboxLag,
+    PruneFinishedJobs,
+    PruneMessages,
+    ReportDeadLetters,
+)
 from jobrail.messaging.brokers import JobBroker
 from jobrail.settings import Settings
 
@@ -18,6 +27,18 @@ class MaintenanceProvider(Provider):
     def prune(self, engine: AsyncEngine, clock: Clock, settings: Settings) -> PruneFinishedJobs:
         keep = timedelta(days=settings.scheduler.prune_after_days)
         return PruneFinishedJobs(SqlaFinishedJobs(engine), clock, keep)
+
+    @provide
+    def prune_messages(
+        self, engine: AsyncEngine, clock: Clock, settings: Settings
+    ) -> PruneMessages:
+        return PruneMessages(
+            SqlaPublishedOutbox(engine),
+            SqlaProcessedInbox(engine),
+            clock,
+            keep_outbox=timedelta(days=settings.scheduler.outbox_keep_days),
+            keep_inbox=timedelta(days=settings.scheduler.inbox_keep_days),
+        )
 
     @provide
     def outbox_lag(self, reads: OpsReadModel, clock: Clock, settings: Settings) -> CheckOutboxLag:

@@ -6,7 +6,12 @@ from pydantic import BaseModel, ConfigDict
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
-from jobrail.maintenance.use_cases import CheckOutboxLag, PruneFinishedJobs, ReportDeadLetters
+from jobrail.maintenance.use_cases import (
+    CheckOutboxLag,
+    PruneFinishedJobs,
+    PruneMessages,
+    ReportDeadLetters,
+)
 
 
 class NoPayload(BaseModel):
@@ -20,6 +25,21 @@ async def prune_jobs(
     """Delete finished jobs older than JOBRAIL_SCHEDULER__PRUNE_AFTER_DAYS."""
     pruned = await prune()
     return {"deleted": pruned.deleted, "finished_before": pruned.finished_before.isoformat()}
+
+
+@job("maintenance.prune_messages", payload=NoPayload, timeout_s=600, max_attempts=3)
+async def prune_messages(
+    payload: NoPayload, ctx: JobContext, prune: FromDishka[PruneMessages]
+) -> dict[str, object]:
+    """Delete outbox rows published more than JOBRAIL_SCHEDULER__OUTBOX_KEEP_DAYS ago and
+    inbox rows last taken more than JOBRAIL_SCHEDULER__INBOX_KEEP_DAYS ago."""
+    pruned = await prune()
+    return {
+        "outbox_deleted": pruned.outbox_deleted,
+        "published_before": pruned.published_before.isoformat(),
+        "inbox_deleted": pruned.inbox_deleted,
+        "taken_before": pruned.taken_before.isoformat(),
+    }
 
 
 @job("maintenance.check_outbox_lag", payload=NoPayload, timeout_s=30, max_attempts=2)

@@ -1,14 +1,18 @@
-"""Housekeeping's SQL: platform-wide statements over the jobs table. (The outbox lag
-check reads the operators' read model, jobrail.persistence.ops.)"""
+"""Housekeeping's SQL: platform-wide statements over the jobs, outbox and inbox tables.
+(The outbox lag check reads the operators' read model, jobrail.persistence.ops.)
+
+Each delete takes one batch of ids and deletes them in one short transaction; rows
+another transaction holds are skipped (SKIP LOCKED, on Postgres) and go next time.
+"""
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import Delete, Select, delete, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import TERMINAL_STATUSES
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import jobs
+from jobrail.persistence.tables import inbox, jobs, outbox
 
 
 class SqlaFinishedJobs:
@@ -33,3 +37,40 @@ class SqlaFinishedJobs:
                     delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
                 )
         return int(result.rowcount)
+
+
+class SqlaPublishedOutbox:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def delete_published_before(self, cutoff: datetime, limit: int) -> int:
+        # An unpublished row has published_at NULL, which no comparison matches: it stays.
+        batch = (
+            select(outbox.c.id)
+            .where(outbox.c.published_at < cutoff)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return await _delete(self._engine, delete(outbox).where(outbox.c.id.in_(batch)))
+
+
+class SqlaProcessedInbox:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def delete_processed_before(self, cutoff: datetime, limit: int) -> int:
+        batch: Select[tuple[str, str]] = (
+            select(inbox.c.consumer, inbox.c.message_id)
+            .where(inbox.c.processed_at < cutoff)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        key = tuple_(inbox.c.consumer, inbox.c.message_id)
+        return await _delete(self._engine, delete(inbox).where(key.in_(batch)))
+
+
+async def _delete(engine: AsyncEngine, statement: Delete) -> int:
+    with database_errors():
+        async with engine.begin() as conn:
+            result = await conn.execute(statement)
+    return int(result.rowcount)

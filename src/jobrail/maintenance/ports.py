@@ -12,6 +12,20 @@ class FinishedJobs(Protocol):
         ...
 
 
+class PublishedOutbox(Protocol):
+    async def delete_published_before(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` outbox rows published before `cutoff` (never one still
+        waiting to be published), in one short transaction; return how many went."""
+        ...
+
+
+class ProcessedInbox(Protocol):
+    async def delete_processed_before(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` inbox rows last taken before `cutoff`, in one short
+        transaction; return how many went."""
+        ...
+
+
 class OutboxBacklog(Protocol):
     async def oldest_unpublished(self) -> datetime | None:
         """When the oldest outbox row still waiting to be published was written."""

@@ -3,13 +3,20 @@
 in the jobs table."""
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import TransientError
-from jobrail.maintenance.ports import FinishedJobs, OutboxBacklog, QueueStats
+from jobrail.maintenance.ports import (
+    FinishedJobs,
+    OutboxBacklog,
+    ProcessedInbox,
+    PublishedOutbox,
+    QueueStats,
+)
 
 log = logging.getLogger("jobrail.maintenance")
 
@@ -38,14 +45,77 @@ class PruneFinishedJobs:
 
     async def __call__(self) -> Pruned:
         cutoff = self._clock.now() - self._keep
-        deleted = 0
-        while True:
-            count = await self._jobs.delete_finished_before(cutoff, self._batch)
-            deleted += count
-            if count < self._batch:
-                break
+        deleted = await _in_batches(self._jobs.delete_finished_before, cutoff, self._batch)
         log.info("pruned %d finished jobs", deleted, extra={"deleted": deleted, "before": cutoff})
         return Pruned(deleted=deleted, finished_before=cutoff)
+
+
+async def _in_batches(
+    delete: Callable[[datetime, int], Awaitable[int]], cutoff: datetime, batch: int
+) -> int:
+    """Delete batch after batch until one comes back short; return how many went."""
+    deleted = 0
+    while True:
+        count = await delete(cutoff, batch)
+        deleted += count
+        if count < batch:
+            return deleted
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedMessages:
+    outbox_deleted: int
+    published_before: datetime
+    inbox_deleted: int
+    taken_before: datetime
+
+
+class PruneMessages:
+    """Delete the message bookkeeping nobody needs any more, in batches like
+    `PruneFinishedJobs`:
+
+    - outbox rows published more than `keep_outbox` ago (one per enqueue, retry, deferral
+      and dead letter: the broker has them). A row not yet published stays, however
+      old: it is a message the relay still owes.
+    - inbox rows whose message was last taken more than `keep_inbox` ago. That must be
+      longer than finished jobs are kept, or a failed job redriven late would take its
+      event again as new (see SchedulerSettings._inbox_outlives_jobs).
+    """
+
+    def __init__(
+        self,
+        outbox: PublishedOutbox,
+        inbox: ProcessedInbox,
+        clock: Clock,
+        *,
+        keep_outbox: timedelta,
+        keep_inbox: timedelta,
+        batch: int = 1000,
+    ) -> None:
+        self._outbox = outbox
+        self._inbox = inbox
+        self._clock = clock
+        self._keep_outbox = keep_outbox
+        self._keep_inbox = keep_inbox
+        self._batch = batch
+
+    async def __call__(self) -> PrunedMessages:
+        now = self._clock.now()
+        published_before = now - self._keep_outbox
+        taken_before = now - self._keep_inbox
+        outbox_deleted = await _in_batches(
+            self._outbox.delete_published_before, published_before, self._batch
+        )
+        inbox_deleted = await _in_batches(
+            self._inbox.delete_processed_before, taken_before, self._batch
+        )
+        log.info(
+            "pruned %d published outbox rows and %d inbox rows",
+            outbox_deleted,
+            inbox_deleted,
+            extra={"outbox_deleted": outbox_deleted, "inbox_deleted": inbox_deleted},
+        )
+        return PrunedMessages(outbox_deleted, published_before, inbox_deleted, taken_before)
 
 
 @dataclass(frozen=True, slots=True)

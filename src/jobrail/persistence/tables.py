@@ -111,6 +111,13 @@ outbox = Table(
         postgresql_where=text("published_at IS NULL"),
         sqlite_where=text("published_at IS NULL"),
     ),
+    # Retention's access path: published rows, oldest first (jobrail.maintenance).
+    Index(
+        "ix_outbox_published",
+        "published_at",
+        postgresql_where=text("published_at IS NOT NULL"),
+        sqlite_where=text("published_at IS NOT NULL"),
+    ),
 )
 
 inbox = Table(
@@ -119,6 +126,7 @@ inbox = Table(
     Column("consumer", String(128), primary_key=True),
     Column("message_id", String(255), primary_key=True),
     Column("processed_at", UtcDateTime, nullable=False),
+    Index("ix_inbox_processed", "processed_at"),
 )
 
 tenants = Table(

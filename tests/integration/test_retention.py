@@ -1,0 +1,127 @@
+"""Retention on SQLite and Postgres: prune-messages deletes outbox rows published long
+ago and inbox rows last taken long ago, and keeps recent ones, unpublished ones
+however old, and an inbox row whose message came again; prune-jobs still prunes jobs."""
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from jobrail.jobs.domain import JobStatus
+from jobrail.maintenance.persistence import (
+    SqlaFinishedJobs,
+    SqlaProcessedInbox,
+    SqlaPublishedOutbox,
+)
+from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
+from jobrail.persistence.inbox import SqlaInbox
+from jobrail.persistence.tables import inbox, jobs, outbox
+from tests.fakes import START, FixedClock
+from tests.support.services import store_engine
+
+DAY = timedelta(days=1)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine: AsyncEngine = await store_engine(request, tmp_path, "jobs, outbox, inbox")
+    yield engine
+    await engine.dispose()
+
+
+async def _outbox_row(engine: AsyncEngine, created_days_ago: float, published: bool) -> str:
+    row_id = uuid.uuid4()
+    created = START - created_days_ago * DAY
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(outbox).values(
+                id=row_id,
+                queue="jobs.default",
+                body=b"{}",
+                headers={},
+                created_at=created,
+                published_at=created + timedelta(seconds=1) if published else None,
+            )
+        )
+    return str(row_id)
+
+
+async def _take(engine: AsyncEngine, clock: FixedClock, message_id: str) -> bool:
+    async with AsyncSession(engine) as session, session.begin():
+        return await SqlaInbox(session, clock).accept("notifications.receipt", message_id)
+
+
+async def test_prune_messages_keeps_what_is_recent_unpublished_or_taken_again(
+    engine: AsyncEngine,
+) -> None:
+    old_published = await _outbox_row(engine, created_days_ago=8, published=True)
+    new_published = await _outbox_row(engine, created_days_ago=6, published=True)
+    old_unpublished = await _outbox_row(engine, created_days_ago=30, published=False)
+    clock = FixedClock(START - 50 * DAY)
+    first_seen = [await _take(engine, clock, m) for m in ("old", "seen-again", "also-seen")]
+    clock.advance(20 * DAY)
+    again = await _take(engine, clock, "seen-again")  # a redriven job took it again
+    clock.current = START - 10 * DAY
+    await _take(engine, clock, "recent")
+    prune = PruneMessages(
+        SqlaPublishedOutbox(engine),
+        SqlaProcessedInbox(engine),
+        FixedClock(START),
+        keep_outbox=7 * DAY,
+        keep_inbox=45 * DAY,
+        batch=1,  # one row per batch: the batching loop runs to the end
+    )
+
+    pruned = await prune()
+    async with engine.connect() as conn:
+        outbox_left = set((await conn.execute(select(outbox.c.id))).scalars())
+        inbox_left = set((await conn.execute(select(inbox.c.message_id))).scalars())
+
+    assert first_seen == [True, True, True]
+    assert again is False  # still a duplicate, and its row's time renewed
+    assert (pruned.outbox_deleted, pruned.inbox_deleted) == (1, 2)
+    assert {str(i) for i in outbox_left} == {new_published, old_unpublished}
+    assert old_published not in {str(i) for i in outbox_left}
+    assert inbox_left == {"seen-again", "recent"}
+
+
+async def test_prune_jobs_still_deletes_only_finished_jobs_past_their_time(
+    engine: AsyncEngine,
+) -> None:
+    def job_row(status: JobStatus, days_ago: float) -> dict[str, object]:
+        at = START - days_ago * DAY
+        finished = at if status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None
+        return {
+            "id": uuid.uuid4(),
+            "tenant_id": "acme",
+            "type": "demo.echo",
+            "queue": "jobs.default",
+            "status": status.value,
+            "payload": {},
+            "attempts": 0,
+            "max_attempts": 3,
+            "trace_context": {},
+            "created_at": at,
+            "updated_at": at,
+            "finished_at": finished,
+        }
+
+    rows = [
+        job_row(JobStatus.SUCCEEDED, 40),
+        job_row(JobStatus.FAILED, 31),
+        job_row(JobStatus.SUCCEEDED, 2),
+        job_row(JobStatus.PENDING, 90),
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs), rows)
+
+    pruned = await PruneFinishedJobs(SqlaFinishedJobs(engine), FixedClock(START), 30 * DAY)()
+    async with engine.connect() as conn:
+        left = set((await conn.execute(select(jobs.c.id))).scalars())
+
+    assert pruned.deleted == 2
+    assert left == {rows[2]["id"], rows[3]["id"]}
