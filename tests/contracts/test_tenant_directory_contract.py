@@ -20,7 +20,7 @@ async def directory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     if request.param == "fake":
         yield FakeTenantDirectory()
         return
-    engine = await store_engine(request, tmp_path, "api_keys, tenants")
+    engine = await store_engine(request, tmp_path, "api_keys, tenants CASCADE")
     yield SqlaTenantDirectory(engine)
     await engine.dispose()
 
