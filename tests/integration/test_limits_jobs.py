@@ -1,8 +1,11 @@
 """Job limits and locks across real worker processes, Redis and RabbitMQ."""
 
 import asyncio
+import contextlib
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +18,8 @@ from jobrail.settings import Settings
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
 from tests.support.redis_cluster import REDIS_KINDS, RedisCluster, redis_env
-from tests.support.services import start_redis, stop_redis, wait_for
+from tests.support.redis_commands import CommandCounter
+from tests.support.services import REDIS_URL, start_redis, stop_redis, wait_for
 
 TEST_MODULES = "jobrail.demo,tests.support.jobs"
 
@@ -238,27 +242,35 @@ async def test_an_admitted_job_costs_at_most_two_redis_round_trips(
     limits_env: dict[str, str],
     request: pytest.FixtureRequest,
 ) -> None:
-    await workers()
-    warm = await limits_api.enqueue("test.exclusive", {"url": recorder.url, "resource": "warm"})
-    await limits_api.wait_status(warm, "succeeded")
-    # The test's own cluster counts only this session's scripts, summed over its nodes.
-    cluster: RedisCluster | None = (
-        request.getfixturevalue("redis_cluster")
-        if limits_env["JOBRAIL_REDIS__CLUSTER"] == "true"
-        else None
-    )
-
-    with RedisCommands(cluster) as redis:
-        for n in range(20):  # one at a time, so that none is deferred by another
-            job_id = await limits_api.enqueue(
-                "test.exclusive", {"url": recorder.url, "resource": f"r{n}"}
-            )
-            await limits_api.wait_status(job_id, "succeeded")
+    async with contextlib.AsyncExitStack() as stack:
+        if limits_env.get("JOBRAIL_REDIS__CLUSTER") == "true":
+            # The test session's own cluster: nobody else sends it anything.
+            source: RedisCluster | CommandCounter = request.getfixturevalue("redis_cluster")
+            await workers()
+        else:
+            # The shared Redis: its worker reaches it through a counting proxy of its own.
+            source = await stack.enter_async_context(CommandCounter())
+            await workers(JOBRAIL_REDIS__URL=source.url)
+        warm = await limits_api.enqueue("test.exclusive", {"url": recorder.url, "resource": "warm"})
+        await limits_api.wait_status(warm, "succeeded")
+        if isinstance(source, CommandCounter):
+            # Another client of the shared server runs scripts meanwhile, as other test
+            # sessions do: none of them may be counted as the worker's.
+            stack.enter_context(_neighbour_running_scripts())
+        with RedisCommands(source) as redis:
+            for n in range(20):  # one at a time, so that none is deferred by another
+                job_id = await limits_api.enqueue(
+                    "test.exclusive", {"url": recorder.url, "resource": f"r{n}"}
+                )
+                await limits_api.wait_status(job_id, "succeeded")
 
     print(
-        f"\nscripts sent to Redis for 20 jobs with a lock and a concurrency limit: {redis.scripts}"
+        f"\nscripts the worker sent to Redis for 20 jobs with a lock and a concurrency limit: "
+        f"{redis.scripts} (all commands: {redis.commands or 'not counted on a cluster'})"
     )
     assert redis.scripts <= 2 * 20
+    if redis.commands is not None:
+        assert sum(redis.commands.values()) <= 2 * 20, "nothing but the two scripts per job"
 
 
 async def test_with_redis_down_limited_jobs_wait_and_others_run_then_all_recover(
@@ -289,30 +301,57 @@ def redis_restarted() -> Iterator[None]:
         start_redis()
 
 
-class RedisCommands:
-    """Scripts clients sent to Redis, from INFO commandstats. (MONITOR drops lines under
-    load; a script's own inner commands count under their names, not as scripts.)"""
+@contextlib.contextmanager
+def _neighbour_running_scripts() -> Iterator[None]:
+    """Another client of the same Redis sending a script every 10 ms, in a thread."""
+    from redis import Redis
 
-    def __init__(self, cluster: RedisCluster | None = None) -> None:
-        self._cluster = cluster
+    stop = threading.Event()
+
+    def run() -> None:
+        client = Redis.from_url(REDIS_URL)
+        try:
+            while not stop.wait(0.01):
+                client.eval("return 1", 0)
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+class RedisCommands:
+    """Scripts this test's worker sent to Redis, and on a single Redis every command.
+
+    On the shared Redis a proxy in front of it counts them, which only the worker uses:
+    ``INFO commandstats`` would count every client of the server, other test sessions'
+    included. On the test session's own cluster, its nodes' ``INFO commandstats`` (no
+    one else talks to it; a cluster client connects to each node directly, which a
+    single proxy cannot stand in front of). A script's own inner commands are not
+    commands a client sent, and count under neither."""
+
+    def __init__(self, source: "RedisCluster | CommandCounter") -> None:
+        self._source = source
+        self.commands: Counter[str] | None = None
 
     def __enter__(self) -> "RedisCommands":
-        self._before = self._count()
+        if isinstance(self._source, CommandCounter):
+            self._sent = self._source.snapshot()
+        else:
+            self._calls = self._source.commandstat_calls("evalsha", "eval")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.scripts = self._count() - self._before
-
-    def _count(self) -> int:
-        from redis import Redis
-
-        if self._cluster is not None:
-            return self._cluster.commandstat_calls("evalsha", "eval")
-
-        client = Redis()
-        stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
-        client.close()
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+        if isinstance(self._source, CommandCounter):
+            self.commands = self._source.snapshot() - self._sent
+            self.scripts = self.commands["EVALSHA"] + self.commands["EVAL"]
+        else:
+            self.scripts = self._source.commandstat_calls("evalsha", "eval") - self._calls
 
 
 def _async(check: Callable[[], bool]) -> Callable[[], Any]:
