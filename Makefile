@@ -55,10 +55,10 @@ api: install
 	$(STACK_ENV) $(BIN)/jobrail api
 
 worker: install
-	JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker
+	$(STACK_ENV) JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker
 
 scheduler: install
-	$(BIN)/jobrail scheduler
+	$(STACK_ENV) $(BIN)/jobrail scheduler
 
 migrate: install
 	$(BIN)/jobrail migrate

@@ -11,10 +11,11 @@ import pytest
 from redis.asyncio import RedisCluster as ClusterClient
 
 from jobrail.bootstrap import build_runtime
+from jobrail.ioc import redis_client
 from jobrail.limits.model import Acquire, Concurrency, Lock, TokenBucket
 from jobrail.limits.redis import CrossSlotError, RedisLimits
 from jobrail.scheduling.leadership import Leadership
-from jobrail.settings import Settings
+from jobrail.settings import RedisSettings, Settings
 from tests.support.processes import BIN, Process
 from tests.support.redis_cluster import RedisCluster, start_cluster, stop_cluster
 from tests.support.services import wait_for
@@ -25,7 +26,8 @@ LOCK = Lock(key="account:{tenant_id}:{account_id}", ttl_s=30)
 
 
 def _limits(cluster: RedisCluster, window_s: float = 0.0) -> RedisLimits:
-    client = ClusterClient.from_url(cluster.url)
+    """The backend with the client the processes make (no retries; see jobrail.ioc)."""
+    client = redis_client(RedisSettings(url=cluster.url, cluster=True))  # type: ignore[arg-type]
     return RedisLimits(client, key_prefix=f"t{uuid.uuid4().hex[:8]}.jobrail:", window_s=window_s)
 
 
@@ -136,7 +138,7 @@ async def test_the_scheduler_leads_through_a_lock_on_the_cluster(
 def own_cluster() -> Iterator[RedisCluster]:
     """A cluster of this test's own: it stops one of its nodes. A node is presumed failed
     after a minute (not 15 s), so that the cluster keeps serving the others meanwhile."""
-    cluster = start_cluster(3, 60, "--cluster-node-timeout", "60000")
+    cluster = start_cluster(options=("--cluster-node-timeout", "60000"))
     yield cluster
     stop_cluster(cluster)
 
@@ -221,3 +223,43 @@ def test_the_api_process_stops_at_start_up_saying_which_job_type_and_keys(
         )
     finally:
         process.stop()
+
+
+@pytest.fixture
+def replicated_cluster() -> Iterator[RedisCluster]:
+    """Three masters with a replica each; a master is presumed failed after 2 s."""
+    cluster = start_cluster(replicas=1, options=("--cluster-node-timeout", "2000"))
+    yield cluster
+    stop_cluster(cluster)
+
+
+async def test_after_a_failover_batched_calls_reach_the_promoted_replica(
+    replicated_cluster: RedisCluster,
+) -> None:
+    backend = _limits(replicated_cluster, window_s=0.005)
+    client: Any = backend._redis
+    try:
+        await backend.load_scripts()
+        await client.initialize()
+        tenants = _tenants_on_every_node(client, backend)
+        master = client.get_node_from_key(backend.key(Acquire(BUCKET, f"vendor:{tenants[0]}")))
+        replicated_cluster.cli(master.port, "shutdown", "nosave")
+
+        async def all_admitted() -> bool:
+            # Two calls per node and round: each node gets a pipeline, not a single call.
+            outcomes = await asyncio.gather(
+                *(
+                    backend.admit([Acquire(POOL, f"pool:{t}")], holder=f"h{n}")
+                    for t in tenants
+                    for n in range(2)
+                ),
+                return_exceptions=True,
+            )
+            for outcome in outcomes:
+                if getattr(outcome, "grant", None) is not None:
+                    await backend.release(outcome.grant)
+            return all(getattr(o, "allowed", False) for o in outcomes[::2])
+
+        assert await wait_for(all_admitted, timeout=60, interval=0.5, what="the failover")
+    finally:
+        await backend.close()

@@ -89,10 +89,14 @@ def _require_binaries() -> None:
         pytest.skip(message)
 
 
-def start_cluster(masters: int = 3, timeout: float = 60, *options: str) -> RedisCluster:
-    """`options` are added to every node's command line (``--cluster-node-timeout``, ...)."""
+def start_cluster(
+    masters: int = 3, replicas: int = 0, options: tuple[str, ...] = (), timeout: float = 60
+) -> RedisCluster:
+    """`replicas` per master; `options` are added to every node's command line
+    (``--cluster-node-timeout``, ...)."""
     _require_binaries()
-    cluster = RedisCluster(_free_ports(masters), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")))
+    nodes = masters * (1 + replicas)
+    cluster = RedisCluster(_free_ports(nodes), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")))
     try:
         for port in cluster.ports:
             node_dir = cluster.directory / str(port)
@@ -131,7 +135,7 @@ def start_cluster(masters: int = 3, timeout: float = 60, *options: str) -> Redis
                 "create",
                 *(f"127.0.0.1:{port}" for port in cluster.ports),
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             check=False,
@@ -147,10 +151,17 @@ def start_cluster(masters: int = 3, timeout: float = 60, *options: str) -> Redis
             ),
             timeout,
         )
+        if replicas:
+            _wait(lambda: _replicas_in_sync(cluster) == masters * replicas, timeout)
     except BaseException:
         stop_cluster(cluster)
         raise
     return cluster
+
+
+def _replicas_in_sync(cluster: RedisCluster) -> int:
+    replication = [cluster.cli(port, "info", "replication") for port in cluster.ports]
+    return sum("role:slave" in r and "master_link_status:up" in r for r in replication)
 
 
 def stop_cluster(cluster: RedisCluster) -> None:

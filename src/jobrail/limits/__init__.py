@@ -17,12 +17,14 @@ Declare limits on a job type::
             TokenBucket("vendor", key="vendor:{tenant_id}", capacity=10, per_second=5),
             Concurrency("vendor-connections", key="vendor:{tenant_id}", slots=3),
         ],
-        lock=Lock(key="account:{account_id}", ttl_s=30),
+        lock=Lock(key="account:{tenant_id}:{account_id}", ttl_s=30),
     )
     async def sync_account(payload: SyncPayload, ctx: JobContext) -> None: ...
 
 Keys are filled from the payload's fields and the job's ``tenant_id``; a template
-naming a field the payload does not have stops the process at start-up.
+naming a field the payload does not have stops the process at start-up. The part of
+a key after its first ':' is its owner, which decides its Redis Cluster slot: a job's
+keys must agree on it when Redis is a cluster (see ``model.hash_tagged``).
 """
 
 from jobrail.limits.model import (

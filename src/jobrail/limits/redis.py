@@ -392,7 +392,7 @@ class RedisLimits:
         for i, (_script, keys, _args) in enumerate(calls):
             try:
                 node = self._cluster.get_node_from_key(keys[0])
-            except RedisError as exc:  # a slot no node serves: a cluster in trouble
+            except (RedisError, RedisClusterException) as exc:  # no node serves the slot
                 results[i] = exc
                 continue
             if node is None:
@@ -409,6 +409,12 @@ class RedisLimits:
                 results[i] = answer
 
         await asyncio.gather(*(send(indexes) for indexes in batches.values()))
+        if any(isinstance(result, RedisCluster.ERRORS_ALLOW_RETRY) for result in results):
+            # A node failed (or the cluster is changing): read its layout again before
+            # the next batch, or the pipelines would go on to a dead master after its
+            # replica took over. A single command makes redis-py do this by itself; a
+            # pipeline only does it when it retries, and the limits' client never does.
+            await self._cluster.aclose()
         return results
 
     async def _send_to_node(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
