@@ -168,6 +168,26 @@ def test_an_unparseable_request_is_a_json_400_with_a_request_id(
     assert body["error"]["code"] == "bad_request"  # type: ignore[index]
 
 
+def test_a_body_the_server_cannot_parse_is_a_json_400_and_nothing_else(
+    server: tuple[str, int],
+) -> None:
+    sock = socket.create_connection(server, timeout=10)
+    try:
+        sock.sendall(
+            b"POST /demo/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-key\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"not-a-chunk-size\r\n"
+        )
+        response = _read_until_closed(sock)
+    finally:
+        sock.close()
+
+    status, headers, body = _parse(response)  # one response, whole JSON: nothing after it
+    assert status == 400
+    assert headers["x-request-id"]
+    assert body["error"]["code"] == "bad_request"  # type: ignore[index]
+
+
 def test_a_refused_body_keeps_the_keep_alive_connection_usable(
     server: tuple[str, int],
 ) -> None:

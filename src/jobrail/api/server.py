@@ -31,6 +31,7 @@ from http import HTTPStatus
 from typing import Any
 
 import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jobrail.api.errors import error_body
@@ -61,7 +62,8 @@ class JobrailH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn = _Connection(h11.SERVER, self.conn._max_incomplete_event_size)
+        max_size = self.config.h11_max_incomplete_event_size
+        self.conn = _Connection(h11.SERVER, max_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
@@ -113,6 +115,14 @@ class JobrailH11Protocol(H11Protocol):
 
     def _refuse(self, status: int, msg: str = "invalid HTTP request") -> None:
         self._stop_header_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A bad body of a request the app is answering: the app's further output is
+            # dropped, and a response already under way can only be cut short.
+            cycle.disconnected = True
+            if cycle.response_started:
+                self.transport.close()
+                return
         code, message = _REFUSALS.get(status, ("bad_request", msg.rstrip(".")))
         body = error_body(code, message)
         head = (
