@@ -172,14 +172,15 @@ class JobsSettings(BaseModel):
     )
     lease_grace_s: PositiveFloat = Field(
         default=10.0,
-        description="How long past its timeout a running job stays claimed before another "
-        "worker may take it over (its worker is presumed dead).",
+        description="A job whose timeout + this is shorter than lease_s claims that much, "
+        "unrenewed: how long past its timeout it stays claimed if its worker dies.",
     )
     lease_s: PositiveFloat = Field(
-        default=30.0,
-        description="A job whose timeout + grace is longer holds a claim of this length, "
-        "renewed every third of it while it runs: a worker that dies mid-job frees it "
-        "this soon, not after its whole timeout.",
+        default=6.0,
+        description="Every claim lasts this long (or timeout + grace if shorter), renewed "
+        "every third of it while the job runs: a worker that dies mid-job leaves its jobs "
+        "to be taken over about this long after its death, whatever the backlog. Jobs "
+        "shorter than a third of it never renew.",
     )
     store_retry_max_s: PositiveFloat = Field(
         default=5.0, description="Cap of the backoff while the database is unreachable."

@@ -24,15 +24,21 @@ GRACE = timedelta(seconds=10)
 
 class Harness:
     def __init__(
-        self, *, jitter: bool = False, unknown_limit: int = 2, lease: timedelta | None = None
+        self,
+        *,
+        jitter: bool = False,
+        unknown_limit: int = 2,
+        lease: timedelta | None = None,
+        store: FakeJobStore | None = None,
     ) -> None:
         self.clock = FixedClock()
-        self.store = FakeJobStore()
+        self.store = store or FakeJobStore()
         self.dispatcher = FakeDispatcher()
         self.publisher = FakePublisher()
         self.limits = MemoryLimits(clock_ms=lambda: self.clock.now().timestamp() * 1000)
         self.counters = LimitCounters()
         self.gate = JobGate(self.limits, self.counters, GateConfig(jitter=0.0))
+        self.sleeps: list[float] = []
         self.runner = JobRunner(
             self.store,
             self.dispatcher,
@@ -46,8 +52,18 @@ class Harness:
                 lease=lease,
             ),
             self.gate,
+            sleep=self.sleep,
         )
         self.calls = 0
+        self.while_asleep: Any = None
+
+    async def sleep(self, seconds: float) -> None:
+        """The runner's waits pass on the fake clock (and let other tasks run)."""
+        self.sleeps.append(seconds)
+        self.clock.advance(timedelta(seconds=seconds))
+        if self.while_asleep is not None:
+            await self.while_asleep()
+        await asyncio.sleep(0)
 
     def add(self, **overrides: Any) -> Job:
         job = make_job(**overrides)
@@ -63,6 +79,7 @@ class Harness:
         deferrals: int = 0,
         prepaid: tuple[str, ...] = (),
         not_before: Any = None,
+        limit_keys: tuple[str, ...] | None = None,
     ) -> Job:
         async def ok(payload: Mapping[str, Any], ctx: JobContext) -> dict[str, Any]:
             return {"echo": payload["message"]}
@@ -72,7 +89,15 @@ class Harness:
             return await (handler or ok)(payload, ctx)
 
         delivery = Delivery(
-            job.id, job.type, job.queue, job.tenant_id, "m1", deferrals, not_before, prepaid
+            job.id,
+            job.type,
+            job.queue,
+            job.tenant_id,
+            "m1",
+            deferrals,
+            not_before,
+            prepaid,
+            limit_keys=limit_keys,
         )
         await self.runner.run(delivery, JobRun(counted, timeout, limits or JobLimits()))
         return self.store.jobs.get(job.id, job)
@@ -249,16 +274,84 @@ async def test_an_early_message_is_deferred_to_the_jobs_due_time() -> None:
     assert h.store.jobs[job.id].status is JobStatus.PENDING
 
 
-async def test_a_message_for_a_job_running_elsewhere_waits_for_its_lease() -> None:
-    h = Harness()
-    job = h.add()
-    h.store.jobs[job.id].start(h.clock.now(), TIMEOUT + GRACE)
+# -- a delivery whose job another attempt holds ---------------------------------------
 
-    await h.run(job)
+LEASE = timedelta(seconds=6)
+
+
+async def test_a_message_for_a_job_running_elsewhere_is_held_until_that_attempt_ends() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    running = h.store.jobs[job.id]
+    running.start(h.clock.now(), LEASE)
+
+    async def finish() -> None:
+        if running.status is JobStatus.RUNNING:
+            running.succeed({"by": "the other worker"}, h.clock.now())
+
+    h.while_asleep = finish
+    done = await h.run(job)
 
     assert h.calls == 0
+    assert h.publisher.published == []  # acknowledged, not sent round the queue again
+    assert done.result == {"by": "the other worker"}
+    assert sum(h.sleeps) <= 1  # let go at its first look after the attempt ended
+
+
+async def test_a_dead_workers_job_is_taken_over_when_its_lease_ends_keeping_its_place() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    h.store.jobs[job.id].start(h.clock.now(), LEASE)  # then its worker died
+    redelivered_at = h.clock.now()
+
+    done = await h.run(job)
+
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.attempts == 2
+    assert done.started_at == redelivered_at + LEASE  # the moment the dead claim ended
+    assert h.publisher.published == []  # it never went to the back of the queue
+
+
+async def test_a_job_whose_live_attempt_keeps_renewing_is_sent_round_after_two_leases() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    running = h.store.jobs[job.id]
+    running.start(h.clock.now(), LEASE)
+    held_at = h.clock.now()
+
+    async def renew() -> None:
+        running.lease_until = h.clock.now() + LEASE
+
+    h.while_asleep = renew
+    done = await h.run(job)
+
+    assert h.calls == 0
+    assert done.status is JobStatus.RUNNING
+    assert done.attempts == 1
+    assert h.clock.now() == held_at + 2 * LEASE
     [again] = h.publisher.published
-    assert again.not_before == h.clock.now() + TIMEOUT + GRACE
+    assert again.not_before == running.lease_until  # back when that lease would end
+
+
+async def test_a_held_message_holds_none_of_its_jobs_limits_while_it_waits() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    h.store.jobs[job.id].start(h.clock.now(), LEASE)
+    others: list[Job] = []
+
+    keys = tuple(ACCOUNT_LOCK.keys({**job.payload, "tenant_id": job.tenant_id}))
+
+    async def another_job_on_the_same_account() -> None:
+        if not others:
+            others.append(await h.run(h.add(), limits=ACCOUNT_LOCK, limit_keys=keys))
+
+    h.while_asleep = another_job_on_the_same_account
+    done = await h.run(job, limits=ACCOUNT_LOCK, limit_keys=keys)
+
+    assert others[0].status is JobStatus.SUCCEEDED  # the lock was free while it waited
+    assert h.counters.lock_contention == 0
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.attempts == 2
 
 
 async def test_a_job_whose_worker_died_is_taken_over_after_its_lease() -> None:
@@ -625,3 +718,32 @@ async def test_an_attempt_that_cannot_renew_for_a_whole_lease_stops_and_retries(
 
     assert done.status is JobStatus.RETRYING
     assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"
+
+
+class HangingRenewals(FakeJobStore):
+    """A database that stops answering renewals (a stalled connection), and nothing else."""
+
+    async def extend_lease(self, job_id: Any, claim: Any, until: Any) -> bool:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_an_attempt_whose_renewal_hangs_stops_before_its_lease_ends() -> None:
+    h = Harness(lease=RENEWED, store=HangingRenewals())
+    job = h.add()
+    stopped_after: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        began = loop.time()
+        try:
+            await asyncio.sleep(2)
+        finally:
+            stopped_after.append(loop.time() - began)
+
+    done = await h.run(job, slow, timeout=timedelta(minutes=5))
+
+    assert done.status is JobStatus.RETRYING
+    assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"
+    # Stopped a margin before its 300 ms lease ended, when another worker may claim it.
+    assert stopped_after[0] < RENEWED.total_seconds()

@@ -5,9 +5,29 @@ the outcome is in the database (or the message was safely re-published); while
 the database or the broker cannot be reached it waits and tries again, holding the
 delivery, so a crash at any point means redelivery, never loss.
 
-A claim is a lease on the job: until it ends no other worker may start the job. A
-short job's lease is its timeout + grace; a long job's is `RunnerConfig.lease`,
-renewed while it runs (`_LeaseRenewal`), so a dead worker's job is free again soon.
+A claim is a lease on the job: until it ends no other worker may start the job.
+Every claim is short: `RunnerConfig.lease` (a few seconds), renewed every third of
+it while the job runs (`_LeaseRenewal`), or the job's timeout + grace when that is
+shorter. A job that ends before its first renewal (most do) costs one claim and one
+record, nothing more; a job that runs long keeps its claim for as long as its worker
+renews it, and stops itself shortly before its lease would end if no renewal is
+confirmed in time, so that it never runs beside the worker that takes it over.
+
+Taking over a dead worker's job. When a worker dies, RabbitMQ hands its
+unacknowledged messages to the other consumers at once, at the head of the queue.
+The job row is still claimed by the dead attempt, so the claim fails; the worker
+then *holds* the delivery (`_wait_out_lease`), looking at the row about once a
+second, and claims the job as soon as that lease has ended: a dead worker's job
+starts again about one lease after its death, whatever the backlog behind it.
+(Re-publishing the message to come back at the lease end, as this runner once did,
+put it at the back of the queue: with a backlog, the job waited for all of it.)
+A delivery whose job stays leased for two leases belongs to a live attempt (a
+duplicate message, or one RabbitMQ redelivered after a channel closed under a
+working worker): it is re-published to come back when that lease ends, so that it
+does not hold a worker slot for a long job's whole run. Worker heartbeats would
+detect a death about as fast, but need a table, a writer per process and a second
+liveness rule beside the lease; the short lease is the one rule, and only jobs
+longer than a third of it write anything more.
 """
 
 import asyncio
@@ -19,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from jobrail.jobs.context import JobCancelledError, JobContext
-from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobStatus
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimToken,
@@ -46,6 +66,14 @@ T = TypeVar("T")
 RESERVATION_GRACE = timedelta(milliseconds=25)
 # A message this close to its time waits in the worker instead of in a delay tier.
 SHORT_WAIT = timedelta(milliseconds=30)
+# A delivery whose job another attempt holds looks at the job this often while it waits
+# for that lease to end (so that it lets go soon after that attempt finishes)...
+TAKEOVER_POLL = timedelta(seconds=1)
+# ...for at most this many of the job's leases: longer, and the holder is alive.
+HOLD_LEASES = 2
+# A running attempt whose renewals are not confirmed stops this fraction of its lease
+# before the lease would end: another worker may claim the job from that moment on.
+RENEWAL_MARGIN = 1 / 6
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
 
@@ -132,6 +160,13 @@ class RunnerConfig:
     """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
     the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
 
+    def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
+        """How long a claim of a job with this timeout lasts, and whether it is renewed."""
+        lease = timeout + self.lease_grace
+        if self.lease is not None and lease > self.lease:
+            return self.lease, True
+        return lease, False
+
 
 class LeaseLostError(TransientError):
     """The attempt's claim could not be renewed (another worker took the job over, or
@@ -149,7 +184,9 @@ class JobRunner:
         config: RunnerConfig,
         gate: JobGate | None = None,
         observer: JobObserver | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        self._sleep = sleep
         self._gate = gate
         self._observer = observer or _NoObserver()
         self._store = store
@@ -172,7 +209,17 @@ class JobRunner:
                 await asyncio.sleep(early)  # shorter than the shortest tier: wait here
         claimed: list[Job] = []
         try:
-            await self._run(delivery, job_run, claimed)
+            hold_until: datetime | None = None
+            while (leased := await self._run(delivery, job_run, claimed)) is not None:
+                # Another attempt holds the job: wait here for its lease to end, keeping
+                # the message (and its place at the head of the queue).
+                if hold_until is None:
+                    lease, _ = self._config.lease_of(job_run.timeout)
+                    hold_until = self._clock.now() + HOLD_LEASES * lease
+                still_leased = await self._wait_out_lease(leased, hold_until)
+                if still_leased is not None:
+                    await self._not_claimed(delivery, still_leased, self._clock.now())
+                    return
         except Exception:
             log.exception("job %s: unexpected error in the runner", delivery.job_id)
             if not claimed:
@@ -180,19 +227,17 @@ class JobRunner:
             # After a claim, the job keeps its lease; the lease sweeper republishes it
             # once the lease ends (see OutboxRelay).
 
-    async def _run(self, delivery: Delivery, job_run: JobRun, claimed: list[Job]) -> None:
+    async def _run(self, delivery: Delivery, job_run: JobRun, claimed: list[Job]) -> Job | None:
+        """Admit, claim, attempt, record. Returns the job, as read, when another attempt
+        holds its lease (having given back what the limits granted); otherwise None."""
         hold: Pass | None = None
         if job_run.limits:
             hold = await self._admit(delivery, job_run.limits)
             if hold is None:
-                return
+                return None
         started = False
         try:
-            lease = job_run.timeout + self._config.lease_grace
-            renewed = self._config.lease is not None and lease > self._config.lease
-            if renewed:
-                assert self._config.lease is not None
-                lease = self._config.lease
+            lease, renewed = self._config.lease_of(job_run.timeout)
             # The clock is read when the claim is made, not before the waits above:
             # a lease computed from an old "now" could already have ended.
             claim = await self._hold_store(
@@ -204,8 +249,11 @@ class JobRunner:
                 )
             )
             if claim.job is None:
-                await self._not_claimed(delivery, claim.current, self._clock.now())
-                return
+                now = self._clock.now()
+                if _leased_elsewhere(delivery, claim.current, now):
+                    return claim.current
+                await self._not_claimed(delivery, claim.current, now)
+                return None
             started = True
             job = claim.job
             claimed.append(job)
@@ -224,10 +272,44 @@ class JobRunner:
                 token.attempt,
                 job.status.value,
             )
-            return
+            return None
         self._observer.recorded(job, token.started_at)
         if outbox:
             await self._dispatcher.dispatch(outbox)
+        return None
+
+    async def _wait_out_lease(self, leased: Job, until: datetime) -> Job | None:
+        """Hold the delivery while the attempt that holds `leased` keeps its lease,
+        looking at the job every TAKEOVER_POLL. None once that lease has ended or the
+        attempt has ended (claim again, or find the job finished); the job as last read
+        if it is still leased at `until` (its attempt is alive and renewing)."""
+        token = ClaimToken.of(leased)
+        job_id = leased.id
+        job = leased
+        while True:
+            now = self._clock.now()
+            assert job.lease_until is not None
+            if job.lease_until <= now:
+                log.info(
+                    "job %s: the lease of attempt %d ended (its worker stopped renewing it); "
+                    "taking the job over",
+                    job.id,
+                    token.attempt,
+                )
+                return None
+            if now >= until:
+                return job
+            wake_at = min(job.lease_until, until, now + TAKEOVER_POLL)
+            await self._sleep((wake_at - now).total_seconds())
+            current = await self._hold_store(lambda: self._store.get(job_id))
+            if (
+                current is None
+                or current.status is not JobStatus.RUNNING
+                or current.lease_until is None
+                or ClaimToken.of(current) != token
+            ):
+                return None
+            job = current
 
     async def _defer_after_error(self, delivery: Delivery) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
@@ -476,6 +558,17 @@ async def _hold(
             return result
 
 
+def _leased_elsewhere(delivery: Delivery, current: Job | None, now: datetime) -> bool:
+    """Whether the job the delivery names is running under a lease that has not ended."""
+    return (
+        current is not None
+        and (current.tenant_id, current.type) == (delivery.tenant_id, delivery.job_type)
+        and current.status is JobStatus.RUNNING
+        and current.lease_until is not None
+        and current.lease_until > now
+    )
+
+
 def _again(job: Job, run_after: datetime, limits: JobLimits) -> Envelope:
     """The job's message for its next attempt."""
     keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
@@ -519,8 +612,13 @@ def _describe(exc: BaseException) -> str:
 class _LeaseRenewal:
     """Runs an attempt while renewing its claim's lease every third of it. The renewals
     are timers, not a task: most jobs end before the first one is due, and pay nothing.
-    If a renewal finds the claim gone, or none succeeds for a whole lease, the attempt
-    is stopped: another worker may be running the job by then."""
+
+    The attempt is stopped when a renewal finds the claim gone (another worker took the
+    job over), and when no renewal has been confirmed by RENEWAL_MARGIN of a lease
+    before the last confirmed lease ends, whether the renewals failed or hang: from
+    that moment another worker may take the job over, and the two must not run it at
+    once. (A renewal the database confirms late cannot help: the attempt has stopped.)
+    """
 
     def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
         self._store = store
@@ -531,6 +629,7 @@ class _LeaseRenewal:
         self._lost = False
         self._running = False
         self._renewals: set[asyncio.Task[None]] = set()
+        self._deadline: asyncio.TimerHandle | None = None
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
         """Await `work` in this task (no task of its own: it would cost every job); a
@@ -538,9 +637,11 @@ class _LeaseRenewal:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
+        assert self._job.lease_until is not None
+        self._task = task
         self._running = True
-        self._confirmed = loop.time()
-        self._timer = loop.call_later(self._lease.total_seconds() / 3, self._renew, task)
+        self._watch(self._job.lease_until)
+        self._timer = loop.call_later(self._lease.total_seconds() / 3, self._renew)
         try:
             return await work()
         except asyncio.CancelledError:
@@ -551,32 +652,49 @@ class _LeaseRenewal:
         finally:
             self._running = False
             self._timer.cancel()
+            if self._deadline is not None:
+                self._deadline.cancel()
 
-    def _renew(self, task: "asyncio.Task[Any]") -> None:
+    def _watch(self, lease_until: datetime) -> None:
+        """Stop the attempt RENEWAL_MARGIN before `lease_until`, unless a renewal
+        confirmed in the meantime moves the deadline on."""
+        margin = self._lease * RENEWAL_MARGIN
+        left = (lease_until - margin - self._clock.now()).total_seconds()
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = asyncio.get_running_loop().call_later(
+            max(left, 0.0), self._lose, "no renewal of its claim was confirmed in time"
+        )
+
+    def _lose(self, why: str) -> None:
+        if self._running and not self._lost:
+            log.warning("job %s: %s; stopping the attempt", self._job.id, why)
+            self._lost = True
+            self._task.cancel()
+
+    def _renew(self) -> None:
         if self._running:
-            renewal = asyncio.ensure_future(self._extend(task))
+            renewal = asyncio.ensure_future(self._extend())
             self._renewals.add(renewal)
             renewal.add_done_callback(self._renewals.discard)
 
-    async def _extend(self, task: "asyncio.Task[Any]") -> None:
-        loop = asyncio.get_running_loop()
-        lease = self._lease.total_seconds()
+    async def _extend(self) -> None:
+        until = self._clock.now() + self._lease
         try:
-            held = await self._store.extend_lease(
-                self._job.id, self._token, self._clock.now() + self._lease
-            )
+            held = await self._store.extend_lease(self._job.id, self._token, until)
         except Exception as exc:  # noqa: BLE001 - unconfirmed, whatever the cause
-            # Not renewed, not known lost: the claim holds until its lease runs out.
-            held = loop.time() - self._confirmed < lease
+            # Not renewed, not known lost: the deadline stops the attempt in time if no
+            # later renewal is confirmed.
             log.warning("job %s: cannot renew its claim (%s)", self._job.id, exc)
+            held = True
         else:
             if held:
-                self._confirmed = loop.time()
+                self._watch(until)
         if not self._running:
             return
         if not held:
-            log.warning("job %s: its claim lapsed while it ran; stopping the attempt", self._job.id)
-            self._lost = True
-            task.cancel()
+            self._lose("another worker took the job over")
             return
-        self._timer = loop.call_later(lease / 3, self._renew, task)
+        self._timer = asyncio.get_running_loop().call_later(
+            self._lease.total_seconds() / 3, self._renew
+        )
