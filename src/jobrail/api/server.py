@@ -11,7 +11,9 @@ requests and stops at the first byte, and nothing runs before a connection's fir
 byte, so a connection that sends a few bytes of a request line, or nothing at all,
 stayed open for good (slowloris). And its refusal of a request it cannot parse is
 ``text/plain``. uvicorn offers no hook for either, hence the small subclass of its
-h11 protocol below:
+h11 protocol below (it overrides uvicorn's ``data_received``, ``connection_made``,
+``connection_lost`` and ``send_400_response``; tests/integration/test_http_server_limits.py
+holds it to its behaviour across uvicorn upgrades):
 
 - from the moment a connection waits for a request (it opened, or it sent a partial
   request line after its previous response), the whole request line and headers must
@@ -31,12 +33,12 @@ from http import HTTPStatus
 from typing import Any
 
 import h11
-from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jobrail.api.errors import error_body
 
 LINGER_S = 2.0
+H11_DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # h11's own default, when none is configured
 
 _REFUSALS = {
     408: ("request_timeout", "the request line and headers did not arrive in time"),
@@ -63,7 +65,7 @@ class JobrailH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         max_size = self.config.h11_max_incomplete_event_size
-        self.conn = _Connection(h11.SERVER, max_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
+        self.conn = _Connection(h11.SERVER, max_size or H11_DEFAULT_MAX_HEADER_BYTES)
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
