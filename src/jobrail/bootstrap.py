@@ -7,6 +7,7 @@ so they run the same use cases with the same wiring.
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,17 @@ class Runtime:
     async def start_relay(self) -> None:
         relay = await self.container.get(OutboxRelay)
         self._background.append(asyncio.create_task(relay.run_forever(), name="outbox-relay"))
+
+    async def start_scheduler(self) -> None:
+        """Embedded mode: fire the modules' schedules in this process, as `jobrail
+        scheduler` does in the stack (JOBRAIL_SCHEDULER__EMBEDDED=false turns it off)."""
+        from jobrail.scheduling.process import start_embedded_scheduler  # imports this
+
+        await start_embedded_scheduler(self)
+
+    def run_in_background(self, work: Coroutine[Any, Any, Any], *, name: str) -> None:
+        """Run `work` until `stop_background` cancels it."""
+        self._background.append(asyncio.create_task(work, name=name))
 
     async def stop_background(self) -> None:
         for task in self._background:

@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.embedded:
             await resume_unfinished_jobs(runtime)
             await runtime.start_relay()
+            await runtime.start_scheduler()
         try:
             yield
         finally:

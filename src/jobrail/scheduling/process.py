@@ -2,6 +2,9 @@
 modules and container), that consumes nothing and only enqueues.
 
 Run two or more for availability: one leads (see leadership), the others stand by.
+The embedded mode has no such process: ``jobrail run`` runs the same scheduler inside
+itself (`start_embedded_scheduler`), its leader lock on the in-memory limits backend,
+so that its housekeeping (pruning above all) happens there too.
 """
 
 import asyncio
@@ -14,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from jobrail.bootstrap import build_runtime
+from jobrail.bootstrap import Runtime, build_runtime
 from jobrail.jobs.ports import JobCatalog
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
@@ -78,9 +81,40 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+async def build_scheduler(runtime: Runtime) -> Scheduler:
+    """The scheduler of a process, over its container: its leader lock in the limits
+    backend (Redis in the stack, memory in the embedded mode)."""
+    settings = runtime.settings.scheduler
+    schedules = resolve_schedules(runtime.modules, settings, runtime.registry)
+    leadership = Leadership(
+        await runtime.container.get(LimitsBackend),
+        holder_id(),
+        timedelta(seconds=settings.leader_ttl_s),
+    )
+    return Scheduler(
+        schedules,
+        await runtime.container.get(EnqueueJob),
+        leadership,
+        await runtime.container.get(Clock),
+        tick=timedelta(seconds=settings.tick_s),
+        catch_up=timedelta(seconds=settings.catch_up_s),
+    )
+
+
+async def start_embedded_scheduler(runtime: Runtime) -> None:
+    """Run the schedules inside an embedded-mode process until it stops its background
+    tasks (`Runtime.stop_background`)."""
+    if not runtime.settings.embedded or not runtime.settings.scheduler.embedded:
+        return
+    scheduler = await build_scheduler(runtime)
+    # Never set: the task is cancelled at shutdown, and Scheduler.run resigns then.
+    forever = asyncio.Event()
+    runtime.run_in_background(scheduler.run(forever), name="scheduler")
+
+
 async def serve(settings: Settings) -> None:
     runtime = build_runtime(settings, worker=False)
-    schedules = resolve_schedules(runtime.modules, settings.scheduler, runtime.registry)
+    resolve_schedules(runtime.modules, settings.scheduler, runtime.registry)  # fail early
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -89,19 +123,7 @@ async def serve(settings: Settings) -> None:
     # workers' relay publishes whatever that misses.
     await runtime.broker.startup()
     try:
-        leadership = Leadership(
-            await runtime.container.get(LimitsBackend),
-            holder_id(),
-            timedelta(seconds=settings.scheduler.leader_ttl_s),
-        )
-        scheduler = Scheduler(
-            schedules,
-            await runtime.container.get(EnqueueJob),
-            leadership,
-            await runtime.container.get(Clock),
-            tick=timedelta(seconds=settings.scheduler.tick_s),
-            catch_up=timedelta(seconds=settings.scheduler.catch_up_s),
-        )
+        scheduler = await build_scheduler(runtime)
         await scheduler.run(stop)
     finally:
         await runtime.broker.shutdown()
@@ -115,7 +137,8 @@ def run_scheduler(settings: Settings) -> None:
     if settings.embedded:
         raise SystemExit(
             "jobrail scheduler needs the stack mode (JOBRAIL_MODE=stack): it shares its "
-            "leader lock through Redis and its jobs through Postgres and RabbitMQ"
+            "leader lock through Redis and its jobs through Postgres and RabbitMQ "
+            "(the embedded mode, jobrail run, fires its schedules itself)"
         )
     configure_logging(settings.log_level)
     asyncio.run(serve(settings))

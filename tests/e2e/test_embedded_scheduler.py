@@ -1,0 +1,90 @@
+"""`jobrail run` (the embedded mode) fires the built-in schedules itself: here the DLQ
+report, set to fire every second, runs as jobs of the `_system` tenant."""
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.processes import BIN, Process
+
+DEMO = {"Authorization": "Bearer demo-key"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[tuple[str, Process]]:
+    port = _free_port()
+    server = Process(
+        [str(BIN / "jobrail"), "run"],
+        {
+            "JOBRAIL_MODE": "embedded",
+            "JOBRAIL_API__PORT": str(port),
+            "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
+            "JOBRAIL_SCHEDULER__SCHEDULES": json.dumps({"dlq-report": {"cron": "* * * * * *"}}),
+        },
+        name="jobrail-run",
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert server.alive(), server.output()[-3000:]
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        server.stop()
+        raise AssertionError(f"jobrail run did not serve:\n{server.output()[-3000:]}")
+    yield base, server
+    server.stop()
+
+
+def _reports(base: str) -> int:
+    overview = httpx.get(f"{base}/admin/overview", headers=DEMO, timeout=5).json()
+    return sum(
+        count["count"]
+        for count in overview["counts"]
+        if (count["type"], count["status"]) == ("maintenance.report_dead_letters", "succeeded")
+    )
+
+
+def _fired_after(server: Process, moment: datetime) -> list[str]:
+    """The dlq-report periods fired that started after `moment` (not caught up)."""
+    return [
+        r["key"]
+        for r in server.log_records()
+        if r.get("event") == "schedule.fired"
+        and r["schedule"] == "dlq-report"
+        and datetime.fromisoformat(r["key"].split(":", 1)[1].replace("Z", "+00:00")) > moment
+    ]
+
+
+def test_jobrail_run_fires_the_built_in_schedules_in_process(
+    embedded: tuple[str, Process],
+) -> None:
+    base, server = embedded
+    serving_since = datetime.now(UTC)
+
+    deadline = time.monotonic() + 60
+    while len(_fired_after(server, serving_since)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    fired = _fired_after(server, serving_since)
+    while _reports(base) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    assert len(fired) >= 2, server.output()[-3000:]
+    assert _reports(base) >= 2  # and a worker in the same process ran them
+    assert any(r.get("event") == "leader.acquired" for r in server.log_records())
