@@ -8,13 +8,15 @@ is not a job message:
   confirms, and a consumer that sends unparseable messages to ``jobs.dlq`` with
   their reason instead of dropping them, and a job of a type it has no task for to
   the unknown-type task, which fails the job with why (Taskiq acknowledges and
-  forgets both).
+  forgets both). A RabbitMQ restart is logged once (``messaging/reconnects.py``), and
+  an acknowledgement its closed channels refuse is counted there, not raised.
 - ``EmbeddedJobBroker`` (embedded mode) is Taskiq's in-memory broker: tasks run in
   the same process; delays are timers; dead letters stay in memory.
 """
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -40,6 +42,7 @@ from jobrail.messaging.envelope import (
     parse_job_message,
     reroute_unknown_type,
 )
+from jobrail.messaging.reconnects import ConnectionWatch
 from jobrail.messaging.topology import (
     DELAY_HEADER,
     Topology,
@@ -54,6 +57,13 @@ log = logging.getLogger("jobrail.broker")
 # A message that keeps killing its consumer is dead-lettered by RabbitMQ after this
 # many deliveries (quorum queues count them).
 DELIVERY_LIMIT = 20
+# What an acknowledgement on a channel that has closed raises (aio-pika, aiormq).
+_CHANNEL_GONE = (
+    ChannelInvalidStateError,
+    aiormq.exceptions.AMQPError,
+    ConnectionError,
+    RuntimeError,
+)
 
 
 class JobBroker(Protocol):
@@ -120,6 +130,7 @@ class AmqpJobBroker(AioPikaBroker):
         self._work_exchange: AbstractExchange | None = None
         self._delay_exchange: AbstractExchange | None = None
         self._connector: asyncio.Task[None] | None = None
+        self._watch = ConnectionWatch()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -141,6 +152,7 @@ class AmqpJobBroker(AioPikaBroker):
             self._connector = asyncio.create_task(self._connect_until_connected())
 
     async def shutdown(self) -> None:
+        self._watch.stopping()
         if self._connector is not None:
             self._connector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -173,9 +185,11 @@ class AmqpJobBroker(AioPikaBroker):
             if self.is_worker_process:
                 read_conn = await aio_pika.connect_robust(url, timeout=timeout)
             self.write_conn, self.write_channel = write_conn, write_channel
+            self._watch.watch(write_conn, "publishing connection")
             if read_conn is not None:
                 self.read_conn = read_conn
                 self.read_channel = await read_conn.channel()
+                self._watch.watch(read_conn, "consuming connection")
             await self._declare_exchanges()
             await self._declare_queues(write_channel)
             await self._declare_jobrail_topology(write_channel)
@@ -378,9 +392,25 @@ class AmqpJobBroker(AioPikaBroker):
                 async for message in iterator:
                     body = await self._admit(message, queue.name)
                     if body is not None:
-                        yield AckableMessage(data=body, ack=message.ack)
+                        yield AckableMessage(data=body, ack=functools.partial(self._ack, message))
         except (RuntimeError, asyncio.CancelledError):
             log.info("stopped consuming %s", queue.name)
+
+    async def _ack(self, message: AbstractIncomingMessage) -> None:
+        """Acknowledge a message whose job the runner is done with. If its channel has
+        closed meanwhile (RabbitMQ restarted, the connection dropped), RabbitMQ has put
+        the message back already and the redelivery finds the job recorded: nothing is
+        lost, so this is no error. (Taskiq would let the exception end its callback task
+        unretrieved: asyncio's "Task exception was never retrieved", at ERROR.)"""
+        try:
+            await message.ack()
+        except _CHANNEL_GONE as exc:
+            self._watch.ack_lost()
+            log.debug(
+                "message %s not acknowledged: its channel is gone (%s)",
+                message.message_id,
+                _why(exc),
+            )
 
     async def _admit(self, message: AbstractIncomingMessage, queue: str) -> bytes | None:
         """The body to run if the message is a job message (a job of a type this worker

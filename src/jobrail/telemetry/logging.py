@@ -64,6 +64,63 @@ class LogContextFilter(logging.Filter):
         return True
 
 
+class ExpectedReconnectFilter(logging.Filter):
+    """Demotes to INFO what aio-pika and aiormq log at WARNING or ERROR on the expected
+    path of a broker restart: the connection's reader exiting, the broker's forced
+    close (320 CONNECTION_FORCED: shut down, or closed by an operator), each failed
+    reconnection attempt (and its refused connect), and a closed channel's close
+    callback failing on its closed connection. jobrail's broker says once, at WARNING,
+    that the connection was lost (``jobrail.messaging.reconnects``); at ERROR these
+    would each look like a fault.
+
+    A demoted record is dropped unless its logger is enabled for INFO (the libraries'
+    loggers are set to WARNING by `configure_logging`, unless the level is DEBUG).
+    Anything else those libraries log keeps its level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not _expected_on_reconnect(record):
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.__dict__["demoted_from"] = "reconnect"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+_CONNECTION_FORCED = 320
+# The library messages (their format strings) that are part of an expected reconnect.
+_READER_EXITED = "Cancelling cause reader exited abnormally"
+_REMOTE_CLOSE = "Unexpected connection close from remote"
+_ATTEMPT_FAILED = 'Connection attempt to "%s" '
+_NO_TRANSPORT = "error when creating transport: %r"
+_CALLBACK_ERROR = "Callback %r error: %s: %s"
+_CLOSED_ERRORS = {"RuntimeError", "ChannelInvalidStateError", "ConnectionClosed"}
+
+
+def _expected_on_reconnect(record: logging.LogRecord) -> bool:
+    message = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    if record.name == "aiormq.connection":
+        if message == _READER_EXITED:
+            return True
+        if message == _NO_TRANSPORT:
+            # args: the error; refused or reset while the broker is down.
+            return bool(args) and (
+                isinstance(args[0], OSError) or type(args[0]).__name__ == "AMQPConnectionError"
+            )
+        # args: the connection, the reply code, the reply text.
+        return message.startswith(_REMOTE_CLOSE) and args[1:2] == (_CONNECTION_FORCED,)
+    if record.name == "aio_pika.robust_connection":
+        return message.startswith(_ATTEMPT_FAILED)
+    if record.name == "aio_pika.tools" and message == _CALLBACK_ERROR and len(args) == 3:
+        # args: the callback, the exception's type name, the exception.
+        callback, kind, exc = args
+        return (
+            "._on_close of" in repr(callback)
+            and kind in _CLOSED_ERRORS
+            and (kind != "RuntimeError" or str(exc).endswith("closed"))
+        )
+    return False
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, with whatever extra fields the record carries."""
 
@@ -86,6 +143,7 @@ def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler.addFilter(LogContextFilter())
+    handler.addFilter(ExpectedReconnectFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
