@@ -11,7 +11,10 @@ it while the job runs (`_LeaseRenewal`), or the job's timeout + grace when that 
 shorter. A job that ends before its first renewal (most do) costs one claim and one
 record, nothing more; a job that runs long keeps its claim for as long as its worker
 renews it, and stops itself shortly before its lease would end if no renewal is
-confirmed in time, so that it never runs beside the worker that takes it over.
+confirmed in time, so that it never runs beside the worker that takes it over. (The
+renewals run on the worker's event loop: a handler that blocks the loop for longer than
+a lease cannot renew, may be taken over, and stops at its next await. Blocking work
+belongs in a thread, or needs a longer `JOBRAIL_JOBS__LEASE_S`.)
 
 Taking over a dead worker's job. When a worker dies, RabbitMQ hands its
 unacknowledged messages to the other consumers at once, at the head of the queue.
