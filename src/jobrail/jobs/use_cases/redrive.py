@@ -21,8 +21,11 @@ from jobrail.messaging.envelope import DeadLetter, job_envelope
 
 log = logging.getLogger("jobrail.jobs")
 
-# How many dead letters one clean-up looks through (each is held in memory meanwhile).
-# A stale letter beyond it is removed by the next `{"all": true}` redrive instead.
+# How many dead letters a redrive looks through for the job's old ones, oldest first:
+# each look is one round trip to RabbitMQ, inside the operator's request. A stale letter
+# further back is removed by the next `{"all": true}` redrive instead.
+CLEAN_UP_LIMIT = 1000
+# How many a filtered purge looks through (each is held in memory meanwhile).
 SCAN_LIMIT = 10_000
 
 
@@ -120,7 +123,7 @@ class RedriveJob:
             return False
 
         try:
-            await self._dlq.settle_dead_letters(stale, SCAN_LIMIT)
+            await self._dlq.settle_dead_letters(stale, CLEAN_UP_LIMIT)
         except BrokerUnavailableError as exc:
             log.warning(
                 "could not remove the dead letters of %d redriven jobs (%s); a redrive of "
