@@ -16,7 +16,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from jobrail.settings import Settings, SettingsError, load_settings
 
@@ -54,6 +54,20 @@ def _settings_refused(exc: SettingsError) -> NoReturn:
     raise SystemExit(2) from None
 
 
+def _check_schedules(app: Any, settings: Settings) -> None:
+    """The embedded mode fires the schedules itself: a mistake in them (an unknown name,
+    a bad cron) stops it here with the reason, not with a traceback from its start-up."""
+    from jobrail.api.app import runtime_of
+    from jobrail.scheduling.process import ScheduleConfigError, resolve_schedules
+
+    runtime = runtime_of(app)
+    try:
+        resolve_schedules(runtime.modules, settings.scheduler, runtime.registry)
+    except ScheduleConfigError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def serve_api(settings: Settings) -> None:
     import uvicorn
 
@@ -68,6 +82,8 @@ def serve_api(settings: Settings) -> None:
         app = create_app(settings)  # a module may refuse a setting too (the sync sandbox)
     except SettingsError as exc:
         _settings_refused(exc)
+    if settings.embedded and settings.scheduler.embedded:
+        _check_schedules(app, settings)
     if seeds_demo_tenant(settings):
         print(
             f"jobrail: embedded mode on http://{settings.api.host}:{settings.api.port} - "

@@ -2,7 +2,9 @@
 report, set to fire every second, runs as jobs of the `_system` tenant."""
 
 import json
+import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -88,3 +90,23 @@ def test_jobrail_run_fires_the_built_in_schedules_in_process(
     assert len(fired) >= 2, server.output()[-3000:]
     assert _reports(base) >= 2  # and a worker in the same process ran them
     assert any(r.get("event") == "leader.acquired" for r in server.log_records())
+
+
+def test_jobrail_run_refuses_schedules_that_do_not_fit_with_the_reason(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [str(BIN / "jobrail"), "run"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")},
+            "JOBRAIL_MODE": "embedded",
+            "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
+            "JOBRAIL_SCHEDULER__SCHEDULES": json.dumps({"dlq-report": {"cron": "every day"}}),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert run.returncode == 2, run.stderr
+    assert "jobrail: schedule dlq-report: cron 'every day'" in run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
