@@ -1,5 +1,6 @@
 """`jobrail run` (the embedded mode) fires the built-in schedules itself: here the DLQ
-report, set to fire every second, runs as jobs of the `_system` tenant."""
+report and the message pruning, set to fire every second, run as jobs of the `_system`
+tenant; and schedules that do not fit stop it at once with the reason."""
 
 import json
 import os
@@ -34,7 +35,9 @@ def embedded(tmp_path: Path) -> Iterator[tuple[str, Process]]:
             "JOBRAIL_MODE": "embedded",
             "JOBRAIL_API__PORT": str(port),
             "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
-            "JOBRAIL_SCHEDULER__SCHEDULES": json.dumps({"dlq-report": {"cron": "* * * * * *"}}),
+            "JOBRAIL_SCHEDULER__SCHEDULES": json.dumps(
+                {"dlq-report": {"cron": "* * * * * *"}, "prune-messages": {"cron": "* * * * * *"}}
+            ),
         },
         name="jobrail-run",
     )
@@ -54,12 +57,12 @@ def embedded(tmp_path: Path) -> Iterator[tuple[str, Process]]:
     server.stop()
 
 
-def _reports(base: str) -> int:
+def _succeeded(base: str, job_type: str) -> int:
     overview = httpx.get(f"{base}/admin/overview", headers=DEMO, timeout=5).json()
     return sum(
         count["count"]
         for count in overview["counts"]
-        if (count["type"], count["status"]) == ("maintenance.report_dead_letters", "succeeded")
+        if (count["type"], count["status"]) == (job_type, "succeeded")
     )
 
 
@@ -84,11 +87,13 @@ def test_jobrail_run_fires_the_built_in_schedules_in_process(
     while len(_fired_after(server, serving_since)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     fired = _fired_after(server, serving_since)
-    while _reports(base) < 2 and time.monotonic() < deadline:
+    kinds = ("maintenance.report_dead_letters", "maintenance.prune_messages")
+    while min(_succeeded(base, k) for k in kinds) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
 
     assert len(fired) >= 2, server.output()[-3000:]
-    assert _reports(base) >= 2  # and a worker in the same process ran them
+    # ... and a worker in the same process ran them, the pruning included.
+    assert [_succeeded(base, k) >= 2 for k in kinds] == [True, True], server.output()[-3000:]
     assert any(r.get("event") == "leader.acquired" for r in server.log_records())
 
 
