@@ -319,3 +319,19 @@ async def test_purge_the_dlq_by_job_type_reason_or_all(
     assert [r.status_code for r in bad] == [422] * 4
     # The jobs stay failed: purging a letter is not redriving or deleting its job.
     assert (await ops_api.job(permanent))["status"] == "failed"
+
+
+async def test_a_poison_message_is_dead_lettered_under_its_own_message_id(
+    ops_api: ApiClient, workers: Any, rabbit: RabbitProbe
+) -> None:
+    await workers()
+    admin = await ops_api.auth("ops", admin=True)
+    await rabbit.channel.default_exchange.publish(
+        aio_pika.Message(body=b"not json", message_id="poison-7"),
+        routing_key=rabbit.topology.queues["jobs.default"],
+    )
+
+    [letter] = await wait_for(lambda: _letters(ops_api, admin), what="the poison's letter")
+
+    assert letter["id"] == "poison-7"
+    assert letter["reason"].startswith("malformed message")
