@@ -75,10 +75,11 @@ async def declare_dead_letter_queue(
             await probe.declare_queue(name, durable=True, arguments=arguments)
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
         log.warning(
-            "dead-letter queue %s exists with other arguments (%s); using it as it is. "
-            "On RabbitMQ 4 a quorum queue without a delivery limit drops a message after "
-            "20 returns, and every look at the DLQ returns its messages: give it the "
-            "limit with: %s",
+            "dead-letter queue %s exists with other arguments (%s), most likely declared "
+            "by an older jobrail without a delivery limit; using it as it is. On RabbitMQ "
+            "4 such a quorum queue drops a message after 20 returns, and every look at "
+            "the DLQ returns its messages, unless a policy sets its limit: %s (a policy "
+            "does not change the queue's arguments, so this warning stays)",
             name,
             exc,
             dead_letter_policy_hint(name),
