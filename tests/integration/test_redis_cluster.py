@@ -104,6 +104,36 @@ async def test_a_lost_script_cache_is_loaded_again_on_every_node(batched: RedisL
     assert [a.allowed for a in admitted] == [True] * 2 * len(tenants)
 
 
+async def test_a_node_that_does_not_answer_holds_back_only_the_calls_to_it(
+    batched: RedisLimits, redis_cluster: RedisCluster
+) -> None:
+    client: Any = batched._redis
+    await client.initialize()
+    tenants = _tenants_on_every_node(client, batched)
+    slow = client.get_node_from_key(batched.key(Acquire(BUCKET, f"vendor:{tenants[0]}")))
+    # The node takes no command for 4 s (longer than the client's 2 s socket timeout).
+    assert redis_cluster.cli(slow.port, "client", "pause", "4000", "ALL").strip() == "OK"
+
+    calls = [
+        asyncio.ensure_future(batched.admit([Acquire(BUCKET, f"vendor:{t}")], holder="h"))
+        for t in tenants
+    ]
+    try:
+        await asyncio.wait(calls[1:], timeout=30)
+
+        assert all(call.done() and call.result().allowed for call in calls[1:])
+        assert not calls[0].done(), "the call to the paused node is still waiting for it"
+    finally:
+        await asyncio.gather(*calls, return_exceptions=True)
+        # The session's cluster is whole again before the next test (UNPAUSE would wait
+        # for the pause to end as well).
+        await wait_for(
+            lambda: asyncio.to_thread(lambda: redis_cluster.cli(slow.port, "ping") == "PONG\n"),
+            timeout=30,
+            what="the paused node",
+        )
+
+
 async def test_keys_on_two_slots_in_one_call_are_refused_clearly(batched: RedisLimits) -> None:
     with pytest.raises(CrossSlotError, match="different Redis Cluster slots"):
         await batched.admit(

@@ -41,7 +41,6 @@ must survive that, and neither may rely on a key having survived:
   small slews while Redis keeps its data.
 """
 
-import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -360,6 +359,9 @@ class RedisLimits:
         self._calls: Coalescer[tuple[Any, list[str], list[str]], Any] = Coalescer(
             self._send, window_s
         )
+        # On a cluster, one batch per node (see _node_batch).
+        self._window_s = window_s
+        self._node_batches: dict[str, Coalescer[tuple[Any, list[str], list[str]], Any]] = {}
 
     async def load_scripts(self) -> None:
         """Load every script now (EVALSHA would otherwise load each on first use)."""
@@ -380,44 +382,46 @@ class RedisLimits:
                 keys.append(f"{self._prefix}fence:{hash_tagged(item.key)}")
         return keys
 
-    async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
-        if self._cluster is None:
-            return await self._send_to_node(calls)
-        # redis-py's cluster pipeline would split the batch by node itself, but one node
-        # that fails fails the whole pipeline; sent node by node, a node that is down
-        # only holds back the jobs whose keys live on it.
-        await self._cluster.initialize()  # learns the slots once; then a no-op
-        batches: dict[str, list[int]] = {}
-        results: list[Any] = [None] * len(calls)
-        for i, (_script, keys, _args) in enumerate(calls):
-            try:
-                node = self._cluster.get_node_from_key(keys[0])
-            except (RedisError, RedisClusterException) as exc:  # no node serves the slot
-                results[i] = exc
-                continue
-            if node is None:
-                results[i] = RedisClusterException(f"no node serves the key {keys[0]!r}")
-                continue
-            batches.setdefault(node.name, []).append(i)
+    async def _node_batch(
+        self, cluster: RedisCluster, keys: list[str]
+    ) -> Coalescer[tuple[Any, list[str], list[str]], Any]:
+        """The batch of the node that serves `keys`. redis-py's cluster pipeline would
+        split one batch by node itself, but a node that fails or does not answer would
+        fail or hold up all of it; batched by node, it holds back only its own calls.
+        (A call whose slot moved meanwhile still reaches the right node: the pipeline
+        routes every command by its keys and follows redirections.)"""
+        await cluster.initialize()  # reads the cluster's layout when needed; else a no-op
+        node = cluster.get_node_from_key(keys[0])
+        if node is None:
+            raise RedisClusterException(f"no node serves the key {keys[0]!r}")
+        batch = self._node_batches.get(node.name)
+        if batch is None:
+            batch = self._node_batches[node.name] = Coalescer(
+                lambda calls: self._send_to_cluster(cluster, calls), self._window_s
+            )
+        return batch
 
-        async def send(indexes: list[int]) -> None:
-            try:
-                answers = await self._send_to_node([calls[i] for i in indexes])
-            except (RedisError, RedisClusterException, OSError) as exc:
-                answers = [exc] * len(indexes)
-            for i, answer in zip(indexes, answers, strict=True):
-                results[i] = answer
-
-        await asyncio.gather(*(send(indexes) for indexes in batches.values()))
+    async def _send_to_cluster(
+        self, cluster: RedisCluster, calls: Sequence[tuple[Any, list[str], list[str]]]
+    ) -> list[Any]:
+        try:
+            results = await self._send(calls)
+        except RedisCluster.ERRORS_ALLOW_RETRY:
+            await self._layout_changed(cluster)
+            raise
         if any(isinstance(result, RedisCluster.ERRORS_ALLOW_RETRY) for result in results):
-            # A node failed (or the cluster is changing): read its layout again before
-            # the next batch, or the pipelines would go on to a dead master after its
-            # replica took over. A single command makes redis-py do this by itself; a
-            # pipeline only does it when it retries, and the limits' client never does.
-            await self._cluster.aclose()
+            await self._layout_changed(cluster)
         return results
 
-    async def _send_to_node(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
+    @staticmethod
+    async def _layout_changed(cluster: RedisCluster) -> None:
+        # A node failed (or the cluster is changing): read its layout again before the
+        # next call, or pipelines would go on to a dead master after its replica took
+        # over. A single command makes redis-py do this by itself; a pipeline only does
+        # it when it retries, and the limits' client never retries (see jobrail.ioc).
+        await cluster.aclose()
+
+    async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
         if len(calls) == 1:  # alone in its turn: a plain call costs less than a pipeline
             script, keys, args = calls[0]
             try:
@@ -449,7 +453,10 @@ class RedisLimits:
                 "slot (see jobrail.limits.model.hash_tagged)"
             )
         try:
-            return await self._calls.submit((script, keys, args))
+            if self._cluster is None:
+                return await self._calls.submit((script, keys, args))
+            batch = await self._node_batch(self._cluster, keys)
+            return await batch.submit((script, keys, args))
         except (RedisError, RedisClusterException, OSError) as exc:
             # Down, loading, read-only, out of memory: the limits cannot be checked, so
             # limited work waits (and is never run unprotected).
