@@ -86,6 +86,19 @@ async def test_calls_batched_together_across_nodes_each_get_their_own_answer(
     assert fenced == [True] * len(tenants) + [False] * len(tenants)
 
 
+async def test_operators_peek_at_list_and_clear_a_lock_on_the_cluster(
+    batched: RedisLimits,
+) -> None:
+    lock = Acquire(LOCK, "account:acme:a1")
+    await batched.admit([lock], holder="holder-1")
+
+    assert [h["holder"] for h in await batched.holders(lock)] == ["holder-1"]
+    assert not (await batched.peek(lock)).allowed
+    await batched.reset(lock)
+    assert await batched.holders(lock) == []
+    assert (await batched.peek(lock)).allowed
+
+
 async def test_a_lost_script_cache_is_loaded_again_on_every_node(batched: RedisLimits) -> None:
     client: Any = batched._redis
     await client.initialize()
