@@ -41,6 +41,7 @@ must survive that, and neither may rely on a key having survived:
   small slews while Redis keeps its data.
 """
 
+import contextlib
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -415,11 +416,15 @@ class RedisLimits:
 
     @staticmethod
     async def _layout_changed(cluster: RedisCluster) -> None:
-        # A node failed (or the cluster is changing): read its layout again before the
-        # next call, or pipelines would go on to a dead master after its replica took
-        # over. A single command makes redis-py do this by itself; a pipeline only does
-        # it when it retries, and the limits' client never retries (see jobrail.ioc).
-        await cluster.aclose()
+        # A node failed (or the cluster is changing): read its layout again, or the
+        # pipelines would go on to a dead master after its replica took over. A single
+        # command makes redis-py do this itself; a pipeline only when it retries, and
+        # the limits' client never retries (see jobrail.ioc). Not `aclose()`, which is
+        # what redis-py's retry does: that would also cut the connections the other
+        # nodes' batches are using. The nodes manager keeps them, and runs one refresh
+        # for callers that fail at the same time.
+        with contextlib.suppress(RedisError, RedisClusterException, OSError):
+            await cluster.nodes_manager.initialize()  # fails again while no node answers
 
     async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
         if len(calls) == 1:  # alone in its turn: a plain call costs less than a pipeline
