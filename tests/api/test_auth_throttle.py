@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobrail.api.app import create_app, runtime_of
+from jobrail.api.app import create_app
 from jobrail.settings import SettingsError, load_settings
 from jobrail.tenants.use_cases import Authenticate
 from tests.api.conftest import embedded_settings, migrated
