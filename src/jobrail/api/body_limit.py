@@ -7,7 +7,7 @@ body without one (chunked) is counted as it arrives and refused when it goes ove
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobrail.api.errors import asgi_error
+from jobrail.api.errors import TrackedSend, asgi_error
 
 
 class BodySizeLimit:
@@ -27,7 +27,6 @@ class BodySizeLimit:
                 break
 
         received = 0
-        started = False
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -40,16 +39,11 @@ class BodySizeLimit:
                     raise HTTPException(413, self._message())
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, counting_receive, tracking_send)
+            await self.app(scope, counting_receive, tracked)
         except HTTPException as exc:
-            if exc.status_code != 413 or started:
+            if exc.status_code != 413 or tracked.started:
                 raise
             await self._refuse(send)
 

@@ -199,21 +199,28 @@ class UnhandledErrors:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except Exception:
-            if started:  # half a response is out: only dropping the connection is left
+            if tracked.started:  # half a response is out: only dropping the connection is left
                 raise
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             await asgi_error(send, 500, "internal_error", "internal error")
+
+
+class TrackedSend:
+    """An ASGI ``send`` that remembers whether the response has started: a middleware
+    that answers an error itself may do so only before that."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 class JsonCORSMiddleware(CORSMiddleware):

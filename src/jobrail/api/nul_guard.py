@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobrail.api.errors import RequestRefused, asgi_error
+from jobrail.api.errors import RequestRefused, TrackedSend, asgi_error
 
 NUL_MESSAGE = "the request contains a NUL character (U+0000), which cannot be stored"
 
@@ -75,7 +75,6 @@ class NulGuard:
             return
 
         chunks: list[bytes] = []
-        started = False
 
         async def scanning_receive() -> Message:
             message = await receive()
@@ -88,17 +87,12 @@ class NulGuard:
                         raise NulCharacterError("body")
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, scanning_receive, tracking_send)
+            await self.app(scope, scanning_receive, tracked)
         except NulCharacterError as exc:
             # A route that read the body outside FastAPI's request handling.
-            if started:
+            if tracked.started:
                 raise
             await _refuse(send, exc.where)
 

@@ -57,7 +57,7 @@ log = logging.getLogger("jobrail.broker")
 # A message that keeps killing its consumer is dead-lettered by RabbitMQ after this
 # many deliveries (quorum queues count them).
 DELIVERY_LIMIT = 20
-# What an acknowledgement on a channel that has closed raises (aio-pika, aiormq).
+# What an operation on a channel or connection that has closed raises (aio-pika, aiormq).
 _CHANNEL_GONE = (
     ChannelInvalidStateError,
     aiormq.exceptions.AMQPError,
@@ -274,13 +274,7 @@ class AmqpJobBroker(AioPikaBroker):
         try:
             async with asyncio.timeout(self._settings.publish_timeout_s):
                 await exchange.publish(message, routing_key=routing_key, mandatory=True)
-        except (
-            aiormq.exceptions.AMQPError,
-            ChannelInvalidStateError,
-            ConnectionError,
-            TimeoutError,
-            RuntimeError,
-        ) as exc:
+        except (*_CHANNEL_GONE, TimeoutError) as exc:
             raise BrokerUnavailableError(f"publish to {routing_key} failed: {_why(exc)}") from exc
 
     async def queue_depths(self) -> list[QueueDepth]:
@@ -304,13 +298,7 @@ class AmqpJobBroker(AioPikaBroker):
                                 logical, result.message_count or 0, result.consumer_count or 0
                             )
                         )
-        except (
-            aiormq.exceptions.AMQPError,
-            ChannelInvalidStateError,
-            ConnectionError,
-            TimeoutError,
-            RuntimeError,
-        ) as exc:
+        except (*_CHANNEL_GONE, TimeoutError) as exc:
             raise BrokerUnavailableError(f"queue depths: {_why(exc)}") from exc
         return depths
 
@@ -348,12 +336,7 @@ class AmqpJobBroker(AioPikaBroker):
                     )
                     if await decide(letter):
                         await message.ack()
-        except (
-            aiormq.exceptions.AMQPError,
-            ChannelInvalidStateError,
-            ConnectionError,
-            RuntimeError,
-        ) as exc:
+        except _CHANNEL_GONE as exc:
             raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
 
     async def purge_dead_letters(self) -> int:
@@ -365,12 +348,7 @@ class AmqpJobBroker(AioPikaBroker):
             async with connection.channel() as channel:
                 queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=False)
                 purged = await queue.purge()
-        except (
-            aiormq.exceptions.AMQPError,
-            ChannelInvalidStateError,
-            ConnectionError,
-            RuntimeError,
-        ) as exc:
+        except _CHANNEL_GONE as exc:
             raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
         return int(purged.message_count or 0)
 
