@@ -11,16 +11,24 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from contexts.notifications.adapters.persistence import SqlaNotificationsUnitOfWork
+from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
 from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.registry import JobRegistry
+from jobrail.kernel.ids import TenantId
 from jobrail.maintenance.persistence import (
     SqlaFinishedJobs,
     SqlaProcessedInbox,
     SqlaPublishedOutbox,
 )
 from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
+from jobrail.messaging.events import EventCatalog
+from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.inbox import SqlaInbox
 from jobrail.persistence.tables import inbox, jobs, outbox
-from tests.fakes import START, FixedClock
+from jobrail.persistence.uow import UnitOfWorkFactory
+from tests.contexts.fakes import FakeEmailSender
+from tests.fakes import START, FakeDispatcher, FixedClock
 from tests.support.services import store_engine
 
 DAY = timedelta(days=1)
@@ -125,3 +133,34 @@ async def test_prune_jobs_still_deletes_only_finished_jobs_past_their_time(
 
     assert pruned.deleted == 2
     assert left == {rows[2]["id"], rows[3]["id"]}
+
+
+async def test_a_receipt_event_taken_again_renews_its_inbox_row(engine: AsyncEngine) -> None:
+    # Through the real use case and unit of work: a duplicate is answered without a
+    # change to the notification, and its inbox renewal must still be committed, or
+    # prune-messages would drop the row of an event a redrive still brings back.
+    clock = FixedClock(START - 50 * DAY)
+    factory = UnitOfWorkFactory(
+        create_sessionmaker(engine),
+        FakeDispatcher(),
+        clock,
+        EventCatalog([]),
+        JobRegistry([], queues=["jobs.default"], default_timeout_s=30),
+        3,
+    )
+    send = SendReceipt(factory(SqlaNotificationsUnitOfWork), FakeEmailSender(), clock)
+    command = SendReceiptCommand(
+        TenantId("acme"), f"evt-{uuid.uuid4()}", "inv-1", "ada@example.com", 1999, "EUR"
+    )
+
+    await send(command)
+    clock.advance(20 * DAY)
+    await send(command)  # the event again: a redriven job, a redelivery
+
+    async with engine.connect() as conn:
+        taken = (
+            await conn.execute(
+                select(inbox.c.processed_at).where(inbox.c.message_id == command.event_id)
+            )
+        ).scalar_one()
+    assert taken == clock.now()

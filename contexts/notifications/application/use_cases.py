@@ -75,6 +75,8 @@ class SendReceipt:
                 await self._uow.commit()
                 return notification
             existing = await self._uow.notifications.by_source(cmd.tenant_id, RECEIPT, cmd.event_id)
+            # A duplicate renews the inbox row's time (see SqlaInbox): keep that renewal.
+            await self._uow.commit()
         if existing is None:
             raise PermanentError(f"event {cmd.event_id} was taken but has no notification")
         return existing
