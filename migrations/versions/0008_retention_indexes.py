@@ -22,14 +22,26 @@ PUBLISHED = "published_at IS NOT NULL"
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        _create_indexes()
+        return
+    # Both tables take a row per enqueue and per event and were never pruned before:
+    # a plain CREATE INDEX would lock out every enqueue while it reads them all.
+    # CONCURRENTLY does not, and must run outside a transaction.
+    with op.get_context().autocommit_block():
+        _create_indexes(postgresql_concurrently=True)
+
+
+def _create_indexes(**options: bool) -> None:
     op.create_index(
         "ix_outbox_published",
         "outbox",
         ["published_at"],
         postgresql_where=sa.text(PUBLISHED),
         sqlite_where=sa.text(PUBLISHED),
+        **options,
     )
-    op.create_index("ix_inbox_processed", "inbox", ["processed_at"])
+    op.create_index("ix_inbox_processed", "inbox", ["processed_at"], **options)
 
 
 def downgrade() -> None:

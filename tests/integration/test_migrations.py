@@ -10,6 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail.persistence.admin import create_database_if_missing, drop_database
@@ -61,3 +62,40 @@ def test_the_migrated_schema_matches_the_tables_in_code(empty_database: str) -> 
         return list(diff)
 
     assert asyncio.run(differences()) == []
+
+
+def test_hints_stored_by_the_old_rule_are_cut_unless_shaped_like_a_generated_key(
+    empty_database: str,
+) -> None:
+    config = _config(empty_database)
+    command.upgrade(config, "0008")
+
+    async def run(statements: list[str]) -> list[tuple[str, str]]:
+        engine = create_async_engine(empty_database)
+        async with engine.begin() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+            rows = (await conn.execute(text("SELECT tenant_id, hint FROM api_keys"))).all()
+        await engine.dispose()
+        return sorted((row[0], row[1]) for row in rows)
+
+    now = "'2026-12-01 00:00:00+00:00'"
+    asyncio.run(
+        run(
+            [
+                f"INSERT INTO tenants (id, admin, created_at) VALUES ('demo', true, {now})",
+                *(
+                    f"INSERT INTO api_keys (id, tenant_id, digest, hint, created_at) VALUES "
+                    f"('{key_id}', 'demo', '{digest}', '{hint}', {now})"
+                    for key_id, digest, hint in [
+                        ("00000000-0000-0000-0000-000000000001", "a" * 64, "demo-key…"),
+                        ("00000000-0000-0000-0000-000000000002", "b" * 64, "jr_Ab3-_z…"),
+                    ]
+                ),
+            ]
+        )
+    )
+
+    command.upgrade(config, "head")
+
+    assert asyncio.run(run([])) == [("demo", "de…"), ("demo", "jr_Ab3-_z…")]
