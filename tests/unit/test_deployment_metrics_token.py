@@ -7,6 +7,10 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+# No default: a well-known token would open production's metrics to anyone.
+REQUIRED_TOKEN = (
+    "${METRICS_TOKEN:?set METRICS_TOKEN (any long random string) in the environment or .env}"
+)
 
 
 def _yaml(path: str) -> dict[str, Any]:
@@ -23,7 +27,7 @@ def test_the_image_runs_in_production_and_compose_gives_every_jobrail_service_th
         services[name]["environment"]["JOBRAIL_METRICS__TOKEN"]
         for name in ("api", "worker", "worker-heavy", "scheduler", "migrate")
     }
-    assert tokens == {"${METRICS_TOKEN:-jobrail-metrics}"}
+    assert tokens == {REQUIRED_TOKEN}
 
 
 def test_prometheus_sends_the_same_token_to_the_api_and_the_workers() -> None:
@@ -31,6 +35,6 @@ def test_prometheus_sends_the_same_token_to_the_api_and_the_workers() -> None:
     scrape = _yaml("infra/prometheus/prometheus.yml")["scrape_configs"]
     [mount] = compose["services"]["prometheus"]["configs"]
 
-    assert compose["configs"][mount["source"]]["content"] == "${METRICS_TOKEN:-jobrail-metrics}"
+    assert compose["configs"][mount["source"]]["content"] == REQUIRED_TOKEN
     for job in (j for j in scrape if j["job_name"].startswith("jobrail-")):
         assert job["authorization"] == {"type": "Bearer", "credentials_file": mount["target"]}
