@@ -239,7 +239,11 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def authenticate(self, directory: TenantDirectory, settings: Settings) -> Authenticate:
-        return Authenticate(directory, ttl_s=settings.auth.key_cache_ttl_s)
+        return Authenticate(
+            directory,
+            ttl_s=settings.auth.key_cache_ttl_s,
+            seen_live_s=settings.auth.seen_live_s,
+        )
 
     create_tenant = provide(CreateTenant, scope=Scope.APP)
     issue_api_key = provide(IssueApiKey, scope=Scope.APP)

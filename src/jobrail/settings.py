@@ -263,7 +263,7 @@ class ApiLimitsSettings(BaseModel):
             if rule.scope == "tenant":
                 raise ValueError("auth_failures: a failed authentication has no tenant")
             if rule.algorithm != "token_bucket":
-                raise ValueError("auth_failures: use token_bucket rules (a success is refunded)")
+                raise ValueError("auth_failures: use token_bucket rules")
         return self
 
 
@@ -320,6 +320,12 @@ class AuthSettings(BaseModel):
         default=10.0,
         description="How long a process trusts what it learnt about a key: a revoked key "
         "stops working within this time.",
+    )
+    seen_live_s: PositiveFloat = Field(
+        default=24 * 3600.0,
+        description="How long a process remembers that a key was live: such a key is "
+        "still looked up, but not refused for its address's spent budget of failed "
+        "authentications.",
     )
 
 

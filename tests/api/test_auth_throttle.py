@@ -1,6 +1,7 @@
 """Failed authentication is throttled per client before the key is looked up; per-IP
 limits never apply to authenticated traffic; X-Forwarded-For only from trusted proxies."""
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -75,6 +76,59 @@ async def test_clients_with_good_keys_never_use_up_the_budget(tmp_path: Path) ->
         answers = [(await api.get("/jobs", headers=_bearer(key))).status_code for key in keys]
 
         assert set(answers) == {200}
+
+
+async def test_a_neighbours_flood_of_wrong_keys_does_not_lock_out_a_key_seen_live(
+    tmp_path: Path,
+) -> None:
+    # key_cache_ttl_s=0: as when the key cache has expired, on every request.
+    async with _api(tmp_path, auth={"key_cache_ttl_s": 0}) as api:
+        good = await api.key_for("acme")
+        assert (await api.get("/jobs", headers=_bearer(good))).status_code == 200
+        flood = [
+            (await api.get("/jobs", headers=_bearer(f"jr_wrong-{n}"))).status_code
+            for n in range(BUDGET + 5)
+        ]
+        lookups = _count_lookups(api)
+
+        answers = [(await api.get("/jobs", headers=_bearer(good))).status_code for _ in range(5)]
+
+    assert flood[-1] == 429  # the address's budget is spent
+    assert answers == [200] * 5
+    assert lookups() == 5  # still looked up each time: a revocation would be seen
+
+
+async def test_a_key_seen_live_and_then_revoked_is_refused_at_once(tmp_path: Path) -> None:
+    from jobrail.api.app import runtime_of
+    from jobrail.tenants.use_cases import CreateTenant, RevokeApiKey
+
+    async with _api(tmp_path, auth={"key_cache_ttl_s": 0}) as api:
+        container = runtime_of(api.app).container
+        issued = await (await container.get(CreateTenant))("acme")
+        assert (await api.get("/jobs", headers=_bearer(issued.api_key))).status_code == 200
+        for n in range(BUDGET + 1):
+            await api.get("/jobs", headers=_bearer(f"jr_wrong-{n}"))
+        await (await container.get(RevokeApiKey))(issued.key_id)
+
+        revoked = await api.get("/jobs", headers=_bearer(issued.api_key))
+        again = await api.get("/jobs", headers=_bearer(issued.api_key))
+
+    assert revoked.status_code == 401
+    assert again.status_code == 429  # no longer known live: the spent budget applies
+
+
+async def test_a_burst_with_one_good_key_and_a_cold_cache_is_never_refused(
+    tmp_path: Path,
+) -> None:
+    async with _api(tmp_path) as api:
+        key = await api.key_for("acme")
+        api.app.state.authenticate.forget()  # as after a restart
+
+        answers = await asyncio.gather(
+            *(api.get("/jobs", headers=_bearer(key)) for _ in range(2 * BUDGET))
+        )
+
+    assert [r.status_code for r in answers] == [200] * (2 * BUDGET)
 
 
 async def test_tenants_behind_one_address_do_not_share_an_enqueue_budget(

@@ -5,9 +5,13 @@ resource is a 404) or ``AdminPrincipal`` (operator endpoints; a tenant key gets
 403). No key, or an unknown or revoked one, is a 401.
 
 A key this process has not recently found live is looked up in the database, and
-that lookup is throttled per client address before it runs: each such request is
-charged as a failed authentication (``api_limits.auth_failures``), refunded when the
-key is live. Past the budget the client gets a 429 with Retry-After, and no lookup.
+that lookup is throttled per client address (``api_limits.auth_failures``): a key
+that turns out unknown or revoked is charged to the client as a failed
+authentication, and a client whose budget is spent gets a 429 with Retry-After, and
+no lookup. A key this process found live within the last day
+(``auth.seen_live_s``) is not refused for its address's spent budget (a neighbour
+behind the same NAT retrying a bad key must not lock it out), but it is still looked
+up, so a revocation takes effect as before.
 The client address is the peer's, or X-Forwarded-For's from ``api.trusted_proxies``.
 """
 
@@ -57,16 +61,18 @@ async def principal_for_key(request: Request, key: str) -> Principal | None:
     if principal is not None:
         return principal
     limiter: ApiRateLimiter = request.app.state.api_limiter
-    attempt = await limiter.charge_auth_attempt(client_address(request))
-    if attempt is not None and not attempt.decision.allowed:
-        raise HTTPException(
-            429,
-            f"too many failed authentications: the limit is {attempt.decision.rule}",
-            headers=attempt.decision.headers(),
-        )
+    address = client_address(request)
+    if not authenticate.seen_live(key):
+        budget = await limiter.auth_budget(address)
+        if budget is not None and not budget.allowed:
+            raise HTTPException(
+                429,
+                f"too many failed authentications: the limit is {budget.rule}",
+                headers=budget.headers(),
+            )
     principal = await authenticate(key)
-    if principal is not None and attempt is not None:
-        await limiter.refund(attempt)
+    if principal is None:
+        await limiter.charge_auth_failure(address)
     return principal
 
 

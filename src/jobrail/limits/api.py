@@ -1,23 +1,31 @@
 """API rate limits: every rule of a route group checked in one round trip.
 
 ``enqueue`` and ``read`` limit authenticated traffic, per tenant and globally.
-``auth_failures`` limits failed authentications per client address: a request whose
-key the process does not know yet is charged *before* its key is looked up, and the
-charge is refunded when the key turns out to be live, so a flood of wrong keys is
-throttled before it becomes a flood of database lookups, while a client with good
-keys never pays.
+``auth_failures`` limits failed authentications per client address. Before a key the
+process does not know to be live is looked up, the client's budget is only *peeked*
+at: a client that has already spent it gets a 429 and no lookup, so a flood of wrong
+keys does not become a flood of database lookups. A failure is charged only once the
+lookup has found the key unknown or revoked. Charging every lookup in advance and
+refunding the live ones (as this did before) let concurrent requests with one good key
+be refused before the first refund came back, and turned every live key whose cache
+entry had expired into a 429 while a neighbour behind the same address retried a bad
+key. Concurrent wrong keys can each pass the peek before their failures are charged:
+at most one lookup per request in flight beyond the budget.
 """
 
+import asyncio
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from jobrail.kernel.ids import new_id
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
     Acquire,
     Admission,
-    Grant,
+    Decision,
     LimitsBackend,
     LimitsUnavailableError,
     SlidingWindow,
@@ -48,14 +56,6 @@ class ApiDecision:
         if not self.allowed:
             headers["Retry-After"] = str(self.retry_after_s)
         return headers
-
-
-@dataclass(frozen=True, slots=True)
-class AuthAttempt:
-    """One failed authentication charged in advance; refunded if the key is live."""
-
-    decision: ApiDecision
-    grant: Grant | None
 
 
 def _limit(group: str, rule: ApiLimitRule) -> SlidingWindow | TokenBucket:
@@ -92,60 +92,81 @@ class ApiRateLimiter:
         decided = await self._admit(group, {"tenant": tenant, "global": "all"})
         return decided[0] if decided else None
 
-    async def charge_auth_attempt(self, ip: str) -> AuthAttempt | None:
-        """Charge a failed authentication to the client at `ip` before its key is looked
-        up. None when nothing is limited, or the limits store is unreachable: then the
-        lookup goes ahead (each one is a single indexed query) rather than locking every
-        new key out while Redis is away."""
-        if not self.enabled:
+    async def auth_budget(self, ip: str) -> ApiDecision | None:
+        """Whether the client at `ip` may still fail an authentication, charging
+        nothing. None when nothing is limited, or the limits store is unreachable: then
+        the lookup goes ahead (each one is a single indexed query) rather than locking
+        every new key out while Redis is away."""
+        rules = self._auth_rules()
+        if not rules:
             return None
+        items = self._items("auth_failures", {"ip": ip, "global": "all"})
         try:
-            decided = await self._admit("auth_failures", {"ip": ip, "global": "all"})
+            # One peek per rule (peek takes one item); the default is a single rule.
+            decisions = await asyncio.gather(*(self._backend.peek(item) for item in items))
         except LimitsUnavailableError:
             self.count_unavailable()
             return None
-        if decided is None:
-            return None
-        decision, admission = decided
-        return AuthAttempt(decision, admission.grant)
+        allowed = all(decision.allowed for decision in decisions)
+        waits = [d.retry_after for d in decisions if not d.allowed and d.retry_after]
+        return self._decision("auth_failures", decisions, allowed, max(waits, default=None))
 
-    async def refund(self, attempt: AuthAttempt) -> None:
-        """The key was live: give the charged failure back."""
-        if attempt.grant is None:
+    async def charge_auth_failure(self, ip: str) -> None:
+        """A key from `ip` was looked up and is not live: charge it to the client."""
+        if not self._auth_rules():
             return
         try:
-            await self._backend.release(attempt.grant, refund=True)
+            await self._backend.admit(
+                self._items("auth_failures", {"ip": ip, "global": "all"}), holder=_request_id()
+            )
         except LimitsUnavailableError:
             self.count_unavailable()
+
+    def _auth_rules(self) -> list[tuple[ApiLimitRule, SlidingWindow | TokenBucket]]:
+        return self._rules["auth_failures"] if self.enabled else []
+
+    def _items(self, group: str, subject: dict[str, str]) -> list[Acquire]:
+        return [
+            Acquire(limit, f"api:{group}:{rule.scope}:{subject[rule.scope]}")
+            for rule, limit in self._rules[group]
+        ]
 
     async def _admit(
         self, group: str, subject: dict[str, str]
     ) -> tuple[ApiDecision, Admission] | None:
-        rules = self._rules[group]
-        if not rules:
+        if not self._rules[group]:
             return None
-        items = [
-            Acquire(limit, f"api:{group}:{rule.scope}:{subject[rule.scope]}")
-            for rule, limit in rules
-        ]
-        admission = await self._backend.admit(items, holder=_request_id())
+        admission = await self._backend.admit(self._items(group, subject), holder=_request_id())
+        decision = self._decision(
+            group, admission.decisions, admission.allowed, admission.retry_after
+        )
+        return decision, admission
+
+    def _decision(
+        self,
+        group: str,
+        decisions: Sequence[Decision],
+        allowed: bool,
+        retry_after: timedelta | None,
+    ) -> ApiDecision:
+        rules = self._rules[group]
         # Report the rule closest to saying no (or the one that did).
         tightest = min(
             range(len(rules)),
-            key=lambda i: (admission.decisions[i].allowed, admission.decisions[i].remaining),
+            key=lambda i: (decisions[i].allowed, decisions[i].remaining),
         )
-        rule, decision = rules[tightest][0], admission.decisions[tightest]
-        retry = math.ceil(admission.retry_after.total_seconds()) if not admission.allowed else 0
-        if not admission.allowed:
+        rule, decision = rules[tightest][0], decisions[tightest]
+        retry = math.ceil(retry_after.total_seconds()) if not allowed and retry_after else 0
+        if not allowed:
             self._counters.api_rate_limited += 1
         return ApiDecision(
-            allowed=admission.allowed,
+            allowed=allowed,
             limit=rule.limit,
             remaining=max(0, int(decision.remaining)),
-            reset_s=retry if not admission.allowed else math.ceil(rule.window_s),
-            retry_after_s=max(retry, 1) if not admission.allowed else 0,
+            reset_s=retry if not allowed else math.ceil(rule.window_s),
+            retry_after_s=max(retry, 1) if not allowed else 0,
             rule=f"{rule.limit} per {rule.window_s:g}s per {rule.scope}",
-        ), admission
+        )
 
 
 def _request_id() -> str:

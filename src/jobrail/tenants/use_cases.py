@@ -104,6 +104,13 @@ class Authenticate:
     would turn every request of a real client back into a lookup). Callers throttle
     lookups of keys not known to be live (``jobrail.api.auth``); ``live`` is the check
     that needs no lookup.
+
+    Separately, the digests of keys found live are remembered for ``seen_live_s``
+    (much longer than ``ttl_s``, bounded like the caches): ``seen_live`` tells the
+    throttle that a key is a real client's, so that a neighbour's flood of wrong keys
+    from the same address does not lock it out once its cache entry has expired. It is
+    no answer in itself: such a key is still looked up (a revocation is seen), and is
+    forgotten as soon as a lookup finds it is not live.
     """
 
     def __init__(
@@ -112,11 +119,14 @@ class Authenticate:
         ttl_s: float,
         max_entries: int = 10_000,
         max_unknown: int = 10_000,
+        seen_live_s: float = 24 * 3600,
     ) -> None:
         self._directory = directory
         self._ttl_s = ttl_s
+        self._seen_live_s = seen_live_s
         self._live = _TtlCache[Principal](max_entries)
         self._unknown = _TtlCache[None](max_unknown)
+        self._seen = _TtlCache[None](max_entries)
 
     async def __call__(self, key: str) -> Principal | None:
         return await self.by_digest(digest(key))
@@ -124,6 +134,10 @@ class Authenticate:
     def live(self, key: str) -> Principal | None:
         """The principal of a key this process recently found live, without a lookup."""
         return self._live.get(digest(key), time.monotonic())
+
+    def seen_live(self, key: str) -> bool:
+        """Whether a lookup found this key live within ``seen_live_s``."""
+        return self._seen.has(digest(key), time.monotonic())
 
     async def by_digest(self, key_digest: str) -> Principal | None:
         """The same, for a caller that holds the digest rather than the key (the ops
@@ -135,13 +149,16 @@ class Authenticate:
         principal = await self._directory.principal_for(key_digest)
         if principal is None:
             self._unknown.put(key_digest, None, now + self._ttl_s)
+            self._seen.discard(key_digest)
         else:
             self._live.put(key_digest, principal, now + self._ttl_s)
+            self._seen.put(key_digest, None, now + self._seen_live_s)
         return principal
 
     def forget(self) -> None:
         self._live.clear()
         self._unknown.clear()
+        self._seen.clear()
 
 
 class _TtlCache(Generic[T]):
@@ -167,6 +184,9 @@ class _TtlCache(Generic[T]):
         self._entries.move_to_end(key)
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
+
+    def discard(self, key: str) -> None:
+        self._entries.pop(key, None)
 
     def clear(self) -> None:
         self._entries.clear()
