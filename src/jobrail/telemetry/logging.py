@@ -7,8 +7,12 @@ message) and the ``trace_id``/``span_id`` of the current span. The context lives
 contextvar, so concurrent requests and jobs on one event loop never mix their fields.
 """
 
+import asyncio
+import errno
 import json
 import logging
+import re
+import ssl
 import sys
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -17,6 +21,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType, TracebackType
 from typing import Any
 
+from aiormq.exceptions import AMQPConnectionError
 from opentelemetry import trace
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
@@ -67,11 +72,18 @@ class LogContextFilter(logging.Filter):
 class ExpectedReconnectFilter(logging.Filter):
     """Demotes to INFO what aio-pika and aiormq log at WARNING or ERROR on the expected
     path of a broker restart: the connection's reader exiting, the broker's forced
-    close (320 CONNECTION_FORCED: shut down, or closed by an operator), each failed
-    reconnection attempt (and its refused connect), and a closed channel's close
-    callback failing on its closed connection. jobrail's broker says once, at WARNING,
-    that the connection was lost (``jobrail.messaging.reconnects``); at ERROR these
-    would each look like a fault.
+    close (320 CONNECTION_FORCED: shut down, or closed by an operator), each
+    reconnection attempt that failed because the broker was away (the connection
+    refused or reset, or closed by the broker before the handshake: `is_broker_away`),
+    and a closed channel's close callback failing on its closed connection. jobrail's
+    broker says once, at WARNING, that the connection was lost, and every minute while
+    it stays lost with the last attempt's error (``jobrail.messaging.reconnects``); at
+    ERROR these would each look like a fault.
+
+    An attempt that failed for any other reason keeps its level: a refused login
+    (ProbableAuthenticationError, ACCESS_REFUSED: rotated credentials), a TLS error
+    (ssl.SSLError, a certificate that does not verify), a timeout, a refused vhost.
+    Those do not heal by waiting, and an operator has to see them.
 
     A demoted record is dropped unless its logger is enabled for INFO (the libraries'
     loggers are set to WARNING by `configure_logging`, unless the level is DEBUG).
@@ -89,7 +101,7 @@ _CONNECTION_FORCED = 320
 # The library messages (their format strings) that are part of an expected reconnect.
 _READER_EXITED = "Cancelling cause reader exited abnormally"
 _REMOTE_CLOSE = "Unexpected connection close from remote"
-_ATTEMPT_FAILED = 'Connection attempt to "%s" '
+_ATTEMPT_FAILED = 'Connection attempt to "%s" failed: %s. Reconnecting after %r seconds.'
 _NO_TRANSPORT = "error when creating transport: %r"
 _CALLBACK_ERROR = "Callback %r error: %s: %s"
 _CLOSED_ERRORS = {"RuntimeError", "ChannelInvalidStateError", "ConnectionClosed"}
@@ -102,14 +114,13 @@ def _expected_on_reconnect(record: logging.LogRecord) -> bool:
         if message == _READER_EXITED:
             return True
         if message == _NO_TRANSPORT:
-            # args: the error; refused or reset while the broker is down.
-            return bool(args) and (
-                isinstance(args[0], OSError) or type(args[0]).__name__ == "AMQPConnectionError"
-            )
+            # args: the error.
+            return bool(args) and is_broker_away(args[0])
         # args: the connection, the reply code, the reply text.
         return message.startswith(_REMOTE_CLOSE) and args[1:2] == (_CONNECTION_FORCED,)
-    if record.name == "aio_pika.robust_connection":
-        return message.startswith(_ATTEMPT_FAILED)
+    if record.name == "aio_pika.robust_connection" and message == _ATTEMPT_FAILED:
+        # args: the connection, the error, the interval.
+        return len(args) >= 2 and is_broker_away(args[1])
     if record.name == "aio_pika.tools" and message == _CALLBACK_ERROR and len(args) == 3:
         # args: the callback, the exception's type name, the exception.
         callback, kind, exc = args
@@ -119,6 +130,47 @@ def _expected_on_reconnect(record: logging.LogRecord) -> bool:
             and (kind != "RuntimeError" or str(exc).endswith("closed"))
         )
     return False
+
+
+def is_broker_away(exc: object) -> bool:
+    """Whether a connection attempt failed only because the broker is not there (yet):
+    its connect was refused, its connection reset, or the broker closed it before the
+    AMQP handshake (a plain AMQPConnectionError: RabbitMQ starting or stopping). Never
+    a TLS error, a refused login or another AMQP refusal (AMQPConnectionError's
+    subclasses: ProbableAuthenticationError, AuthenticationError, ConnectionClosed...)."""
+    if not isinstance(exc, BaseException) or isinstance(exc, ssl.SSLError | ssl.CertificateError):
+        return False
+    if isinstance(exc, ConnectionRefusedError | ConnectionResetError):
+        return True
+    if type(exc) is not AMQPConnectionError:
+        return False
+    # aiormq wraps what the socket raised: `raise AMQPConnectionError(*e.args) from e`.
+    cause = exc.__cause__
+    if cause is None or isinstance(cause, asyncio.IncompleteReadError):
+        return True  # the broker closed the connection (EOF during the handshake)
+    if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+        return False
+    if isinstance(cause, ConnectionRefusedError | ConnectionResetError):
+        return True
+    return _all_refused(cause)
+
+
+def _all_refused(exc: BaseException) -> bool:
+    # A host name with several addresses (IPv6 and IPv4) makes asyncio raise one plain
+    # OSError("Multiple exceptions: [Errno 111] ..., [Errno 111] ...") instead of the
+    # ConnectionRefusedErrors themselves; only its text says what each address did.
+    if type(exc) is not OSError or exc.errno is not None:
+        return False
+    text = str(exc)
+    codes = _ERRNO.findall(text)
+    return (
+        text.startswith("Multiple exceptions: ")
+        and bool(codes)
+        and all(int(code) == errno.ECONNREFUSED for code in codes)
+    )
+
+
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
 
 
 class JsonFormatter(logging.Formatter):
