@@ -103,7 +103,11 @@ def serve_api(settings: Settings) -> None:
         port=settings.api.port,
         log_config=None,
         access_log=False,
-        **uvicorn_options(settings.api.max_header_bytes, settings.api.header_timeout_s),
+        **uvicorn_options(
+            settings.api.max_header_bytes,
+            settings.api.header_timeout_s,
+            settings.api.body_timeout_s,
+        ),
     )
 
 

@@ -293,6 +293,11 @@ class ApiSettings(BaseModel):
         "this long after it opened (or after its previous response) is closed "
         "(jobrail api).",
     )
+    body_timeout_s: PositiveFloat = Field(
+        default=30.0,
+        description="A request whose whole body has not arrived this long after its "
+        "headers gets 408 and the connection is closed (jobrail api).",
+    )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Addresses or networks (CIDR) of the proxies in front of the API: "

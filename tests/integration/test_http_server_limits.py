@@ -1,5 +1,5 @@
-"""`jobrail api`'s HTTP server: a header size limit, a header-read timeout, and JSON
-refusals, over real sockets to a real server process (embedded mode, no services)."""
+"""`jobrail api`'s HTTP server: a header size limit, header- and body-read timeouts,
+and JSON refusals, over real sockets to a real server process (embedded mode, no services)."""
 
 import http.client
 import json
@@ -18,6 +18,7 @@ from tests.support.processes import BIN, Process, wait_until
 from tests.support.servers import free_port
 
 HEADER_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 2.0
 CLOSE_DEADLINE_S = 30.0  # generous: the machine is shared and slow
 
 
@@ -33,6 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
             "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp}/jobrail.db",
             "JOBRAIL_API__PORT": str(port),
             "JOBRAIL_API__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+            "JOBRAIL_API__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         },
         "api",
     )
@@ -151,6 +153,82 @@ def test_a_slow_request_after_a_first_one_is_cut_off_too(server: tuple[str, int]
     assert _parse(response)[0] == 408
 
 
+_ECHO_HEAD = (
+    b"POST /demo/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-key\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+)
+
+
+def _assert_body_timeout(response: bytes) -> None:
+    status, headers, body = _parse(response)
+    assert status == 408
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    assert headers["x-request-id"]
+    assert body["error"]["code"] == "request_timeout"  # type: ignore[index]
+    assert "body" in body["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        _ECHO_HEAD % 60000,
+        # No key needed to hold a connection this way: the sign-in form.
+        b"POST /ops/login HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n",
+    ],
+    ids=["with-a-key", "sign-in-form"],
+)
+def test_a_body_that_never_arrives_is_cut_off_after_the_body_timeout(
+    server: tuple[str, int], head: bytes
+) -> None:
+    sock = socket.create_connection(server, timeout=10)
+    try:
+        sock.sendall(head + b"{")
+        response = _read_until_closed(sock)
+    finally:
+        sock.close()
+
+    _assert_body_timeout(response)
+
+
+def test_a_body_trickled_a_byte_at_a_time_is_cut_off_too(server: tuple[str, int]) -> None:
+    sock = socket.create_connection(server, timeout=10)
+    done = threading.Event()
+
+    def trickle() -> None:
+        try:
+            sock.sendall(_ECHO_HEAD % 60000)
+            while not done.wait(0.2):  # each byte well inside any per-read timer
+                sock.sendall(b" ")
+        except OSError:
+            pass  # the server has closed the connection
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    try:
+        response = _read_until_closed(sock)
+    finally:
+        done.set()
+        sender.join(CLOSE_DEADLINE_S)
+        sock.close()
+
+    _assert_body_timeout(response)
+
+
+def test_a_body_sent_in_pieces_within_the_timeout_is_served(server: tuple[str, int]) -> None:
+    body = json.dumps({"message": "in pieces"}).encode()
+    sock = socket.create_connection(server, timeout=CLOSE_DEADLINE_S)
+    try:
+        sock.sendall(_ECHO_HEAD % len(body) + body[:5])
+        time.sleep(0.2)
+        sock.sendall(body[5:])
+        response = sock.recv(65536)
+    finally:
+        sock.close()
+
+    assert response.startswith(b"HTTP/1.1 202"), response[:200]
+
+
 def test_an_unparseable_request_is_a_json_400_with_a_request_id(
     server: tuple[str, int],
 ) -> None:
@@ -234,7 +312,11 @@ def failing_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
         host="127.0.0.1",
         port=port,
         log_config=None,
-        **uvicorn_options(settings.api.max_header_bytes, settings.api.header_timeout_s),
+        **uvicorn_options(
+            settings.api.max_header_bytes,
+            settings.api.header_timeout_s,
+            settings.api.body_timeout_s,
+        ),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
