@@ -2,6 +2,7 @@
 transient, any other 4xx is permanent and carries the vendor's reason."""
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -24,7 +25,9 @@ class HttpVendorClient:
     async def fetch_page(self, account_id: str, cursor: str | None) -> VendorPage:
         params = {"cursor": cursor} if cursor else {}
         try:
-            response = await self._client.get(f"accounts/{account_id}/items", params=params)
+            response = await self._client.get(
+                f"accounts/{_segment(account_id)}/items", params=params
+            )
         except httpx.HTTPError as exc:
             raise TransientError(f"vendor unreachable: {type(exc).__name__}: {exc}") from exc
         if response.status_code == 429:
@@ -43,6 +46,15 @@ class HttpVendorClient:
             items=[VendorItem(id=str(item["id"]), data=item) for item in body["items"]],
             next_cursor=body.get("next_cursor"),
         )
+
+
+def _segment(account_id: str) -> str:
+    """`account_id` as one URL path segment. The domain's pattern already keeps '/',
+    '?', '#' and dot segments out; this holds for an id that did not pass it too. A
+    segment of only "." or ".." is percent-encoded as well: quote() leaves dots alone,
+    and httpx would resolve such a segment away (accounts/../items)."""
+    segment = quote(account_id, safe="")
+    return segment.replace(".", "%2E") if segment in {".", ".."} else segment
 
 
 def _retry_after(value: str | None) -> float:
