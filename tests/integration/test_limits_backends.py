@@ -32,6 +32,8 @@ class AdmitOp:
     keys: tuple[int, ...]
     reserve: bool = False
     prepaid: tuple[bool, ...] = (False, False, False)
+    owner: int = 0  # 0: none; else the holder is "job<owner>/<n>" (a job's admission)
+    take_over: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ admits = st.builds(
     st.lists(st.sampled_from([0, 0, 0, 1]), min_size=3, max_size=3).map(tuple),
     st.booleans(),
     st.lists(st.booleans(), min_size=3, max_size=3).map(tuple),
+    st.integers(0, 2),
+    st.booleans(),
 )
 # Admissions dominate and time often stands still, so that limits fill up and say no.
 ops = st.one_of(
@@ -83,7 +87,15 @@ def _summary(admission: Any) -> Any:
     return (
         admission.allowed,
         [
-            (d.name, d.allowed, float(d.remaining), round(d.retry_after_s, 6), d.reserved, d.epoch)
+            (
+                d.name,
+                d.allowed,
+                float(d.remaining),
+                round(d.retry_after_s, 6),
+                d.reserved,
+                d.epoch,
+                d.own,
+            )
             for d in admission.decisions
         ],
         admission.grant.fence if admission.grant else None,
@@ -116,8 +128,14 @@ async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[li
                         )
                         for j, i in enumerate(op.which)
                     ]
+                    owner = f"job{op.owner}/" if op.owner else ""
                     admission = await backend.admit(
-                        items, f"holder{n}", reserve=op.reserve, now_ms=now
+                        items,
+                        f"{owner}holder{n}",
+                        reserve=op.reserve,
+                        now_ms=now,
+                        owner=owner,
+                        take_over=op.take_over,
                     )
                     for item, decision in zip(items, admission.decisions, strict=True):
                         if decision.epoch is not None:

@@ -50,10 +50,14 @@ class FlakyLimits(MemoryLimits):
         *,
         reserve: bool = False,
         now_ms: float | None = None,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
         if self.down:
             raise LimitsUnavailableError("connection refused")
-        return await super().admit(items, holder, reserve=reserve, now_ms=now_ms)
+        return await super().admit(
+            items, holder, reserve=reserve, now_ms=now_ms, owner=owner, take_over=take_over
+        )
 
 
 class Worker:

@@ -278,3 +278,44 @@ async def test_a_refund_goes_back_only_to_the_bucket_state_that_was_charged() ->
     await limits.release(charged, refund=True)  # charged before the loss: not to this one
 
     assert not (await limits.peek(Acquire(bucket, "v"), now_ms=20)).allowed
+
+
+async def test_a_lock_held_by_the_same_owner_is_reported_own_and_taken_over_only_if_asked() -> None:
+    limits = MemoryLimits()
+    dead = await limits.admit(one(LOCK, "account:a"), "job-1/dead", now_ms=0)
+    assert dead.grant is not None
+
+    other = await limits.admit(one(LOCK, "account:a"), "job-2/x", now_ms=10, owner="job-2/")
+    asked = await limits.admit(one(LOCK, "account:a"), "job-1/y", now_ms=10, owner="job-1/")
+    assert not other.allowed
+    assert not other.decisions[0].own
+    assert not asked.allowed
+    assert asked.decisions[0].own
+
+    taken = await limits.admit(
+        one(LOCK, "account:a"), "job-1/z", now_ms=20, owner="job-1/", take_over=True
+    )
+
+    assert taken.grant is not None
+    assert taken.grant.fence is not None
+    assert taken.grant.fence > (dead.grant.fence or 0)
+    assert not await limits.extend(dead.grant, now_ms=30)  # the old holder lost it
+    await limits.release(dead.grant, now_ms=30)  # and cannot free it
+    assert await limits.extend(taken.grant, now_ms=40)
+
+
+async def test_only_the_owners_own_slots_are_taken_over() -> None:
+    limits = MemoryLimits(clock_ms=lambda: 10)
+    await limits.admit(one(SLOTS), "job-2/x", now_ms=0)
+    await limits.admit(one(SLOTS), "job-1/dead", now_ms=0)
+
+    asked = await limits.admit(one(SLOTS), "job-1/y", now_ms=10, owner="job-1/")
+    assert asked.decisions[0].own
+    other = await limits.admit(one(SLOTS), "job-3/y", now_ms=10, owner="job-3/", take_over=True)
+    assert not other.allowed
+    assert not other.decisions[0].own
+    taken = await limits.admit(one(SLOTS), "job-1/z", now_ms=10, owner="job-1/", take_over=True)
+
+    assert taken.allowed
+    held = {h["holder"] for h in await limits.holders(Acquire(SLOTS, "k"))}
+    assert held == {"job-2/x", "job-1/z"}

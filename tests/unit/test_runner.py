@@ -12,9 +12,16 @@ from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import Delivery, JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import GateConfig, JobGate
+from jobrail.limits.gate import GateConfig, JobGate, Pass, job_owner
 from jobrail.limits.memory import MemoryLimits
-from jobrail.limits.model import Acquire, JobLimits, LimitsUnavailableError, Lock, TokenBucket
+from jobrail.limits.model import (
+    Acquire,
+    Concurrency,
+    JobLimits,
+    LimitsUnavailableError,
+    Lock,
+    TokenBucket,
+)
 from jobrail.messaging.envelope import HEADER_REASON
 from tests.fakes import START, FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
@@ -747,3 +754,98 @@ async def test_an_attempt_whose_renewal_hangs_stops_before_its_lease_ends() -> N
     assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"
     # Stopped a margin before its 300 ms lease ended, when another worker may claim it.
     assert stopped_after[0] < RENEWED.total_seconds()
+
+
+# -- a dead worker's job that holds a lock -----------------------------------------------
+
+# A lock that outlives the job's lease, as sync.account's 30 s lock outlives the 6 s lease.
+LONG_LOCK = JobLimits(
+    limits=[Concurrency("slots", key="pool:{tenant_id}", slots=1, lease_s=30)],
+    lock=Lock(key="account:{message}", ttl_s=30),
+)
+
+
+def _keys(job: Job, limits: JobLimits) -> tuple[str, ...]:
+    return tuple(limits.keys({**job.payload, "tenant_id": job.tenant_id}))
+
+
+async def _dead_attempt(h: Harness, job: Job, limits: JobLimits) -> Any:
+    """What a worker killed mid-job leaves: its lock and slot, and the job claimed."""
+    held = await h.gate.enter(limits, _keys(job, limits), owner=job_owner(job.id))
+    assert isinstance(held, Pass)
+    h.store.jobs[job.id].start(h.clock.now(), LEASE)
+    return held
+
+
+async def test_a_dead_workers_locked_job_is_taken_over_when_its_lease_ends() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    dead = await _dead_attempt(h, job, LONG_LOCK)
+    redelivered_at = h.clock.now()
+    fences: list[int | None] = []
+
+    async def fenced(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        fences.append(ctx.fence)
+
+    done = await h.run(job, fenced, limits=LONG_LOCK, limit_keys=_keys(job, LONG_LOCK))
+
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.attempts == 2
+    # Not after the lock's 30 s TTL: when the dead claim's lease ended, in its place.
+    assert done.started_at == redelivered_at + LEASE
+    assert h.publisher.published == []
+    assert fences[0] is not None
+    assert fences[0] > dead.fence
+    assert done.attempts == 2
+    assert h.counters.lock_lost == 0
+    lock = Acquire(LONG_LOCK.lock, _keys(job, LONG_LOCK)[1])  # type: ignore[arg-type]
+    assert await h.limits.holders(lock) == []  # released after the new attempt
+
+
+async def test_a_live_attempts_lock_is_never_taken_by_a_redelivery() -> None:
+    h = Harness(lease=LEASE)
+    job = h.add()
+    live = await _dead_attempt(h, job, LONG_LOCK)
+    running = h.store.jobs[job.id]
+
+    async def renew() -> None:  # the attempt is alive: it renews its lease and its lock
+        running.lease_until = h.clock.now() + LEASE
+        assert await h.limits.extend(live._grant)
+
+    h.while_asleep = renew
+    done = await h.run(job, limits=LONG_LOCK, limit_keys=_keys(job, LONG_LOCK))
+
+    assert h.calls == 0
+    assert done.status is JobStatus.RUNNING
+    assert done.attempts == 1
+    [again] = h.publisher.published  # held for two leases, then sent round to its end
+    assert again.not_before == running.lease_until
+    assert await h.limits.extend(live._grant)  # still holds its lock and slot
+
+
+async def test_a_job_turned_away_after_its_takeover_claim_gets_its_attempt_back() -> None:
+    h = Harness(lease=LEASE)
+    limits = JobLimits(
+        limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=1, per_second=1)],
+        lock=Lock(key="account:{message}", ttl_s=30),
+    )
+    job = h.add()
+    await _dead_attempt(h, job, JobLimits(lock=limits.lock))
+    h.clock.advance(LEASE)
+    claim = h.store.claim
+
+    async def claim_while_another_job_takes_the_token(*args: Any) -> Any:
+        bucket = Acquire(limits.limits[0], "vendor:acme")
+        assert (await h.limits.admit([bucket], "another-job")).allowed
+        return await claim(*args)
+
+    h.store.claim = claim_while_another_job_takes_the_token  # type: ignore[method-assign]
+    done = await h.run(job, limits=limits, limit_keys=_keys(job, limits))
+
+    assert h.calls == 0
+    assert done.status is JobStatus.RETRYING
+    assert done.attempts == 1  # the dead attempt's; this one was given back
+    [deferred] = h.dispatcher.dispatched
+    assert deferred.not_before == done.run_after
+    assert done.run_after is not None
+    assert done.run_after > h.clock.now()

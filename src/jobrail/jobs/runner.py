@@ -27,10 +27,22 @@ put it at the back of the queue: with a backlog, the job waited for all of it.)
 A delivery whose job stays leased for two leases belongs to a live attempt (a
 duplicate message, or one RabbitMQ redelivered after a channel closed under a
 working worker): it is re-published to come back when that lease ends, so that it
-does not hold a worker slot for a long job's whole run. Worker heartbeats would
-detect a death about as fast, but need a table, a writer per process and a second
-liveness rule beside the lease; the short lease is the one rule, and only jobs
-longer than a third of it write anything more.
+does not hold a worker slot for a long job's whole run.
+
+A job with a lock or concurrency slots: the dead attempt's lock (its TTL often far
+longer than the lease) would turn the delivery away. The holder tokens of a job's
+admissions name the job (``limits.gate.job_owner``), so the admission says when only
+the job's own earlier admissions hold what it needs (``Deferred.own``). The runner
+then claims the job first (holding the delivery while the old lease lasts, as above)
+and, claimed, takes the lock and slots over: a claim means no other attempt of the job
+is alive (the dead one stopped itself before its lease ended; a duplicate delivery's
+admission will fail its claim). The lock's fence grows, so the dead attempt's fenced
+writes are refused. Turned away at that point (a rate limit), the job gives its claim
+and attempt back and is deferred.
+
+Worker heartbeats would detect a death about as fast, but need a table, a writer per
+process and a second liveness rule beside the lease; the short lease is the one rule,
+and only jobs longer than a third of it write anything more.
 """
 
 import asyncio
@@ -57,7 +69,7 @@ from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.kernel.ids import JobId
 from jobrail.kernel.json_text import has_nul_escape
-from jobrail.limits.gate import Deferred, JobGate, Pass
+from jobrail.limits.gate import Deferred, JobGate, Pass, job_owner
 from jobrail.limits.model import JobLimits, LimitsUnavailableError
 from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope, with_task_id
 
@@ -234,10 +246,20 @@ class JobRunner:
         """Admit, claim, attempt, record. Returns the job, as read, when another attempt
         holds its lease (having given back what the limits granted); otherwise None."""
         hold: Pass | None = None
+        keys: tuple[str, ...] = ()
+        own_held = False
         if job_run.limits:
-            hold = await self._admit(delivery, job_run.limits)
-            if hold is None:
+            found = await self._limit_keys(delivery, job_run.limits)
+            if found is None:
                 return None
+            keys = found
+            admitted = await self._admit(delivery, job_run.limits, keys)
+            if admitted is None:
+                return None
+            if isinstance(admitted, Deferred):
+                own_held = True  # held by the job's own earlier admissions: claim first
+            else:
+                hold = admitted
         started = False
         try:
             lease, renewed = self._config.lease_of(job_run.timeout)
@@ -261,6 +283,18 @@ class JobRunner:
             job = claim.job
             claimed.append(job)
             token = ClaimToken.of(job)
+            if own_held:
+                # The claim succeeded, so no other attempt of this job is alive (the one
+                # before stopped itself before its lease ended): the locks and slots the
+                # job's earlier admissions hold are a dead attempt's, or a duplicate
+                # delivery's whose claim will fail. Take them over; the lock's fence grows,
+                # so the dead attempt's fenced writes are refused.
+                taken = await self._admit(delivery, job_run.limits, keys, take_over=True)
+                if not isinstance(taken, Pass):
+                    assert taken is not None
+                    await self._give_back(job, token, delivery, taken)
+                    return None
+                hold = taken
             self._observer.claimed(job)
             outbox = await self._attempt(job, job_run, hold, lease if renewed else None, delivery)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
@@ -280,6 +314,30 @@ class JobRunner:
         if outbox:
             await self._dispatcher.dispatch(outbox)
         return None
+
+    async def _give_back(
+        self, job: Job, token: ClaimToken, delivery: Delivery, verdict: Deferred
+    ) -> None:
+        """The limits turned away a job already claimed (to take its own locks over):
+        give the claim and its attempt back and defer the message, as an admission's
+        denial would have."""
+        log.info(
+            "job %s deferred %.3fs after its claim: %s",
+            job.id,
+            verdict.delay.total_seconds(),
+            verdict.reason,
+        )
+        now = self._clock.now()
+        run_after = now + verdict.delay
+        job.throttled(verdict.reason, run_after, now)
+        message = delivery.again(
+            run_after,
+            deferred=True,
+            prepaid=verdict.prepaid,
+            outages=delivery.outages + 1 if verdict.unavailable else 0,
+        )
+        if await self._hold_store(lambda: self._store.record(job, token, (message,))):
+            await self._dispatcher.dispatch((message,))
 
     async def _wait_out_lease(self, leased: Job, until: datetime) -> Job | None:
         """Hold the delivery while the attempt that holds `leased` keeps its lease,
@@ -320,26 +378,50 @@ class JobRunner:
         delay = timedelta(seconds=min(60.0, 2.0 * (delivery.deferrals + 1)))
         await self._hold_broker(delivery.again(self._clock.now() + delay, deferred=True))
 
-    async def _admit(self, delivery: Delivery, limits: JobLimits) -> Pass | None:
-        """Acquire the job's limits and lock, or defer the message (no attempt spent)."""
+    async def _limit_keys(self, delivery: Delivery, limits: JobLimits) -> tuple[str, ...] | None:
+        """The job's limit keys, from its message; None if the job cannot start (the
+        delivery was dealt with)."""
+        keys = delivery.limit_keys
+        if keys is not None and len(keys) == len(limits.all()):
+            return keys
+        # An older message without its keys: read the job to fill them in.
+        now = self._clock.now()
+        current = await self._hold_store(lambda: self._store.get(delivery.job_id))
+        if current is None or not current.can_start(now):
+            await self._not_claimed(delivery, current, now)
+            return None
+        return tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
+
+    async def _admit(
+        self,
+        delivery: Delivery,
+        limits: JobLimits,
+        keys: Sequence[str],
+        *,
+        take_over: bool = False,
+    ) -> Pass | Deferred | None:
+        """Acquire the job's limits and lock, or defer the message (no attempt spent:
+        None). Without `take_over`, a denial only by locks or slots the job's own earlier
+        admissions hold is returned instead (see `_run`); with it, those are taken over,
+        and any denial is returned to the caller, which holds the job's claim."""
         if self._gate is None:
             raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
         now = self._clock.now()
-        keys = delivery.limit_keys
-        if keys is None or len(keys) != len(limits.all()):
-            # An older message without its keys: read the job to fill them in.
-            current = await self._hold_store(lambda: self._store.get(delivery.job_id))
-            if current is None or not current.can_start(now):
-                await self._not_claimed(delivery, current, now)
-                return None
-            keys = tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
         # A reserved token must be used on time: a job that comes back late competes
         # again, so that late jobs cannot bunch their calls together.
         on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
         prepaid = delivery.prepaid if on_time else ()
         verdict = await self._gate.enter(
-            limits, keys, delivery.deferrals, prepaid, outages=delivery.outages
+            limits,
+            keys,
+            delivery.deferrals,
+            prepaid,
+            outages=delivery.outages,
+            owner=job_owner(delivery.job_id),
+            take_over=take_over,
         )
+        if isinstance(verdict, Deferred) and (take_over or verdict.own):
+            return verdict
         if isinstance(verdict, Deferred):
             log.info(
                 "job %s deferred %.3fs: %s",

@@ -7,6 +7,10 @@ Admitted: the ``Pass`` runs the handler with a watchdog that renews the lock and
 slot leases every third of their TTL, cancels the handler if they were lost, and
 releases everything in one round trip at the end.
 
+Holder tokens name the job they were made for (``job_owner``): a denial only by the
+job's own earlier admissions (a dead attempt's lock or slot) is ``Deferred.own``, and
+the runner, once it has claimed the job, takes those over (``take_over``).
+
 Each admission is a span (``limits admit``) that says whether the job was admitted
 or deferred, why, and for how long.
 
@@ -52,9 +56,16 @@ _tracer = trace.get_tracer("jobrail.limits")
 T = TypeVar("T")
 
 
-def holder_token() -> str:
-    """A random token naming who holds a lock or a slot (unique, not a secret)."""
-    return f"{random.getrandbits(96):024x}"
+def holder_token(owner: str = "") -> str:
+    """A random token naming who holds a lock or a slot (unique, not a secret), after
+    `owner` (``<job id>/``: operators see whose it is, and a later admission of the same
+    job can tell its own job's holders from others')."""
+    return f"{owner}{random.getrandbits(96):024x}"
+
+
+def job_owner(job_id: object) -> str:
+    """The owner prefix of the holder tokens of a job's admissions."""
+    return f"{job_id}/"
 
 
 class LockLostError(TransientError):
@@ -79,6 +90,10 @@ class Deferred:
     """The reservations the job now holds, as `reservation` strings, for its message."""
     unavailable: bool = False
     """Deferred because the limits store could not be reached (counted in `outages`)."""
+    own: bool = False
+    """Denied only by locks or slots that earlier admissions of the same job hold (a
+    dead attempt's, typically): the caller may take them over once it has made sure,
+    by claiming the job, that none of those admissions' attempts is alive."""
 
 
 def reservation(key: str, epoch: str) -> str:
@@ -196,22 +211,26 @@ class JobGate:
         deferrals: int = 0,
         prepaid: Sequence[str] = (),
         outages: int = 0,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Pass | Deferred:
         """Admit the job (its limits' `keys`, as `declared.keys` fills them in), or say
         how long to wait. A token bucket that says no reserves its next token for the
         job, which comes back when the token is due and pays nothing then: waiting jobs
         are served in turn, without a stampede. `prepaid` is the job's reservations
         (`Deferred.prepaid` of its last deferral); `outages` how many times in a row it
-        was deferred because the limits store was unreachable."""
+        was deferred because the limits store was unreachable. `owner` (see `job_owner`)
+        starts the holder token; with `take_over`, locks and slots its earlier
+        admissions hold are taken from them (see `LimitsBackend.admit`)."""
         if not trace.get_current_span().is_recording():
             # The job's trace is not sampled (or nothing is exported): a child span
             # would not be either, and making one costs more than the admission's
             # own Python work.
-            return await self._enter(declared, keys, prepaid, outages)
+            return await self._enter(declared, keys, prepaid, outages, owner, take_over)
         with _tracer.start_as_current_span(
             "limits admit", attributes={"limits.count": len(keys), "job.deferrals": deferrals}
         ) as span:
-            verdict = await self._enter(declared, keys, prepaid, outages)
+            verdict = await self._enter(declared, keys, prepaid, outages, owner, take_over)
             if isinstance(verdict, Deferred):
                 span.set_attribute("limits.outcome", "deferred")
                 span.set_attribute("limits.reason", verdict.reason)
@@ -226,6 +245,8 @@ class JobGate:
         keys: Sequence[str],
         prepaid: Sequence[str],
         outages: int,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Pass | Deferred:
         held = reservations(prepaid)
         items = [
@@ -233,7 +254,13 @@ class JobGate:
             for limit, key in zip(declared.all(), keys, strict=True)
         ]
         try:
-            admission = await self._backend.admit(items, holder=holder_token(), reserve=True)
+            admission = await self._backend.admit(
+                items,
+                holder=holder_token(owner),
+                reserve=True,
+                owner=owner,
+                take_over=take_over,
+            )
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
             backoff = min(
@@ -275,6 +302,7 @@ class JobGate:
             timedelta(seconds=delay) if reservations_only else self._jittered(delay),
             f"limited by {', '.join(admission.denied_by)}",
             prepaid=tuple(reserved),
+            own=all(d.allowed or d.own for d in admission.decisions),
         )
 
     def _jittered(self, seconds: float) -> timedelta:

@@ -67,12 +67,16 @@ class MemoryLimits:
         *,
         reserve: bool = False,
         now_ms: float | None = None,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
         now = self._now(now_ms)
         self._admits += 1
         if self._admits % PRUNE_EVERY == 0:
             self._prune(now)
-        return self._admit(items, holder, now, dry_run=False, reserve=reserve)
+        return self._admit(
+            items, holder, now, dry_run=False, reserve=reserve, owner=owner, take_over=take_over
+        )
 
     def _admit(
         self,
@@ -82,12 +86,14 @@ class MemoryLimits:
         *,
         dry_run: bool,
         reserve: bool = False,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
         decisions: list[Decision] = []
         plans: list[Callable[[], int | None]] = []
         reservations: list[tuple[str, float, str]] = []
         for item in items:
-            decision, plan = self._evaluate(item, holder, now)
+            decision, plan = self._evaluate(item, holder, now, owner, take_over)
             if reserve and not decision.allowed and isinstance(item.limit, TokenBucket):
                 tat, epoch = self._bucket(item.key, now, holder)
                 reservations.append(
@@ -135,9 +141,13 @@ class MemoryLimits:
         return now, hashlib.sha1(holder.encode(), usedforsecurity=False).hexdigest()[:16]
 
     def _evaluate(
-        self, item: Acquire, holder: str, now: float
+        self, item: Acquire, holder: str, now: float, owner: str = "", take_over: bool = False
     ) -> tuple[Decision, Callable[[], int | None]]:
         limit, key, state = item.limit, item.key, self._state
+
+        def owned(who: str) -> bool:
+            return bool(owner) and who.startswith(owner)
+
         if isinstance(limit, TokenBucket):
             tat, epoch = self._bucket(key, now, holder)
             if item.prepaid is not None and item.prepaid == epoch:
@@ -179,18 +189,26 @@ class MemoryLimits:
         if isinstance(limit, Concurrency):
             holders = {h: end for h, end in state.slots.get(key, {}).items() if end > now}
             state.slots[key] = holders
-            if len(holders) < limit.slots:
+            count = len(holders)
+            # The owner's own slots, looked for only when they would make the difference.
+            mine = [h for h in holders if owned(h)] if count >= limit.slots else []
+            if count < limit.slots or (take_over and count - len(mine) < limit.slots):
 
                 def hold() -> None:
+                    for taken in mine:
+                        del holders[taken]
                     holders[holder] = now + limit.lease_s * 1000
 
-                return Decision(limit.name, True, limit.slots - len(holders) - 1, None), hold
+                remaining = limit.slots - (count - len(mine)) - 1
+                return Decision(limit.name, True, remaining, None), hold
             first_end = min(holders.values())
-            return Decision(limit.name, False, 0, _ms(first_end - now)), _nothing
+            own = bool(mine) and count - len(mine) < limit.slots
+            return Decision(limit.name, False, 0, _ms(first_end - now), own=own), _nothing
         assert isinstance(limit, Lock)
         current = state.locks.get(key)
-        if current is not None and current[1] > now:
-            return Decision(limit.name, False, 0, _ms(current[1] - now)), _nothing
+        if current is not None and current[1] > now and not (take_over and owned(current[0])):
+            own = owned(current[0])
+            return Decision(limit.name, False, 0, _ms(current[1] - now), own=own), _nothing
 
         def lock() -> int:
             state.locks[key] = (holder, now + limit.ttl_s * 1000)

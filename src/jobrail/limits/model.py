@@ -293,6 +293,9 @@ class Decision:
     """A token bucket's state: an id (16 hex digits) made whenever the bucket starts from
     full (first use, refilled completely, lost by the store). Passed back as
     `Acquire.prepaid` with a reservation."""
+    own: bool = False
+    """A lock or slot denied only because holders of the admission's own `owner` hold it
+    (an earlier admission for the same job): an admission with `take_over` would get it."""
 
     @property
     def retry_after_s(self) -> float:
@@ -335,10 +338,19 @@ class LimitsBackend(Protocol):
         *,
         reserve: bool = False,
         now_ms: float | None = None,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
         """Acquire every item or none of them, in one atomic step (one round trip).
         With `reserve`, a denial reserves the next token of each token bucket that said
-        no; the caller comes back when it is due, with those items prepaid."""
+        no; the caller comes back when it is due, with those items prepaid.
+
+        `owner` is a prefix of `holder` naming whom the admission is for (a job:
+        ``<job id>/``). A lock or the slots held by holders with that prefix are
+        reported as `Decision.own` when they deny; with `take_over` they are taken
+        from those holders instead (the lock's fence grows, so their fenced writes are
+        refused). Only a caller that knows none of them is alive may take over: the job
+        runner does so after its database claim of the job (see ``jobrail.jobs.runner``)."""
         ...
 
     async def release(

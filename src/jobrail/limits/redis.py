@@ -86,7 +86,8 @@ local function num(x) return string.format('%.17g', x) end
 local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)) + 1000) end
 """
 
-# ARGV: now_override, holder, dry_run, reserve, n, then per item: kind + 4 params.
+# ARGV: now_override, holder, dry_run, reserve, n, owner, take_over, then per item: kind
+# + 4 params.
 # KEYS: per item one key; a lock also has its fence key right after it.
 # A token bucket's value is 'tat|epoch': its theoretical arrival time (ms) and the id of
 # its current state (a digest of the holder that started it, as in memory.py). A token
@@ -94,20 +95,24 @@ local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms))
 # that state; any other p4 competes as usual.
 # With reserve = '1', a denied admission reserves the next token of each token bucket
 # that said no (its caller comes back when the token is due, prepaid with the epoch).
-# Out: allowed, fence, then per item: ok, remaining, retry_after, reserved, epoch.
+# A lock or slots held by holders starting with `owner` (an earlier admission of the same
+# job: '<job id>/') are taken from them with take_over = '1', else reported as `own`.
+# Out: allowed, fence, then per item: ok, remaining, retry_after, reserved, epoch, own.
 ADMIT = (
     _NOW
     + """
 local now, now_us = clock(ARGV[1])
 local holder, dry, reserve, n = ARGV[2], ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
+local owner, take = ARGV[6], ARGV[7] == '1'
+local function owned(who) return owner ~= '' and string.sub(who, 1, #owner) == owner end
 local out, plans, reservations, all = {}, {}, {}, true
-local a, k = 6, 1
+local a, k = 8, 1
 for i = 1, n do
   local kind, p1, p2, p3, p4 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   a = a + 5
   local key = KEYS[k]
   k = k + 1
-  local ok, remaining, retry, reserved, epoch = 1, 0, 0, 0, ''
+  local ok, remaining, retry, reserved, epoch, own = 1, 0, 0, 0, '', 0
   if kind == 'tb' then
     -- A bucket that is absent (never used, expired, lost with Redis's data) or whose
     -- TAT has passed is full: a new state, with a new epoch, begins now.
@@ -156,12 +161,20 @@ for i = 1, n do
     local slots, lease = tonumber(p1), tonumber(p2)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
     local count = redis.call('ZCARD', key)
-    if count < slots then
-      remaining = slots - count - 1
-      plans[#plans + 1] = {'cs', key, lease}
+    -- The owner's own slots, looked for only when they would make the difference.
+    local mine = {}
+    if count >= slots and owner ~= '' then
+      for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+        if owned(member) then mine[#mine + 1] = member end
+      end
+    end
+    if count < slots or (take and count - #mine < slots) then
+      remaining = slots - (count - #mine) - 1
+      plans[#plans + 1] = {'cs', key, lease, mine}
     else
       local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
       ok, retry = 0, tonumber(first[2]) - now
+      if #mine > 0 and count - #mine < slots then own = 1 end
     end
   else -- 'lk'
     local ttl = tonumber(p1)
@@ -169,8 +182,10 @@ for i = 1, n do
     k = k + 1
     local current = redis.call('GET', key)
     local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
-    if ends and ends > now then
+    local mine = ends and ends > now and owned(string.match(current, '|(.*)$'))
+    if ends and ends > now and not (take and mine) then
       ok, retry = 0, ends - now
+      if mine then own = 1 end
     else
       plans[#plans + 1] = {'lk', key, ttl, fence_key}
     end
@@ -181,6 +196,7 @@ for i = 1, n do
   out[#out + 1] = num(retry)
   out[#out + 1] = reserved
   out[#out + 1] = epoch
+  out[#out + 1] = own
 end
 local fence = ''
 if not all and not dry then
@@ -198,6 +214,7 @@ if all and not dry then
       for j = 1, p[3] do redis.call('ZADD', p[2], num(now), holder .. ':' .. j) end
       gc(p[2], p[4])
     elseif p[1] == 'cs' then
+      for _, member in ipairs(p[4]) do redis.call('ZREM', p[2], member) end
       redis.call('ZADD', p[2], num(now + p[3]), holder)
       local ttl = redis.call('PTTL', p[2])
       if ttl < p[3] + 1000 then gc(p[2], p[3]) end
@@ -474,8 +491,18 @@ class RedisLimits:
         *,
         reserve: bool = False,
         now_ms: float | None = None,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
-        return await self._run_admit(items, holder, now_ms, dry_run=False, reserve=reserve)
+        return await self._run_admit(
+            items,
+            holder,
+            now_ms,
+            dry_run=False,
+            reserve=reserve,
+            owner=owner,
+            take_over=take_over,
+        )
 
     async def _run_admit(
         self,
@@ -485,9 +512,11 @@ class RedisLimits:
         *,
         dry_run: bool,
         reserve: bool = False,
+        owner: str = "",
+        take_over: bool = False,
     ) -> Admission:
         args = ["" if now_ms is None else _num(now_ms), holder, "1" if dry_run else "0"]
-        args += ["1" if reserve else "0", str(len(items))]
+        args += ["1" if reserve else "0", str(len(items)), owner, "1" if take_over else "0"]
         for item in items:
             args.append(item.limit.kind)
             args.extend(_params(item))
@@ -496,7 +525,7 @@ class RedisLimits:
         fence = int(raw[1]) if raw[1] not in (b"", "") else None
         decisions = []
         for i, item in enumerate(items):
-            ok, remaining, retry, reserved, epoch = raw[2 + 5 * i : 7 + 5 * i]
+            ok, remaining, retry, reserved, epoch, own = raw[2 + 6 * i : 8 + 6 * i]
             granted = int(ok) == 1
             decisions.append(
                 Decision(
@@ -506,6 +535,7 @@ class RedisLimits:
                     retry_after=None if granted else _retry(float(retry)),
                     reserved=int(reserved) == 1,
                     epoch=_text(epoch) or None,
+                    own=int(own) == 1,
                 )
             )
         grant = None
