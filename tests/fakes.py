@@ -2,7 +2,7 @@
 
 import copy
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
@@ -19,7 +19,7 @@ from jobrail.jobs.ports import (
     StoreUnavailableError,
 )
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.envelope import DeadLetter, Envelope, describe_dead_letter
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -213,6 +213,56 @@ class FakePublisher:
             self.unavailable_for -= 1
             raise BrokerUnavailableError("fake broker is down")
         self.published.append(envelope)
+
+
+@dataclass
+class FakeDeadLetterQueue:
+    """A quorum DLQ that counts deliveries: each letter looked at and given back is one
+    more, and a letter given back more than `delivery_limit` times is dropped, as
+    RabbitMQ 4 does (its default is 20 for a queue declared without a limit)."""
+
+    safe_to_scan: bool = True
+    delivery_limit: int | None = None
+    letters: list[Envelope] = field(default_factory=list)
+    returns: dict[str, int] = field(default_factory=dict)
+    looks: int = 0
+
+    async def publish(self, envelope: Envelope) -> None:
+        self.letters.append(envelope)
+
+    async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
+        seen: list[DeadLetter] = []
+
+        async def look(letter: DeadLetter) -> bool:
+            seen.append(letter)
+            return False
+
+        await self.settle_dead_letters(look, limit)
+        return seen
+
+    async def settle_dead_letters(
+        self, decide: Callable[[DeadLetter], Awaitable[bool]], limit: int
+    ) -> None:
+        kept: list[Envelope] = []
+        for n, envelope in enumerate(self.letters):
+            if n >= limit:
+                kept.append(envelope)
+                continue
+            self.looks += 1
+            letter = describe_dead_letter(envelope.message_id, envelope.body, envelope.headers)
+            if await decide(letter):
+                continue
+            returned = self.returns[envelope.message_id] = (
+                self.returns.get(envelope.message_id, 0) + 1
+            )
+            if self.delivery_limit is None or returned <= self.delivery_limit:
+                kept.append(envelope)
+        self.letters = kept
+
+    async def purge_dead_letters(self) -> int:
+        purged = len(self.letters)
+        self.letters.clear()
+        return purged
 
 
 @dataclass

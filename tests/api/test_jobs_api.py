@@ -123,6 +123,9 @@ async def test_redrive_runs_a_failed_job_again(api: ApiClient) -> None:
 
     assert response.status_code == 202
     assert response.json()["attempts"] == 0
+    assert response.json()["dead_letters"].endswith(
+        "stale dead letters removed (of the first 1000 in the DLQ)"
+    )
     again = await api.wait_status(job_id, "failed", timeout=5)
     assert again["attempts"] == 3  # it ran a fresh round of attempts
     assert again["finished_at"] > failed["finished_at"]

@@ -38,6 +38,7 @@ async def test_the_dlq_has_an_explicit_delivery_limit_of_never(
     broker: AmqpJobBroker, rabbit: RabbitProbe
 ) -> None:
     dlq = rabbit.topology.dead_letter_queue
+    assert broker.safe_to_scan  # a redrive may look through it to tidy up
 
     await _declare(dlq, {"x-queue-type": "quorum", "x-delivery-limit": DEAD_LETTER_DELIVERY_LIMIT})
     # What an older jobrail declared, and RabbitMQ 4's default limit, are both refused.
@@ -75,11 +76,13 @@ async def test_a_dlq_declared_without_a_limit_is_kept_with_a_warning(
         await broker.startup()
     try:
         connected = broker.is_connected
+        scannable = broker.safe_to_scan
         letters = await broker.peek_dead_letters(10)
     finally:
         await broker.shutdown()
 
     assert connected
+    assert not scannable  # single-job redrives leave it alone
     assert [letter.preview for letter in letters] == ["old letter"]
     [warning] = [r for r in caplog.records if "exists with other arguments" in r.getMessage()]
     assert f'"delivery-limit": {DEAD_LETTER_DELIVERY_LIMIT}' in warning.getMessage()

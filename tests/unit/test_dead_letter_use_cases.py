@@ -16,12 +16,13 @@ from jobrail.jobs.use_cases import (
     RedriveJob,
     RedriveJobCommand,
 )
+from jobrail.jobs.use_cases.redrive import CLEAN_UP_LIMIT, NOT_SCANNED
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.messaging.brokers import EmbeddedJobBroker
 from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope, with_task_id
 from jobrail.settings import RabbitSettings
-from tests.fakes import FakeUnitOfWork, FixedClock, make_job
+from tests.fakes import FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
 
 
 @pytest.fixture
@@ -111,7 +112,8 @@ async def test_redriving_a_job_removes_the_letters_of_that_failure_and_earlier_o
 
     redriven = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(None, job.id))
 
-    assert redriven.status is JobStatus.PENDING
+    assert redriven.job.status is JobStatus.PENDING
+    assert redriven.dead_letters.removed == 3
     gone = {earlier.message_id, current.message_id, duplicate.message_id}
     assert await ids_in(dlq) == [i for i in kept_before if i not in gone]
 
@@ -189,3 +191,55 @@ async def test_purges_by_job_type_reason_and_all(
         await purge(PurgeDeadLettersCommand())
     with pytest.raises(InvalidInputError):
         await purge(PurgeDeadLettersCommand(all=True, reason="x"))
+
+
+async def test_a_dlq_without_its_delivery_limit_is_not_looked_through_by_job_redrives(
+    uow: FakeUnitOfWork, clock: FixedClock
+) -> None:
+    # An older DLQ kept as it was: on RabbitMQ 4 a letter goes after 20 returns.
+    dlq = FakeDeadLetterQueue(safe_to_scan=False, delivery_limit=20)
+    waiting = failed_job(uow, clock)
+    await dlq.publish(letter_of(waiting, waiting.finished_at))
+    redrive = RedriveJob(uow, clock, dlq)
+
+    answers = [await redrive(RedriveJobCommand(None, failed_job(uow, clock).id)) for _ in range(25)]
+
+    assert dlq.looks == 0
+    assert len(dlq.letters) == 1  # the other job's letter is still there
+    assert {a.dead_letters.note for a in answers} == {NOT_SCANNED}
+    assert all(a.job.status is JobStatus.PENDING for a in answers)
+
+
+async def test_a_redrive_by_id_leaves_an_unsafe_dlq_alone_after_its_own_pass(
+    uow: FakeUnitOfWork, clock: FixedClock
+) -> None:
+    dlq = FakeDeadLetterQueue(safe_to_scan=False, delivery_limit=20)
+    job = failed_job(uow, clock)
+    current = letter_of(job, job.finished_at)
+    await dlq.publish(current)
+
+    outcomes = await RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq))(
+        RedriveDeadLettersCommand(ids=frozenset({current.message_id}))
+    )
+
+    assert [o.outcome for o in outcomes] == ["redriven"]
+    assert dlq.looks == 1  # the operator's own pass; no clean-up pass after it
+
+
+async def test_a_job_redrive_looks_through_a_bounded_part_of_a_safe_dlq(
+    uow: FakeUnitOfWork, clock: FixedClock
+) -> None:
+    dlq = FakeDeadLetterQueue(safe_to_scan=True)
+    others = [failed_job(uow, clock) for _ in range(3)]
+    for n in range(CLEAN_UP_LIMIT + 50):
+        other = others[n % 3]
+        await dlq.publish(letter_of(other, other.finished_at))
+    job = failed_job(uow, clock)
+    await dlq.publish(letter_of(job, job.finished_at))  # beyond the limit: left for later
+
+    done = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(None, job.id))
+
+    assert dlq.looks == CLEAN_UP_LIMIT
+    assert done.dead_letters.removed == 0
+    assert len(dlq.letters) == CLEAN_UP_LIMIT + 51
+    assert f"of the first {CLEAN_UP_LIMIT}" in done.dead_letters.note

@@ -234,7 +234,7 @@ async def test_redrive_resets_a_failed_job_and_publishes_it_again(
     stored.fail("boom", clock.now())
 
     dlq = EmbeddedJobBroker(RabbitSettings())
-    job = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))
+    job = (await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))).job
 
     assert job.status is JobStatus.PENDING
     assert uow.store[created.job.id].attempts == 0

@@ -3,6 +3,7 @@ from typing import Annotated
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
+from pydantic import Field
 
 from jobrail.api.auth import AdminPrincipal, CurrentTenant
 from jobrail.api.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
@@ -68,6 +69,13 @@ async def cancel_job(
     return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
 
 
+class RedrivenJobOut(JobOut):
+    dead_letters: str = Field(
+        description="What became of the job's stale dead letters: how many left the DLQ, "
+        "or why they stay (a DLQ declared without its delivery limit is not looked through)."
+    )
+
+
 @router.post(
     "/{job_id}/redrive",
     status_code=202,
@@ -79,5 +87,6 @@ async def cancel_job(
 )
 async def redrive_job(
     job_id: uuid.UUID, _admin: AdminPrincipal, redrive: FromDishka[RedriveJob]
-) -> JobOut:
-    return JobOut.of(await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id))))
+) -> RedrivenJobOut:
+    done = await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id)))
+    return RedrivenJobOut(**JobOut.of(done.job).model_dump(), dead_letters=done.dead_letters.note)

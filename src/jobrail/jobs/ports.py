@@ -196,6 +196,14 @@ class OpsReadModel(Protocol):
 class DeadLetterQueue(Protocol):
     """The dead-letter queue, for operators: look at it, and take messages out of it."""
 
+    @property
+    def safe_to_scan(self) -> bool:
+        """Whether going through the dead letters can never drop one. Each letter looked
+        at and given back counts as a delivery on a quorum queue; only a DLQ declared
+        with its explicit delivery limit (or one that counts none) never drops for that.
+        False for an older DLQ kept without it, and before the DLQ was declared."""
+        ...
+
     async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
         """Up to `limit` dead letters, oldest first, left where they are."""
         ...

@@ -74,6 +74,9 @@ class JobBroker(Protocol):
     @property
     def is_connected(self) -> bool: ...
 
+    @property
+    def safe_to_scan(self) -> bool: ...
+
     async def publish(self, envelope: Envelope) -> None: ...
 
     async def queue_depths(self) -> list[QueueDepth]:
@@ -131,6 +134,8 @@ class AmqpJobBroker(AioPikaBroker):
         self._delay_exchange: AbstractExchange | None = None
         self._connector: asyncio.Task[None] | None = None
         self._watch = ConnectionWatch()
+        # Whether the DLQ has its explicit delivery limit (see `safe_to_scan`).
+        self._dead_letter_limit_declared = False
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -210,7 +215,7 @@ class AmqpJobBroker(AioPikaBroker):
         # Declared with an explicit delivery limit, and kept as it is when an older
         # deployment declared it without one (see jobrail.messaging.topology).
         assert self.write_conn is not None
-        await declare_dead_letter_queue(
+        self._dead_letter_limit_declared = await declare_dead_letter_queue(
             self.write_conn,
             channel,
             self.topology.dead_letter_queue,
@@ -303,6 +308,12 @@ class AmqpJobBroker(AioPikaBroker):
         return depths
 
     # -- the dead-letter queue, for operators ------------------------------------------
+
+    @property
+    def safe_to_scan(self) -> bool:
+        """Whether the DLQ was declared with its explicit delivery limit here (False for
+        an older one kept without it: each look counts towards RabbitMQ 4's default)."""
+        return self._dead_letter_limit_declared
 
     async def peek_dead_letters(self, limit: int) -> list[DeadLetter]:
         seen: list[DeadLetter] = []
@@ -448,6 +459,10 @@ class EmbeddedJobBroker(InMemoryBroker):
     @property
     def is_connected(self) -> bool:
         return True
+
+    @property
+    def safe_to_scan(self) -> bool:
+        return True  # an in-memory list: looking drops nothing
 
     async def publish(self, envelope: Envelope) -> None:
         if envelope.queue == self._settings.dead_letter_queue:

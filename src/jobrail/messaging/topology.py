@@ -60,8 +60,11 @@ def dead_letter_policy_hint(queue: str) -> str:
 
 async def declare_dead_letter_queue(
     connection: AbstractConnection, channel: AbstractChannel, name: str, *, quorum: bool
-) -> None:
-    """Declare the DLQ with `dead_letter_queue_arguments`, or keep the one that exists.
+) -> bool:
+    """Declare the DLQ with `dead_letter_queue_arguments`, or keep the one that exists;
+    return whether it has them, i.e. whether looking through it can never drop a letter
+    (False: an older queue kept as it is, whose returns may count up to RabbitMQ 4's
+    default limit; a redrive then does not go through it to tidy up).
 
     A DLQ declared by an older jobrail has no delivery limit among its arguments, and
     RabbitMQ refuses to declare a queue again with other arguments (PRECONDITION_FAILED),
@@ -84,7 +87,11 @@ async def declare_dead_letter_queue(
             exc,
             dead_letter_policy_hint(name),
         )
+        declared = False
+    else:
+        declared = True
     await channel.declare_queue(name, passive=True)
+    return declared
 
 
 def pick_tier(delay_ms: float, tiers_ms: Sequence[int]) -> int | None:

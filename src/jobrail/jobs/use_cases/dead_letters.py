@@ -74,7 +74,8 @@ class RedriveDeadLetters:
         await self._dlq.settle_dead_letters(decide, min(cmd.limit, MAX_BATCH))
         if redriven and cmd.ids is not None:
             # A pass over some letters saw only those: the redriven jobs' other stale
-            # letters (older failures) go in a pass of their own.
+            # letters (older failures) go in a pass of their own (none when the DLQ is
+            # not safe to scan: the operator's own pass was the only look it gets).
             await self._redrive.clear_dead_letters(redriven)
         return outcomes
 

@@ -6,6 +6,12 @@ makes every letter of that failure and of earlier ones stale, so `RedriveJob` re
 them from the DLQ after the commit; a job that fails again afterwards then has exactly
 one letter, its new one. A letter made after the redrive names a later failure and is
 never taken for a stale one.
+
+That clean-up takes each letter it looks at and gives back the ones it keeps, and a
+quorum DLQ counts every return as a delivery. A DLQ kept from an older jobrail without
+its explicit delivery limit (``DeadLetterQueue.safe_to_scan``) would on RabbitMQ 4 drop
+every letter after 20 such looks, that is after 20 redrives: the clean-up is skipped
+there, and the answer says so.
 """
 
 import logging
@@ -52,6 +58,30 @@ class Redriven:
     """When the failure that was redriven ended (the job's finished_at before)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CleanUp:
+    """What became of the redriven jobs' stale dead letters."""
+
+    removed: int
+    """How many left the DLQ."""
+    note: str
+    """The same for an operator, with why none were looked for if so."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedrivenJob:
+    job: Job
+    dead_letters: CleanUp
+
+
+NOT_SCANNED = (
+    "its dead letters stay in the DLQ: the DLQ was declared by an older jobrail without "
+    "an explicit delivery limit, and every look at it counts as a delivery (on RabbitMQ 4 "
+    "a letter is dropped after 20), so a redrive does not go through it (see the broker's "
+    "start-up warning)"
+)
+
+
 def is_stale_letter_of(letter: DeadLetter, job_id: JobId, failed_at: datetime) -> bool:
     """Whether `letter` records a failure of the job that ended at or before `failed_at`
     (a redrive of that failure supersedes it)."""
@@ -73,11 +103,12 @@ class RedriveJob:
         self._clock = clock
         self._dlq = dlq
 
-    async def __call__(self, cmd: RedriveJobCommand) -> Job:
+    async def __call__(self, cmd: RedriveJobCommand) -> RedrivenJob:
         redriven = await self.redrive(cmd)
-        if cmd.clear_dead_letters:
-            await self.clear_dead_letters({redriven.job.id: redriven.failed_at})
-        return redriven.job
+        if not cmd.clear_dead_letters:
+            return RedrivenJob(redriven.job, CleanUp(0, "its dead letters were not looked for"))
+        cleaned = await self.clear_dead_letters({redriven.job.id: redriven.failed_at})
+        return RedrivenJob(redriven.job, cleaned)
 
     async def redrive(self, cmd: RedriveJobCommand) -> Redriven:
         """The redrive itself, in one transaction (no DLQ clean-up)."""
@@ -105,11 +136,17 @@ class RedriveJob:
             await self._uow.commit()
         return Redriven(job, failed_at)
 
-    async def clear_dead_letters(self, failures: dict[JobId, datetime]) -> int:
+    async def clear_dead_letters(self, failures: dict[JobId, datetime]) -> CleanUp:
         """Remove the dead letters of the redriven failures (job id: when it ended) and of
-        their earlier failures; return how many went. The redrives are committed, so a
-        broker that cannot be reached only leaves stale letters behind: logged, not
-        raised (`{"all": true}` removes them later)."""
+        their earlier failures, among the first CLEAN_UP_LIMIT; say how many went. The
+        redrives are committed, so a broker that cannot be reached only leaves stale
+        letters behind: logged, not raised (`{"all": true}` removes them later). Skipped
+        when the DLQ is not `safe_to_scan`."""
+        if not self._dlq.safe_to_scan:
+            log.info(
+                "not removing the dead letters of %d redriven jobs: %s", len(failures), NOT_SCANNED
+            )
+            return CleanUp(0, NOT_SCANNED)
         removed = 0
 
         async def stale(letter: DeadLetter) -> bool:
@@ -131,7 +168,11 @@ class RedriveJob:
                 len(failures),
                 exc,
             )
-        return removed
+            return CleanUp(removed, f"its dead letters stay in the DLQ: {exc}")
+        return CleanUp(
+            removed,
+            f"{removed} stale dead letters removed (of the first {CLEAN_UP_LIMIT} in the DLQ)",
+        )
 
 
 def _is_current_failure(job: Job, failed_at: datetime) -> bool:
