@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -190,6 +191,11 @@ class UnhandledErrors:
     And it raises the exception again to the server, which then drops the connection
     (keep-alive, no ``Connection: close``) and fails the client's next request on it.
     Here the error is logged and answered, and the connection stays usable.
+
+    A client that went away while the app read its body (Starlette's
+    ``ClientDisconnect``, from ``request.body()``) is no error: any client can do that
+    at will, so it is logged at DEBUG, without a traceback, and not answered (there is
+    nobody to answer).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -202,6 +208,8 @@ class UnhandledErrors:
         tracked = TrackedSend(send)
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            log.debug("client went away on %s %s", scope.get("method"), scope.get("path"))
         except Exception:
             if tracked.started:  # half a response is out: only dropping the connection is left
                 raise
