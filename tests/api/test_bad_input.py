@@ -249,3 +249,32 @@ async def test_a_refused_cors_preflight_is_json_with_the_request_id(tmp_path: An
     assert refused.headers["X-Request-Id"]
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == "https://ok"
+
+
+async def test_a_500_to_an_allowed_origin_carries_the_cors_headers(tmp_path: Any) -> None:
+    # Without them the browser hides the answer, request id and all, from the page.
+    import httpx
+
+    from jobrail.api.app import create_app
+    from tests.api.conftest import embedded_settings, migrated
+
+    settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))
+    app = create_app(settings)
+
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    app.add_api_route("/test-boom", boom)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c,
+    ):
+        response = await c.get(
+            "/test-boom", headers={"Origin": "https://ok", "X-Request-Id": "req-cors-500"}
+        )
+
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert response.headers["access-control-allow-origin"] == "https://ok"
+    assert "X-Request-Id" in response.headers["access-control-expose-headers"]
+    assert response.headers["X-Request-Id"] == "req-cors-500"

@@ -58,9 +58,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The server span is RequestTelemetry's: FastAPI's own would record query strings.
         telemetry={"tracing": False},
     )
-    # Middlewares run outermost last-added first: telemetry, 500s, CORS, size, NUL.
+    # Middlewares run outermost last-added first: telemetry, CORS, 500s, size, NUL. The
+    # JSON 500 is made inside CORS, so that a browser page sees it (and its request id).
     app.add_middleware(NulGuard)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
+    app.add_middleware(UnhandledErrors)
     if settings.api.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,
@@ -82,7 +84,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "RateLimit-Reset",
             ],
         )
-    app.add_middleware(UnhandledErrors)
     # Last added, so outermost: every response (a 413 or a 500 too) gets a request id
     # and a span.
     app.add_middleware(RequestTelemetry)
