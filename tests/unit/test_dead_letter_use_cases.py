@@ -216,14 +216,17 @@ async def test_a_redrive_by_id_leaves_an_unsafe_dlq_alone_after_its_own_pass(
     dlq = FakeDeadLetterQueue(safe_to_scan=False, delivery_limit=20)
     job = failed_job(uow, clock)
     current = letter_of(job, job.finished_at)
-    await dlq.publish(current)
+    other = failed_job(uow, clock)
+    for envelope in (current, letter_of(other, other.finished_at)):
+        await dlq.publish(envelope)
 
     outcomes = await RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq))(
         RedriveDeadLettersCommand(ids=frozenset({current.message_id}))
     )
 
     assert [o.outcome for o in outcomes] == ["redriven"]
-    assert dlq.looks == 1  # the operator's own pass; no clean-up pass after it
+    assert dlq.looks == 2  # the operator's own pass; no clean-up pass after it
+    assert len(dlq.letters) == 1
 
 
 async def test_a_job_redrive_looks_through_a_bounded_part_of_a_safe_dlq(
