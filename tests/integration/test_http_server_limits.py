@@ -229,12 +229,22 @@ def test_a_body_sent_in_pieces_within_the_timeout_is_served(server: tuple[str, i
     assert response.startswith(b"HTTP/1.1 202"), response[:200]
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        # A raw NUL in a header or the request line (README: the server's 400, not a 422).
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\n\r\n",
+        b"GET /heal\x00th HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+    ids=["bad-header", "nul-in-header", "nul-in-request-line"],
+)
 def test_an_unparseable_request_is_a_json_400_with_a_request_id(
-    server: tuple[str, int],
+    server: tuple[str, int], request_bytes: bytes
 ) -> None:
     sock = socket.create_connection(server, timeout=10)
     try:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+        sock.sendall(request_bytes)
         response = _read_until_closed(sock)
     finally:
         sock.close()
