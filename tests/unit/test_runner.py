@@ -1,5 +1,6 @@
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -724,7 +725,11 @@ async def test_an_attempt_that_cannot_renew_for_a_whole_lease_stops_and_retries(
     await restore
 
     assert done.status is JobStatus.RETRYING
-    assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"
+    assert done.last_error == UNCONFIRMED
+    assert done.attempts == 0  # the database's outage, not the job's: not counted
+
+
+UNCONFIRMED = "LeaseLostError: the database did not confirm the job's claim in time"
 
 
 class HangingRenewals(FakeJobStore):
@@ -751,9 +756,43 @@ async def test_an_attempt_whose_renewal_hangs_stops_before_its_lease_ends() -> N
     done = await h.run(job, slow, timeout=timedelta(minutes=5))
 
     assert done.status is JobStatus.RETRYING
-    assert done.last_error == "LeaseLostError: the job's claim lapsed while it ran"
+    assert done.last_error == UNCONFIRMED
     # Stopped a margin before its 300 ms lease ended, when another worker may claim it.
     assert stopped_after[0] < RENEWED.total_seconds()
+
+
+async def test_a_database_stall_on_a_jobs_last_attempt_does_not_fail_it() -> None:
+    h = Harness(lease=RENEWED, store=HangingRenewals())
+    job = h.add(max_attempts=1)
+
+    async def slow(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        await asyncio.sleep(2)
+
+    done = await h.run(job, slow, timeout=timedelta(minutes=5))
+
+    assert done.status is JobStatus.RETRYING
+    assert done.attempts == 0
+    [again] = h.dispatcher.dispatched  # its next attempt, no dead letter
+    assert again.queue == "jobs.default"
+    assert again.not_before == done.run_after
+
+
+async def test_a_handler_that_blocks_the_event_loop_past_its_lease_spends_its_attempt() -> None:
+    h = Harness(lease=RENEWED, store=HangingRenewals())
+    job = h.add(max_attempts=1)
+
+    async def blocking(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        time.sleep(0.6)  # blocks the event loop: what the test is about
+        await asyncio.sleep(2)
+
+    done = await h.run(job, blocking, timeout=timedelta(minutes=5))
+
+    # Stopped late, after its lease ended: not the database's fault, and retrying for
+    # ever would not help.
+    assert done.status is JobStatus.FAILED
+    assert done.last_error is not None
+    assert "claim lapsed" in done.last_error
+    assert "gave up after 1 attempts" in done.last_error
 
 
 # -- a dead worker's job that holds a lock -----------------------------------------------

@@ -185,7 +185,15 @@ class RunnerConfig:
 
 class LeaseLostError(TransientError):
     """The attempt's claim could not be renewed (another worker took the job over, or
-    the database was away for a whole lease); the attempt was stopped."""
+    the database was away for a whole lease); the attempt was stopped.
+
+    `unconfirmed`: no one took the job over, the database just did not confirm a
+    renewal in time, and the attempt stopped on time (before its lease ended). That
+    attempt is given back rather than spent (see `JobRunner._attempt`)."""
+
+    def __init__(self, message: str, *, unconfirmed: bool = False) -> None:
+        super().__init__(message)
+        self.unconfirmed = unconfirmed
 
 
 class JobRunner:
@@ -481,6 +489,16 @@ class JobRunner:
         except JobCancelledError:
             job.stop_cancelled(self._clock.now())
             return ()
+        except LeaseLostError as exc:
+            if exc.unconfirmed:
+                # The database stalled, not the job: a stall of a few seconds must not
+                # use up a long job's attempts (nor fail it on its last). Bounded: only
+                # an attempt that stopped on time gets here, and a handler that blocks
+                # the event loop makes its stop late (see _LeaseRenewal._lose).
+                return await self._give_attempt_back(job, _describe(exc), job_run)
+            return await self._retry_or_fail(
+                job, _describe(exc), job.max_attempts, job_run, delivery
+            )
         except PermanentError as exc:
             return self._fail(job, f"permanent error: {_describe(exc)}", delivery)
         except ThrottledError as exc:
@@ -520,6 +538,17 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + self._retry.delay(job.attempts)
         job.retry_later(error, run_after, now)
+        return (_again(job, run_after, job_run.limits),)
+
+    async def _give_attempt_back(self, job: Job, error: str, job_run: JobRun) -> Sequence[Envelope]:
+        """Try the job again later without counting this attempt."""
+        if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
+            job.stop_cancelled(self._clock.now())
+            return ()
+        log.warning("job %s: %s; it will run again, this attempt not counted", job.id, error)
+        now = self._clock.now()
+        run_after = now + self._retry.delay(job.attempts)
+        job.throttled(error, run_after, now)
         return (_again(job, run_after, job_run.limits),)
 
     def _fail(self, job: Job, error: str, delivery: Delivery) -> Sequence[Envelope]:
@@ -703,6 +732,9 @@ class _LeaseRenewal:
     before the last confirmed lease ends, whether the renewals failed or hang: from
     that moment another worker may take the job over, and the two must not run it at
     once. (A renewal the database confirms late cannot help: the attempt has stopped.)
+    The latter stop is `unconfirmed` (the attempt is not counted) only if it came on
+    time: a deadline that fires a whole margin late means the event loop was blocked
+    (by the handler, most likely), which no retry will cure.
     """
 
     def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
@@ -715,6 +747,7 @@ class _LeaseRenewal:
         self._running = False
         self._renewals: set[asyncio.Task[None]] = set()
         self._deadline: asyncio.TimerHandle | None = None
+        self._unconfirmed = False
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
         """Await `work` in this task (no task of its own: it would cost every job); a
@@ -732,6 +765,11 @@ class _LeaseRenewal:
         except asyncio.CancelledError:
             if self._lost:
                 task.uncancel()  # this cancellation was ours, and ends here
+                if self._unconfirmed:
+                    raise LeaseLostError(
+                        "the database did not confirm the job's claim in time",
+                        unconfirmed=True,
+                    ) from None
                 raise LeaseLostError("the job's claim lapsed while it ran") from None
             raise
         finally:
@@ -747,9 +785,17 @@ class _LeaseRenewal:
         left = (lease_until - margin - self._clock.now()).total_seconds()
         if self._deadline is not None:
             self._deadline.cancel()
-        self._deadline = asyncio.get_running_loop().call_later(
-            max(left, 0.0), self._lose, "no renewal of its claim was confirmed in time"
-        )
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(max(left, 0.0), self._lapse, loop.time() + left)
+
+    def _lapse(self, due: float) -> None:
+        """The deadline: no renewal confirmed in time. On time (less than the margin
+        late, so before the lease ended), the database is to blame, not the job."""
+        if not self._running or self._lost:
+            return
+        late = asyncio.get_running_loop().time() - due
+        self._unconfirmed = late < (self._lease * RENEWAL_MARGIN).total_seconds()
+        self._lose("no renewal of its claim was confirmed in time")
 
     def _lose(self, why: str) -> None:
         if self._running and not self._lost:
