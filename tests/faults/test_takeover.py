@@ -6,7 +6,9 @@ survivors at once, at the head of the queue; the job rows are still claimed by t
 dead attempt, so each survivor holds the message until that claim's lease ends and
 then starts the job. The takeover gap of each job (the new attempt's `started_at`
 in its row, minus the moment of the kill) is bounded by the lease, not by the time
-the backlog takes to drain.
+the backlog takes to drain. Half the jobs hold a lock whose TTL (30 s) is far longer
+than the lease: the survivor takes the dead attempt's lock over once it has claimed
+the job, instead of waiting for the TTL.
 """
 
 import asyncio
@@ -32,7 +34,7 @@ WORKER = {
     "JOBRAIL_RABBIT__PREFETCH": "4",
     # test.effect's own timeout (30 s) is longer than the lease: its claims are the
     # short renewed ones every job with a real timeout gets (the lease is the default).
-    "JOBRAIL_JOBS__TIMEOUTS_S": '{"test.effect": 30}',
+    "JOBRAIL_JOBS__TIMEOUTS_S": '{"test.effect": 30, "test.locked_effect": 30}',
 }
 LEASE_S = JobsSettings().lease_s
 # After the lease ends the holder claims at once; the rest is the machine's slowness.
@@ -44,6 +46,7 @@ class Takeover:
     job_id: str
     gap_s: float
     unfinished_then: int = 0
+    job_type: str = ""
 
 
 async def _running(engine: AsyncEngine) -> dict[Any, int]:
@@ -66,9 +69,9 @@ async def _resolve(
         async with engine.connect() as conn:
             rows = (
                 await conn.execute(
-                    select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.started_at).where(
-                        jobs.c.id.in_(list(snapshot))
-                    )
+                    select(
+                        jobs.c.id, jobs.c.type, jobs.c.status, jobs.c.attempts, jobs.c.started_at
+                    ).where(jobs.c.id.in_(list(snapshot)))
                 )
             ).all()
         for row in rows:
@@ -76,7 +79,8 @@ async def _resolve(
                 continue
             if row.attempts > snapshot[row.id]:
                 assert row.started_at is not None
-                taken[row.id] = Takeover(str(row.id), row.started_at.timestamp() - killed_at)
+                gap = row.started_at.timestamp() - killed_at
+                taken[row.id] = Takeover(str(row.id), gap, job_type=row.type)
                 settled.add(row.id)
             elif row.status in ("succeeded", "failed", "cancelled"):
                 settled.add(row.id)
@@ -94,18 +98,16 @@ async def test_a_killed_workers_jobs_are_taken_over_within_seconds_despite_a_bac
     engine: AsyncEngine,
     report: Any,
 ) -> None:
-    # Every eighth job runs long enough to renew its claim. (The backlog takes about
-    # two minutes to drain: far longer than the three kills take.)
-    job_ids = set(
-        await asyncio.gather(
-            *(
-                api.enqueue(
-                    "test.effect", {"url": recorder.url, "sleep_ms": 3000 if n % 8 == 0 else 1000}
-                )
-                for n in range(JOBS)
-            )
-        )
-    )
+    # Every eighth job runs long enough to renew its claim, and every other one holds a
+    # lock of its own. (The backlog takes about two minutes to drain: far longer than
+    # the three kills take.)
+    def job(n: int) -> tuple[str, dict[str, Any]]:
+        payload: dict[str, Any] = {"url": recorder.url, "sleep_ms": 3000 if n % 8 == 0 else 1000}
+        if n % 2:
+            return "test.locked_effect", {**payload, "resource": f"r{n}"}
+        return "test.effect", payload
+
+    job_ids = set(await asyncio.gather(*(api.enqueue(*job(n)) for n in range(JOBS))))
     started = time.monotonic()
     pool: list[Process] = [await workers(f"w{n}", **WORKER) for n in range(WORKERS)]
 
@@ -155,8 +157,10 @@ async def test_a_killed_workers_jobs_are_taken_over_within_seconds_despite_a_bac
     # Every job's effect was asked for; a repeat (a kill after the call) only ever
     # under the job's own key, which the receiver dedupes.
     assert set(effects) == job_ids
-    # Taken over within seconds of the kill, while most of the backlog was still waiting.
+    # Taken over within seconds of the kill, while most of the backlog was still waiting,
+    # locked jobs too (their lock's TTL is 30 s).
     assert gaps[-1] <= BOUND_S, summary
+    assert any(t.job_type == "test.locked_effect" for t in takeovers), takeovers
     assert min(t.unfinished_then for t in takeovers) >= 200, takeovers
     assert drain_s > 2 * BOUND_S, summary
     report(

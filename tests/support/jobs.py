@@ -122,4 +122,30 @@ async def effect(payload: Effect, ctx: JobContext) -> dict[str, int]:
     return {"attempt": ctx.attempt}
 
 
-module = Module(name="tests", jobs=[vendor_call, exclusive, stall, effect])
+class LockedEffect(BaseModel):
+    url: str
+    resource: str
+    sleep_ms: int = 0
+
+
+# A lock that outlives the job's lease (as sync.account's 30 s lock outlives the 6 s
+# lease): a dead worker's job must still be taken over within about a lease.
+@job(
+    "test.locked_effect",
+    payload=LockedEffect,
+    timeout_s=30,
+    lock=Lock(key="effect:{tenant_id}:{resource}", ttl_s=30),
+)
+async def locked_effect(payload: LockedEffect, ctx: JobContext) -> dict[str, int]:
+    """test.effect under a lock of its own resource."""
+    await asyncio.sleep(payload.sleep_ms / 1000)
+    response = await _client.get(
+        payload.url,
+        params={"attempt": ctx.attempt, "fence": ctx.fence},
+        headers={"Idempotency-Key": str(ctx.job_id)},
+    )
+    response.raise_for_status()
+    return {"attempt": ctx.attempt}
+
+
+module = Module(name="tests", jobs=[vendor_call, exclusive, stall, effect, locked_effect])
