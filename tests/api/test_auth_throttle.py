@@ -198,3 +198,26 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
 
     assert set(spread) == {401}
     assert one_client[-1] == 429
+
+
+async def test_ipv6_clients_share_a_budget_per_64_network(tmp_path: Path) -> None:
+    # One host is given a whole /64: per full address, it had unlimited budgets.
+    async def attempts(api: ApiClient, addresses: list[str]) -> list[int]:
+        return [
+            (
+                await api.get(
+                    "/jobs", headers=_bearer(f"jr_wrong-{n}", **{"X-Forwarded-For": address})
+                )
+            ).status_code
+            for n, address in enumerate(addresses)
+        ]
+
+    async with _api(tmp_path, api={"trusted_proxies": ["127.0.0.0/8"]}) as api:
+        one_network = await attempts(api, [f"2001:db8:0:1::{n:x}" for n in range(BUDGET + 1)])
+        next_network = await attempts(api, ["2001:db8:0:2::1"])
+        mapped = await attempts(api, ["::ffff:192.0.2.9"] * BUDGET + ["192.0.2.9"])
+
+    assert one_network[:BUDGET] == [401] * BUDGET
+    assert one_network[-1] == 429
+    assert next_network == [401]
+    assert mapped[-1] == 429  # an IPv4-mapped address is that IPv4 address

@@ -12,9 +12,11 @@ no lookup. A key this process found live within the last day
 (``auth.seen_live_s``) is not refused for its address's spent budget (a neighbour
 behind the same NAT retrying a bad key must not lock it out), but it is still looked
 up, so a revocation takes effect as before.
-The client address is the peer's, or X-Forwarded-For's from ``api.trusted_proxies``.
+The client address is the peer's, or X-Forwarded-For's from ``api.trusted_proxies``;
+an IPv6 client is counted by its /64 network.
 """
 
+import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -77,9 +79,20 @@ async def principal_for_key(request: Request, key: str) -> Principal | None:
 
 
 def client_address(request: Request) -> str:
-    """The client's address (ProxyHeadersMiddleware has already put X-Forwarded-For's
-    there when the peer is a trusted proxy)."""
-    return request.client.host if request.client else "unknown"
+    """The client the throttle counts: its IPv4 address, or its IPv6 /64 network (one
+    host is commonly given a whole /64, so per full IPv6 address it would have as many
+    budgets as it likes). ProxyHeadersMiddleware has already put X-Forwarded-For's
+    address there when the peer is a trusted proxy."""
+    host = request.client.host if request.client else "unknown"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # not an address (a test client's name, a Unix socket)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]
