@@ -66,6 +66,24 @@ _CHANNEL_GONE = (
 )
 
 
+def _channel_closed(message: AbstractIncomingMessage, exc: Exception) -> bool:
+    """Whether an ack failed because the message's channel or connection has closed."""
+    if isinstance(
+        exc,
+        (
+            ChannelInvalidStateError,
+            aiormq.exceptions.ChannelClosed,
+            aiormq.exceptions.ConnectionClosed,
+            ConnectionError,
+        ),
+    ):
+        return True
+    try:
+        return bool(message.channel.is_closed)
+    except ChannelInvalidStateError:  # what aio-pika raises for a closed channel
+        return True
+
+
 class JobBroker(Protocol):
     """What the platform needs of a broker beyond Taskiq's own interface."""
 
@@ -388,12 +406,24 @@ class AmqpJobBroker(AioPikaBroker):
     async def _ack(self, message: AbstractIncomingMessage) -> None:
         """Acknowledge a message whose job the runner is done with. If its channel has
         closed meanwhile (RabbitMQ restarted, the connection dropped), RabbitMQ has put
-        the message back already and the redelivery finds the job recorded: nothing is
-        lost, so this is no error. (Taskiq would let the exception end its callback task
-        unretrieved: asyncio's "Task exception was never retrieved", at ERROR.)"""
+        the message back already; the redelivery finds the job recorded, or, when the
+        runner had deferred the message (sent it round again), is a duplicate of the
+        message it sent, which the runner sees through (the job is claimed once). Nothing
+        is lost, so this is no error. Any other failure (a second ack of one message, an
+        ack refused on an open channel) is a bug or a broker problem: logged at ERROR.
+        Nothing is raised either way: Taskiq would let the exception end its callback
+        task unretrieved (asyncio's "Task exception was never retrieved")."""
         try:
             await message.ack()
-        except _CHANNEL_GONE as exc:
+        except Exception as exc:  # every failure is logged below; a raise would go unseen
+            if not _channel_closed(message, exc):
+                log.error(
+                    "message %s could not be acknowledged on its open channel: %s",
+                    message.message_id,
+                    _why(exc),
+                    exc_info=exc,
+                )
+                return
             self._watch.ack_lost()
             log.debug(
                 "message %s not acknowledged: its channel is gone (%s)",
