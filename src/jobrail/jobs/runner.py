@@ -16,6 +16,14 @@ renewals run on the worker's event loop: a handler that blocks the loop for long
 a lease cannot renew, may be taken over, and stops at its next await. Blocking work
 belongs in a thread, or needs a longer `JOBRAIL_JOBS__LEASE_S`.)
 
+Clocks. Leases are written and compared with the clock of the worker that claims or
+renews (`Clock`), not the database's: workers must agree on the time to better than
+RENEWAL_MARGIN of a lease (1 s of the default 6 s), which NTP gives by far. A worker
+whose clock runs that far ahead may claim a job whose holder is still running it. (The
+lock's fence comes from Redis's clock, so fenced writes stay safe.) Taking the
+database's now() in the claim and the renewal would lift the assumption, at the price
+of a store that no longer runs on the clock it is given.
+
 Taking over a dead worker's job. When a worker dies, RabbitMQ hands its
 unacknowledged messages to the other consumers at once, at the head of the queue.
 The job row is still claimed by the dead attempt, so the claim fails; the worker

@@ -126,6 +126,8 @@ class SqlaJobStore:
             jobs.c.status.in_(_CLAIMABLE),
             or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now + DUE_TOLERANCE),
         )
+        # `now` is the claiming worker's clock, as is the lease_until the holder wrote:
+        # workers' clocks must agree to within the renewal margin (see jobs.runner).
         abandoned = and_(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_until <= now)
         owned = (
             and_(jobs.c.tenant_id == expect.tenant_id, jobs.c.type == expect.job_type)
