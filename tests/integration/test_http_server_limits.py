@@ -215,6 +215,34 @@ def test_a_body_trickled_a_byte_at_a_time_is_cut_off_too(server: tuple[str, int]
     _assert_body_timeout(response)
 
 
+def test_a_body_trickled_after_the_app_answered_without_it_is_cut_off(
+    server: tuple[str, int],
+) -> None:
+    # /health answers without reading the body: no second answer, only the close.
+    sock = socket.create_connection(server, timeout=10)
+    done = threading.Event()
+
+    def trickle() -> None:
+        try:
+            sock.sendall(b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n")
+            while not done.wait(0.2):
+                sock.sendall(b" ")
+        except OSError:
+            pass
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    try:
+        response = _read_until_closed(sock)
+    finally:
+        done.set()
+        sender.join(CLOSE_DEADLINE_S)
+        sock.close()
+
+    assert response.startswith(b"HTTP/1.1 "), response[:200]
+    assert response.count(b"HTTP/1.1 ") == 1
+
+
 def test_a_body_sent_in_pieces_within_the_timeout_is_served(server: tuple[str, int]) -> None:
     body = json.dumps({"message": "in pieces"}).encode()
     sock = socket.create_connection(server, timeout=CLOSE_DEADLINE_S)
