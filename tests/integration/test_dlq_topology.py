@@ -4,6 +4,7 @@ without one is used as it is (an upgrade) instead of failing the start-up."""
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -87,3 +88,25 @@ async def test_a_dlq_declared_without_a_limit_is_kept_with_a_warning(
     [warning] = [r for r in caplog.records if "exists with other arguments" in r.getMessage()]
     assert f'"delivery-limit": {DEAD_LETTER_DELIVERY_LIMIT}' in warning.getMessage()
     assert "rabbitmqctl set_policy jobrail-dlq" in warning.getMessage()
+
+
+async def test_a_pass_over_the_dlq_looks_only_at_the_letters_waiting_when_it_began(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    # A redrive of everything whose job fails again at once must not meet that job's
+    # new letter in the same pass (it would report it, or redrive it twice).
+    dlq = rabbit.topology.dead_letter_queue
+    for n in range(2):
+        await rabbit.publish_raw(dlq, f"poison {n}".encode())
+    seen: list[str] = []
+
+    async def decide(letter: Any) -> bool:
+        seen.append(letter.preview)
+        await rabbit.publish_raw(dlq, f"arrived during the pass {len(seen)}".encode())
+        return True  # let it go
+
+    await broker.settle_dead_letters(decide, limit=100)
+    left = await rabbit.drain(dlq)
+
+    assert seen == ["poison 0", "poison 1"]
+    assert [m.body for m in left] == [b"arrived during the pass 1", b"arrived during the pass 2"]

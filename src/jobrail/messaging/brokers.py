@@ -349,14 +349,19 @@ class AmqpJobBroker(AioPikaBroker):
         """Gets up to `limit` messages without acknowledging them, acknowledges those
         `decide` lets go, and closes the channel: RabbitMQ puts the rest back, in order.
         (Quorum queues count each such look as a delivery: the DLQ's delivery limit is
-        set to never, see jobrail.messaging.topology.)"""
+        set to never, see jobrail.messaging.topology.)
+
+        Only the letters waiting when it starts are looked at: one that arrives during
+        the pass (a job it redrove failing again at once) is left for the next pass."""
         connection = self.write_conn
         if connection is None or connection.is_closed:
             raise BrokerUnavailableError("not connected to RabbitMQ")
         try:
             async with connection.channel() as channel:
-                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=False)
-                for _ in range(limit):
+                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=True)
+                declared = queue.declaration_result
+                waiting = int(declared.message_count or 0)
+                for _ in range(min(limit, waiting)):
                     message = await queue.get(no_ack=False, fail=False)
                     if message is None:
                         break
