@@ -353,38 +353,36 @@ class AmqpJobBroker(AioPikaBroker):
 
         Only the letters waiting when it starts are looked at: one that arrives during
         the pass (a job it redrove failing again at once) is left for the next pass."""
-        connection = self.write_conn
-        if connection is None or connection.is_closed:
-            raise BrokerUnavailableError("not connected to RabbitMQ")
-        try:
-            async with connection.channel() as channel:
-                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=True)
-                declared = queue.declaration_result
-                waiting = int(declared.message_count or 0)
-                for _ in range(min(limit, waiting)):
-                    message = await queue.get(no_ack=False, fail=False)
-                    if message is None:
-                        break
-                    letter = describe_dead_letter(
-                        message.message_id or "", message.body, message.headers or {}
-                    )
-                    if await decide(letter):
-                        await message.ack()
-        except _CHANNEL_GONE as exc:
-            raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
+        async with self._open_dead_letters() as queue:
+            waiting = int(queue.declaration_result.message_count or 0)
+            for _ in range(min(limit, waiting)):
+                message = await queue.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                letter = describe_dead_letter(
+                    message.message_id or "", message.body, message.headers or {}
+                )
+                if await decide(letter):
+                    await message.ack()
 
     async def purge_dead_letters(self) -> int:
         """Delete every dead letter waiting in the DLQ; return how many went."""
+        async with self._open_dead_letters() as queue:
+            purged = await queue.purge()
+        return int(purged.message_count or 0)
+
+    @contextlib.asynccontextmanager
+    async def _open_dead_letters(self) -> AsyncGenerator[AbstractQueue, None]:
+        """The DLQ (declared passively, so its depth is known) on a channel of its own,
+        closed afterwards; RabbitMQ being away is BrokerUnavailableError."""
         connection = self.write_conn
         if connection is None or connection.is_closed:
             raise BrokerUnavailableError("not connected to RabbitMQ")
         try:
             async with connection.channel() as channel:
-                queue = await channel.get_queue(self.topology.dead_letter_queue, ensure=False)
-                purged = await queue.purge()
+                yield await channel.get_queue(self.topology.dead_letter_queue, ensure=True)
         except _CHANNEL_GONE as exc:
             raise BrokerUnavailableError(f"dead-letter queue: {_why(exc)}") from exc
-        return int(purged.message_count or 0)
 
     # -- consuming ---------------------------------------------------------------
 
