@@ -141,6 +141,17 @@ class Delivery:
             outages=self.outages if outages is None else outages,
         )
 
+    def deferred(self, verdict: Deferred, not_before: datetime) -> Envelope:
+        """The message again after the limits turned it away: no attempt spent, its
+        reservations carried; the outage backoff counts outage deferrals in a row,
+        nothing else."""
+        return self.again(
+            not_before,
+            deferred=True,
+            prepaid=verdict.prepaid,
+            outages=self.outages + 1 if verdict.unavailable else 0,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JobRun:
@@ -346,12 +357,7 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + verdict.delay
         job.throttled(verdict.reason, run_after, now)
-        message = delivery.again(
-            run_after,
-            deferred=True,
-            prepaid=verdict.prepaid,
-            outages=delivery.outages + 1 if verdict.unavailable else 0,
-        )
+        message = delivery.deferred(verdict, run_after)
         if await self._hold_store(lambda: self._store.record(job, token, (message,))):
             await self._dispatcher.dispatch((message,))
 
@@ -445,16 +451,8 @@ class JobRunner:
                 verdict.delay.total_seconds(),
                 verdict.reason,
             )
-            await self._hold_broker(
-                # From the clock after Redis answered: never earlier than the reserved token.
-                delivery.again(
-                    self._clock.now() + verdict.delay,
-                    deferred=True,
-                    prepaid=verdict.prepaid,
-                    # The outage backoff counts outage deferrals in a row, nothing else.
-                    outages=delivery.outages + 1 if verdict.unavailable else 0,
-                )
-            )
+            # From the clock after Redis answered: never earlier than the reserved token.
+            await self._hold_broker(delivery.deferred(verdict, self._clock.now() + verdict.delay))
             return None
         return verdict
 
