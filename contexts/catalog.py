@@ -5,7 +5,7 @@ An event that is not listed here cannot be published.
 """
 
 from contexts.shared.events import InvoicePaidV1
-from jobrail.messaging.events import EventSpec
+from jobrail.jobs.events import EventSpec
 from jobrail.modules import Module
 
 EVENTS = [

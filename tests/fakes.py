@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimResult,
@@ -18,10 +19,13 @@ from jobrail.jobs.ports import (
     JobPage,
     StoreUnavailableError,
 )
+from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import DeadLetter, Envelope, describe_dead_letter
+from jobrail.messaging.codec import Envelope, describe_dead_letter, encode
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+# A job catalog that knows no type (no limit keys for any job).
+NO_TYPES = JobRegistry([], queues=["jobs.default"], default_timeout_s=10)
 
 
 class FixedClock:
@@ -88,10 +92,10 @@ class FakeJobIntake:
         self.store = store
         self.messages: list[Envelope] = []
 
-    async def add(self, job: Job, message: Envelope) -> Job:
+    async def add(self, job: Job, message: JobMessage) -> Job:
         stored = await FakeJobRepository(self.store).add(job)
         if stored.id == job.id:
-            self.messages.append(message)
+            self.messages.append(encode(message))
         return stored
 
 
@@ -99,8 +103,8 @@ class FakeOutbox:
     def __init__(self) -> None:
         self.added: list[Envelope] = []
 
-    async def add(self, envelope: Envelope) -> None:
-        self.added.append(envelope)
+    async def add(self, message: Outgoing) -> None:
+        self.added.append(encode(message))
 
 
 class FakeUnitOfWork:
@@ -167,7 +171,7 @@ class FakeJobStore:
         job.start(now, lease)
         return ClaimResult(job=copy.deepcopy(job))
 
-    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         self._maybe_fail()
         current = self.jobs.get(job.id)
         if not self._running(current, claim):
@@ -176,7 +180,7 @@ class FakeJobStore:
         cancel_requested = current.cancel_requested or job.cancel_requested
         self.jobs[job.id] = copy.deepcopy(job)
         self.jobs[job.id].cancel_requested = cancel_requested
-        self.outbox.extend(outbox)
+        self.outbox.extend(encode(message) for message in outbox)
         return True
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
@@ -208,11 +212,12 @@ class FakePublisher:
     published: list[Envelope] = field(default_factory=list)
     unavailable_for: int = 0
 
-    async def publish(self, envelope: Envelope) -> None:
+    async def publish(self, message: Outgoing | Envelope) -> None:
+        """Records what it publishes as envelopes (the core's messages encoded)."""
         if self.unavailable_for > 0:
             self.unavailable_for -= 1
             raise BrokerUnavailableError("fake broker is down")
-        self.published.append(envelope)
+        self.published.append(message if isinstance(message, Envelope) else encode(message))
 
 
 @dataclass
@@ -269,8 +274,8 @@ class FakeDeadLetterQueue:
 class FakeDispatcher:
     dispatched: list[Envelope] = field(default_factory=list)
 
-    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
-        self.dispatched.extend(envelopes)
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        self.dispatched.extend(encode(message) for message in messages)
 
 
 def make_job(**overrides: Any) -> Job:

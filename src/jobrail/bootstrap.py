@@ -20,15 +20,17 @@ from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
 from jobrail.ioc import PlatformProvider, ProcessRole
 from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.use_cases.enqueue import message_for
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
-from jobrail.messaging.envelope import job_envelope
-from jobrail.messaging.events import EventCatalog
+from jobrail.messaging.codec import encode
 from jobrail.messaging.tasks import register_job_tasks
 from jobrail.modules import Module, load_modules
+from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.outbox import OutboxRelay
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
@@ -213,29 +215,12 @@ async def resume_unfinished_jobs(runtime: Runtime) -> int:
     unfinished = [JobStatus.PENDING.value, JobStatus.RETRYING.value, JobStatus.RUNNING.value]
     async with engine.connect() as conn:
         rows = (
-            await conn.execute(
-                select(
-                    jobs.c.id,
-                    jobs.c.type,
-                    jobs.c.queue,
-                    jobs.c.tenant_id,
-                    jobs.c.trace_context,
-                    jobs.c.run_after,
-                    jobs.c.lease_until,
-                ).where(jobs.c.status.in_(unfinished))
-            )
-        ).all()
-    for row in rows:
-        await runtime.job_broker.publish(
-            job_envelope(
-                job_id=row.id,
-                job_type=row.type,
-                queue=row.queue,
-                tenant_id=row.tenant_id,
-                trace_context=row.trace_context,
-                not_before=row.lease_until or row.run_after,
-            )
+            (await conn.execute(select(jobs).where(jobs.c.status.in_(unfinished)))).mappings().all()
         )
+    for row in rows:
+        job = job_from_row(row)
+        due = job.lease_until or job.run_after
+        await runtime.job_broker.publish(encode(message_for(job, runtime.registry, due)))
     if rows:
         log.info("resumed %d unfinished jobs", len(rows))
     return len(rows)

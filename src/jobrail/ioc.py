@@ -15,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.ports import (
     DeadLetterQueue,
     JobCatalog,
@@ -50,7 +51,7 @@ from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
-from jobrail.messaging.events import EventCatalog
+from jobrail.messaging.codec import MessagePublisher
 from jobrail.persistence.engine import create_engine, create_sessionmaker
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.persistence.ops import SqlaOpsReadModel
@@ -118,7 +119,7 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def publisher(self, broker: JobBroker) -> Publisher:
-        return broker
+        return MessagePublisher(broker)
 
     @provide(scope=Scope.APP)
     async def pg_pool(self, settings: Settings) -> AsyncIterator[PgPool | None]:
@@ -166,20 +167,26 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def dispatcher(
-        self, marks: OutboxMarks, publisher: Publisher, clock: Clock, settings: Settings
+        self, marks: OutboxMarks, broker: JobBroker, clock: Clock, settings: Settings
     ) -> OutboxDispatcher:
         return OutboxPublisher(
-            marks, publisher, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
+            marks, broker, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
         )
 
     @provide(scope=Scope.APP)
     def relay(
-        self, engine: AsyncEngine, publisher: Publisher, clock: Clock, settings: Settings
+        self,
+        engine: AsyncEngine,
+        broker: JobBroker,
+        clock: Clock,
+        catalog: JobCatalog,
+        settings: Settings,
     ) -> OutboxRelay:
         return OutboxRelay(
             engine,
-            publisher,
+            broker,
             clock,
+            catalog,
             batch=settings.outbox.relay_batch,
             min_age=timedelta(seconds=settings.outbox.relay_min_age_s),
             interval=timedelta(seconds=settings.outbox.relay_interval_s),

@@ -15,8 +15,8 @@ from typing import Any
 from dishka import Provider
 from fastapi import APIRouter
 
+from jobrail.jobs.events import EventSpec
 from jobrail.jobs.registry import JobSpec
-from jobrail.messaging.events import EventSpec
 from jobrail.scheduling.schedule import Schedule
 from jobrail.settings import Settings
 

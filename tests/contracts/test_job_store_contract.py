@@ -156,14 +156,14 @@ async def test_an_expired_lease_can_be_taken_over(subject: StoreUnderTest) -> No
 
 
 async def test_record_writes_the_outcome_and_its_messages(subject: StoreUnderTest) -> None:
-    from jobrail.messaging.envelope import job_envelope
+    from jobrail.jobs.messages import JobMessage
 
     job = make_job()
     await subject.put(job)
     claimed = (await subject.store.claim(job.id, START, LEASE)).job
     assert claimed is not None
     claimed.fail("boom", START)
-    message = job_envelope(job_id=job.id, job_type=job.type, queue="jobs.dlq", tenant_id="acme")
+    message = JobMessage(job_id=job.id, job_type=job.type, queue="jobs.dlq", tenant_id="acme")
 
     assert await subject.store.record(claimed, ClaimToken.of(claimed), [message])
 
@@ -246,11 +246,11 @@ async def _count(value: int) -> int:
 
 
 async def test_intake_stores_a_job_with_its_message(intake: Any) -> None:
-    from jobrail.messaging.envelope import job_envelope
+    from jobrail.jobs.messages import JobMessage
 
     store, messages = intake
     job = make_job(idempotency_key="k")
-    message = job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+    message = JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
 
     stored = await store.add(job, message)
 
@@ -261,21 +261,19 @@ async def test_intake_stores_a_job_with_its_message(intake: Any) -> None:
 async def test_intake_returns_the_first_job_for_a_repeated_key_and_stores_no_message(
     intake: Any,
 ) -> None:
-    from jobrail.messaging.envelope import job_envelope
+    from jobrail.jobs.messages import JobMessage
 
     store, messages = intake
     first = make_job(idempotency_key="same", payload={"n": 1})
     second = make_job(idempotency_key="same", payload={"n": 1})
     for job in (first, second):
         await store.add(
-            job, job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+            job, JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
         )
 
     again = await store.add(
         second,
-        job_envelope(
-            job_id=second.id, job_type=second.type, queue="jobs.default", tenant_id="acme"
-        ),
+        JobMessage(job_id=second.id, job_type=second.type, queue="jobs.default", tenant_id="acme"),
     )
 
     assert again.id == first.id

@@ -8,10 +8,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail.cli import migrate
 from jobrail.demo.jobs import echo
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.use_cases import EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings

@@ -9,13 +9,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import items
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import job_envelope
 from jobrail.persistence.tables import jobs
 from tests.faults.conftest import job_counts, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import RabbitProbe
 from tests.support.recorder import Recorder
 from tests.support.servers import RunningSandbox, SmtpSink
+from tests.support.wire import job_envelope
 
 PAGES = 3
 

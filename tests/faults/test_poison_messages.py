@@ -9,12 +9,12 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import job_envelope
 from jobrail.persistence.tables import jobs
 from tests.faults.conftest import job_counts
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import DeadLetter, RabbitProbe
 from tests.support.services import wait_for
+from tests.support.wire import job_envelope
 
 
 def _message(task: str, job_id: object, **labels: object) -> bytes:

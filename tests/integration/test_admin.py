@@ -14,12 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.api.app import runtime_of
 from jobrail.kernel.ids import JobId
 from jobrail.limits.model import Acquire, LimitsBackend, Lock
-from jobrail.messaging.envelope import HEADER_JOB_ID, dead_letter, job_envelope
+from jobrail.messaging.codec import HEADER_JOB_ID, dead_letter
 from jobrail.persistence.tables import jobs, outbox
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.recorder import Recorder
 from tests.support.services import wait_for
+from tests.support.wire import job_envelope
 
 
 @pytest.fixture

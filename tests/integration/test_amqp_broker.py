@@ -10,7 +10,7 @@ import pytest
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import SystemClock
 from jobrail.messaging.brokers import AmqpJobBroker
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.codec import Envelope
 from jobrail.settings import Settings
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for

@@ -11,12 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import items as sync_items
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import job_envelope
 from jobrail.persistence.tables import jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import RunningSandbox, SmtpSink, sandbox_vendor, smtp_server
 from tests.support.services import wait_for
+from tests.support.wire import job_envelope
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.ports import BrokerUnavailableError
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.codec import Envelope
 from jobrail.persistence.outbox import (
     OutboxPublisher,
     OutboxRelay,
@@ -17,7 +17,7 @@ from jobrail.persistence.outbox import (
     insert_outbox_rows,
 )
 from jobrail.persistence.tables import outbox
-from tests.fakes import START, FixedClock
+from tests.fakes import NO_TYPES, START, FixedClock
 
 
 class SlowCountingPublisher:
@@ -51,6 +51,7 @@ async def test_concurrent_relays_publish_every_row_once(engine: AsyncEngine) -> 
             engine,
             publisher,
             clock,
+            NO_TYPES,
             batch=50,
             min_age=timedelta(seconds=2),
             interval=timedelta(seconds=1),
@@ -81,6 +82,7 @@ async def test_the_relay_leaves_young_rows_to_the_fast_path(engine: AsyncEngine)
         engine,
         publisher,
         FixedClock(START + timedelta(seconds=1)),
+        NO_TYPES,
         batch=10,
         min_age=timedelta(seconds=2),
         interval=timedelta(seconds=1),
@@ -101,6 +103,7 @@ async def test_a_relay_pass_with_the_broker_down_keeps_the_rows_and_counts_the_a
         engine,
         publisher,
         FixedClock(START + timedelta(minutes=1)),
+        NO_TYPES,
         batch=10,
         min_age=timedelta(seconds=2),
         interval=timedelta(seconds=1),
@@ -131,7 +134,9 @@ async def test_the_fast_path_marks_what_it_published_and_stops_at_the_first_fail
 
     publisher = FailsSecond()
     marks = SqlaOutboxMarks(engine)
-    await OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1)).dispatch(envelopes)
+    await OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1)).dispatch_envelopes(
+        envelopes
+    )
 
     assert list(publisher.published) == [str(envelopes[0].id)]
     assert await _unpublished(engine) == 2
@@ -160,6 +165,7 @@ async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone
         engine,
         publisher,
         FixedClock(now),
+        NO_TYPES,
         batch=10,
         min_age=timedelta(seconds=2),
         interval=timedelta(seconds=1),

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from contexts.notifications.adapters.persistence import SqlaNotificationsUnitOfWork
 from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
 from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import TenantId
 from jobrail.maintenance.persistence import (
@@ -22,7 +23,6 @@ from jobrail.maintenance.persistence import (
     SqlaPublishedOutbox,
 )
 from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
-from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.inbox import SqlaInbox
 from jobrail.persistence.tables import inbox, jobs, outbox

@@ -20,9 +20,10 @@ from jobrail.jobs.use_cases.redrive import CLEAN_UP_LIMIT, NOT_SCANNED
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.messaging.brokers import EmbeddedJobBroker
-from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope, with_task_id
+from jobrail.messaging.codec import Envelope, dead_letter
 from jobrail.settings import RabbitSettings
-from tests.fakes import FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
+from tests.fakes import NO_TYPES, FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
+from tests.support.wire import job_envelope, with_task_id
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ async def test_redriving_a_job_removes_the_letters_of_that_failure_and_earlier_o
         await dlq.publish(envelope)
     kept_before = await ids_in(dlq)
 
-    redriven = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(None, job.id))
+    redriven = await RedriveJob(uow, clock, dlq, NO_TYPES)(RedriveJobCommand(None, job.id))
 
     assert redriven.job.status is JobStatus.PENDING
     assert redriven.dead_letters.removed == 3
@@ -132,7 +133,7 @@ async def test_a_dlq_redrive_redrives_the_current_letter_and_removes_stale_ones(
     for envelope in (stale, left_behind, current, duplicate):
         await dlq.publish(envelope)
     await dlq.publish(Envelope(queue="jobs.dlq", body=b"poison"))
-    redrive = RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq))
+    redrive = RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq, NO_TYPES))
 
     outcomes = await redrive(RedriveDeadLettersCommand())
 
@@ -156,7 +157,7 @@ async def test_a_redrive_by_id_also_removes_the_jobs_older_letters(
     stale = letter_of(job, job.finished_at - timedelta(minutes=5))
     for envelope in (current, stale):
         await dlq.publish(envelope)
-    redrive = RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq))
+    redrive = RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq, NO_TYPES))
 
     outcomes = await redrive(RedriveDeadLettersCommand(ids=frozenset({current.message_id})))
 
@@ -200,7 +201,7 @@ async def test_a_dlq_without_its_delivery_limit_is_not_looked_through_by_job_red
     dlq = FakeDeadLetterQueue(safe_to_scan=False, delivery_limit=20)
     waiting = failed_job(uow, clock)
     await dlq.publish(letter_of(waiting, waiting.finished_at))
-    redrive = RedriveJob(uow, clock, dlq)
+    redrive = RedriveJob(uow, clock, dlq, NO_TYPES)
 
     answers = [await redrive(RedriveJobCommand(None, failed_job(uow, clock).id)) for _ in range(25)]
 
@@ -220,7 +221,7 @@ async def test_a_redrive_by_id_leaves_an_unsafe_dlq_alone_after_its_own_pass(
     for envelope in (current, letter_of(other, other.finished_at)):
         await dlq.publish(envelope)
 
-    outcomes = await RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq))(
+    outcomes = await RedriveDeadLetters(dlq, RedriveJob(uow, clock, dlq, NO_TYPES))(
         RedriveDeadLettersCommand(ids=frozenset({current.message_id}))
     )
 
@@ -240,7 +241,7 @@ async def test_a_job_redrive_looks_through_a_bounded_part_of_a_safe_dlq(
     job = failed_job(uow, clock)
     await dlq.publish(letter_of(job, job.finished_at))  # beyond the limit: left for later
 
-    done = await RedriveJob(uow, clock, dlq)(RedriveJobCommand(None, job.id))
+    done = await RedriveJob(uow, clock, dlq, NO_TYPES)(RedriveJobCommand(None, job.id))
 
     assert dlq.looks == CLEAN_UP_LIMIT
     assert done.dead_letters.removed == 0

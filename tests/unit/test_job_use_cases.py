@@ -22,7 +22,7 @@ from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundErro
 from jobrail.kernel.ids import TenantId
 from jobrail.messaging.brokers import EmbeddedJobBroker
 from jobrail.settings import RabbitSettings
-from tests.fakes import FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
+from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")
 GLOBEX = TenantId("globex")
@@ -234,7 +234,7 @@ async def test_redrive_resets_a_failed_job_and_publishes_it_again(
     stored.fail("boom", clock.now())
 
     dlq = EmbeddedJobBroker(RabbitSettings())
-    job = (await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))).job
+    job = (await RedriveJob(uow, clock, dlq, NO_TYPES)(RedriveJobCommand(ACME, created.job.id))).job
 
     assert job.status is JobStatus.PENDING
     assert uow.store[created.job.id].attempts == 0
@@ -249,5 +249,5 @@ async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
 
     dlq = EmbeddedJobBroker(RabbitSettings())
     with pytest.raises(ConflictError):
-        await RedriveJob(uow, clock, dlq)(RedriveJobCommand(ACME, created.job.id))
+        await RedriveJob(uow, clock, dlq, NO_TYPES)(RedriveJobCommand(ACME, created.job.id))
     assert uow.published == []

@@ -15,11 +15,13 @@ import pytest
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.gating import Deferred
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import Delivery, JobRun, JobRunner, RunnerConfig
+from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.ids import JobId
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import Deferred, GateConfig, JobGate, reservation, reservations
+from jobrail.limits.gate import GateConfig, JobGate, reservation, reservations
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
     Acquire,
@@ -28,8 +30,9 @@ from jobrail.limits.model import (
     LimitsUnavailableError,
     TokenBucket,
 )
-from jobrail.messaging.envelope import Envelope, MalformedMessageError, parse_job_message
+from jobrail.messaging.codec import Envelope, MalformedMessageError, encode
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+from tests.support.wire import parse_job_message
 
 ONE_PER_MINUTE = JobLimits(
     limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=1, per_second=1 / 60)]
@@ -86,7 +89,7 @@ class Worker:
         self.store.jobs[job.id] = job
         return job
 
-    async def deliver(self, delivery: Delivery) -> Envelope | None:
+    async def deliver(self, delivery: JobMessage) -> Envelope | None:
         """Run one delivery; return the message it was deferred with, if it was."""
         published = len(self.publisher.published)
 
@@ -101,23 +104,23 @@ class Worker:
         assert message.not_before is not None
         return message.not_before - self.clock.now()
 
-    def when_due(self, message: Envelope) -> Delivery:
+    def when_due(self, message: Envelope) -> JobMessage:
         """The message, back from its delay tier when due."""
         assert message.not_before is not None
         self.clock.advance(message.not_before - self.clock.now())
         return redelivered(message)
 
 
-def first_delivery(job: Job) -> Delivery:
-    return Delivery(job.id, job.type, job.queue, job.tenant_id, "m0")
+def first_delivery(job: Job) -> JobMessage:
+    return JobMessage(job.id, job.type, job.queue, job.tenant_id, "m0")
 
 
-def redelivered(message: Envelope) -> Delivery:
+def redelivered(message: Envelope) -> JobMessage:
     """What the worker makes of a job message it receives (jobrail.messaging.tasks)."""
     body = json.loads(message.body)
     labels = body["labels"]
     not_before = labels.get("not_before")
-    return Delivery(
+    return JobMessage(
         job_id=JobId(uuid.UUID(body["kwargs"]["job_id"])),
         job_type=body["task_name"],
         queue=labels["queue_name"],
@@ -211,7 +214,7 @@ def test_a_reservation_label_names_its_bucket_state_and_anything_else_is_none() 
 
 def test_the_outage_count_travels_in_the_message_and_must_be_a_whole_number() -> None:
     job = make_job()
-    message = first_delivery(job).again(deferred=True, outages=3)
+    message = encode(first_delivery(job).again(deferred=True, outages=3))
     body = json.loads(message.body)
 
     assert parse_job_message(message.body).labels["outages"] == 3

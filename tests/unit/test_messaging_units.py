@@ -9,12 +9,9 @@ from taskiq import InMemoryBroker
 
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.ids import JobId, new_id
-from jobrail.messaging.envelope import (
-    MalformedMessageError,
-    job_envelope,
-    parse_job_message,
-)
+from jobrail.messaging.codec import MalformedMessageError
 from jobrail.messaging.topology import pick_tier
+from tests.support.wire import job_envelope, parse_job_message
 
 TIERS = [250, 1_000, 5_000, 30_000, 120_000, 600_000, 3_600_000]
 

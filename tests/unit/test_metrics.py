@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import Delivery, JobRun, JobRunner, RunnerConfig
+from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
-from jobrail.messaging.envelope import Envelope, job_envelope
 from jobrail.settings import MetricsSettings
 from jobrail.telemetry.metrics import (
     Backlog,
@@ -69,7 +69,7 @@ class Worker:
                 raise error
             return {"ok": "yes"}
 
-        delivery = Delivery(job.id, job.type, job.queue, job.tenant_id, "m1")
+        delivery = JobMessage(job.id, job.type, job.queue, job.tenant_id, "m1")
         await self.runner.run(delivery, JobRun(handler, timedelta(seconds=30)))
         return self.store.jobs[job.id]
 
@@ -330,6 +330,6 @@ def test_a_scrape_token_is_checked_only_when_one_is_set() -> None:
     assert not bearer_matches("Basic s3cret", "s3cret")
 
 
-def _message() -> Envelope:
+def _message() -> JobMessage:
     job = make_job()
-    return job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id=job.tenant_id)
+    return JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id=job.tenant_id)

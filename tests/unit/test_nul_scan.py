@@ -54,11 +54,8 @@ def test_every_split_of_the_backslashes_agrees_with_a_parse() -> None:
 
 def test_a_job_message_holding_a_nul_is_malformed() -> None:
     from jobrail.kernel.ids import new_id
-    from jobrail.messaging.envelope import (
-        MalformedMessageError,
-        job_envelope,
-        parse_job_message,
-    )
+    from jobrail.messaging.codec import MalformedMessageError
+    from tests.support.wire import job_envelope, parse_job_message
 
     good = job_envelope(
         job_id=new_id(), job_type="demo.echo", queue="jobs.default", tenant_id="acme"

@@ -9,11 +9,13 @@ import pytest
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.gating import job_owner
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import Delivery, JobRun, JobRunner, RunnerConfig
+from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import GateConfig, JobGate, Pass, job_owner
+from jobrail.limits.gate import GateConfig, JobGate, Pass
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
     Acquire,
@@ -23,7 +25,7 @@ from jobrail.limits.model import (
     Lock,
     TokenBucket,
 )
-from jobrail.messaging.envelope import HEADER_REASON
+from jobrail.messaging.codec import HEADER_REASON, encode
 from tests.fakes import START, FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)
@@ -96,7 +98,7 @@ class Harness:
             self.calls += 1
             return await (handler or ok)(payload, ctx)
 
-        delivery = Delivery(
+        delivery = JobMessage(
             job.id,
             job.type,
             job.queue,
@@ -249,7 +251,7 @@ async def test_a_message_for_a_job_that_does_not_exist_is_dead_lettered() -> Non
 async def test_a_message_naming_another_tenants_job_never_runs_it(forged: str) -> None:
     h = Harness()
     job = h.add(tenant_id="acme")
-    delivery = Delivery(
+    delivery = JobMessage(
         job.id,
         "other.type" if forged == "type" else job.type,
         job.queue,
@@ -597,7 +599,7 @@ async def test_a_job_back_too_late_for_its_reserved_token_competes_again() -> No
 async def test_a_message_carrying_its_limit_keys_is_gated_without_reading_the_job() -> None:
     h = Harness()
     job = h.add()
-    delivery = Delivery(
+    delivery = JobMessage(
         job.id, job.type, job.queue, job.tenant_id, "m1", limit_keys=("vendor:acme",)
     )
 
@@ -627,21 +629,21 @@ def test_enqueued_messages_carry_their_limit_keys() -> None:
     registry = JobRegistry([sync], queues=["jobs.default"], default_timeout_s=5)
     message = message_for(make_job(type="t.sync", payload={"account_id": "a7"}), registry)
 
-    assert json.loads(message.body)["labels"]["limit_keys"] == ["account:acme:a7"]
+    assert json.loads(encode(message).body)["labels"]["limit_keys"] == ["account:acme:a7"]
 
 
 def test_a_deferred_message_carries_its_trace_context_on() -> None:
-    from jobrail.messaging.envelope import parse_job_message
+    from tests.support.wire import parse_job_message
 
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     job = make_job()
-    delivery = Delivery(
+    delivery = JobMessage(
         job.id, job.type, job.queue, job.tenant_id, "m1", trace_context={"traceparent": parent}
     )
 
     again = delivery.again(deferred=True)
 
-    labels = parse_job_message(again.body).labels
+    labels = parse_job_message(encode(again).body).labels
     assert labels["traceparent"] == parent
     assert labels["deferrals"] == 1
 

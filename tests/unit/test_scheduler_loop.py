@@ -13,7 +13,7 @@ from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.jobs.registry import JobRegistry, job
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.codec import Envelope
 from jobrail.scheduling import SYSTEM_TENANT, Schedule
 from jobrail.scheduling.leadership import Leadership
 from jobrail.scheduling.scheduler import Fired, Scheduler

@@ -16,14 +16,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from jobrail.demo.jobs import echo
+from jobrail.jobs.gating import Deferred
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import Deferred, GateConfig, JobGate, Pass
+from jobrail.limits.gate import GateConfig, JobGate, Pass
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import JobLimits, Lock
-from jobrail.messaging.envelope import parse_job_message
 from jobrail.settings import TelemetrySettings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.logging import JsonFormatter, LogContextFilter, log_context
@@ -31,6 +31,7 @@ from jobrail.telemetry.propagation import context_from_labels, current_trace_con
 from jobrail.telemetry.tracing import configure_tracing, traces_url, use_tracer_provider
 from jobrail.tenants.domain import Principal
 from tests.fakes import FakeDispatcher, FakeJobIntake, FixedClock
+from tests.support.wire import parse_job_message
 
 tracer = trace.get_tracer("tests")
 

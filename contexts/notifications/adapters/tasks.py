@@ -6,9 +6,9 @@ from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
 from contexts.shared.events import InvoicePaidV1
 from jobrail.jobs.context import JobContext
+from jobrail.jobs.events import EventCatalog, EventDelivery
 from jobrail.jobs.registry import job
 from jobrail.limits import Lock, TokenBucket
-from jobrail.messaging.events import EventCatalog, EventDelivery
 
 _settings = NotificationsSettings()
 

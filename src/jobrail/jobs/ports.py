@@ -1,17 +1,14 @@
 """Ports of the jobs application layer. Adapters live in persistence/ and messaging/."""
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any, Protocol, Self
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import DeadLetter, Envelope
-
-if TYPE_CHECKING:
-    from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult
 
 
 class StoreUnavailableError(Exception):
@@ -64,8 +61,25 @@ class JobRepository(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class EnqueueJobCommand:
+    tenant_id: TenantId
+    type: str
+    payload: Mapping[str, Any]
+    idempotency_key: str | None = None
+    entity_id: str | None = None
+    run_after: datetime | None = None
+    trace_context: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job: Job
+    created: bool
+
+
 class JobIntake(Protocol):
-    async def add(self, job: Job, message: Envelope) -> Job:
+    async def add(self, job: Job, message: JobMessage) -> Job:
         """Store a new job and its message atomically. If its tenant already has a job
         with its idempotency key, store nothing and return that job instead."""
         ...
@@ -76,7 +90,7 @@ class OutboxMarks(Protocol):
 
 
 class Outbox(Protocol):
-    async def add(self, envelope: Envelope) -> None:
+    async def add(self, message: Outgoing) -> None:
         """Record a message to publish once the transaction commits."""
         ...
 
@@ -142,7 +156,7 @@ class JobStore(Protocol):
         `expect`, of that tenant and type, atomically."""
         ...
 
-    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         """Write the outcome of an attempt and its messages in one transaction, only if
         the job is still running that claim. False when another worker took it over."""
         ...
@@ -221,13 +235,13 @@ class DeadLetterQueue(Protocol):
 
 
 class Publisher(Protocol):
-    async def publish(self, envelope: Envelope) -> None:
+    async def publish(self, message: Outgoing) -> None:
         """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
         ...
 
 
 class JobQueue(Protocol):
-    async def enqueue(self, cmd: "EnqueueJobCommand") -> "EnqueueResult":
+    async def enqueue(self, cmd: EnqueueJobCommand) -> EnqueueResult:
         """Record a job and its message in the current transaction (EnqueueJob's rules)."""
         ...
 
@@ -253,7 +267,7 @@ class EnqueueCounter(Protocol):
 
 
 class OutboxDispatcher(Protocol):
-    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Publish just-committed outbox messages and mark them published. Never raises:
         whatever it cannot publish now, the relay publishes later."""
         ...

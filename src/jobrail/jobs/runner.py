@@ -57,12 +57,14 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from jobrail.jobs.context import JobCancelledError, JobContext
 from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobStatus
+from jobrail.jobs.gating import Admitted, Deferred, JobGate, job_owner
+from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimToken,
@@ -75,11 +77,8 @@ from jobrail.jobs.ports import (
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
-from jobrail.kernel.ids import JobId
 from jobrail.kernel.json_text import has_nul_escape
-from jobrail.limits.gate import Deferred, JobGate, Pass, job_owner
 from jobrail.limits.model import JobLimits, LimitsUnavailableError
-from jobrail.messaging.envelope import Envelope, dead_letter, job_envelope, with_task_id
 
 log = logging.getLogger("jobrail.runner")
 
@@ -101,56 +100,16 @@ RENEWAL_MARGIN = 1 / 6
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A job message as the worker received it."""
-
-    job_id: JobId
-    job_type: str
-    queue: str
-    tenant_id: str
-    message_id: str
-    deferrals: int = 0
-    not_before: datetime | None = None
-    prepaid: tuple[str, ...] = ()
-    limit_keys: tuple[str, ...] | None = None
-    trace_context: Mapping[str, str] = field(default_factory=dict)
-    """The W3C trace context the message carried: sent on with every deferral."""
-    outages: int = 0
-    """Consecutive deferrals because the limits store was unreachable (its backoff)."""
-
-    def again(
-        self,
-        not_before: datetime | None = None,
-        *,
-        deferred: bool = False,
-        prepaid: Sequence[str] | None = None,
-        outages: int | None = None,
-    ) -> Envelope:
-        """The same message, to publish anew (counting deferrals by the limits)."""
-        return job_envelope(
-            job_id=self.job_id,
-            job_type=self.job_type,
-            queue=self.queue,
-            tenant_id=self.tenant_id,
-            not_before=not_before,
-            deferrals=self.deferrals + 1 if deferred else self.deferrals,
-            prepaid=self.prepaid if prepaid is None else prepaid,
-            limit_keys=self.limit_keys,
-            trace_context=self.trace_context,
-            outages=self.outages if outages is None else outages,
-        )
-
-    def deferred(self, verdict: Deferred, not_before: datetime) -> Envelope:
-        """The message again after the limits turned it away: no attempt spent, its
-        reservations carried; the outage backoff counts outage deferrals in a row,
-        nothing else."""
-        return self.again(
-            not_before,
-            deferred=True,
-            prepaid=verdict.prepaid,
-            outages=self.outages + 1 if verdict.unavailable else 0,
-        )
+def _deferred(delivery: JobMessage, verdict: Deferred, not_before: datetime) -> JobMessage:
+    """The message again after the limits turned it away: no attempt spent, its
+    reservations carried; the outage backoff counts outage deferrals in a row, nothing
+    else."""
+    return delivery.again(
+        not_before,
+        deferred=True,
+        prepaid=verdict.prepaid,
+        outages=delivery.outages + 1 if verdict.unavailable else 0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +197,7 @@ class JobRunner:
         self._retry = retry
         self._config = config
 
-    async def run(self, delivery: Delivery, job_run: JobRun) -> None:
+    async def run(self, delivery: JobMessage, job_run: JobRun) -> None:
         """Run one delivery to its end. Returns once the outcome is recorded or the
         message is safely back on the bus; only then may the delivery be acknowledged."""
         if delivery.not_before is not None:
@@ -269,10 +228,10 @@ class JobRunner:
             # After a claim, the job keeps its lease; the lease sweeper republishes it
             # once the lease ends (see OutboxRelay).
 
-    async def _run(self, delivery: Delivery, job_run: JobRun, claimed: list[Job]) -> Job | None:
+    async def _run(self, delivery: JobMessage, job_run: JobRun, claimed: list[Job]) -> Job | None:
         """Admit, claim, attempt, record. Returns the job, as read, when another attempt
         holds its lease (having given back what the limits granted); otherwise None."""
-        hold: Pass | None = None
+        hold: Admitted | None = None
         keys: tuple[str, ...] = ()
         own_held = False
         if job_run.limits:
@@ -317,7 +276,7 @@ class JobRunner:
                 # delivery's whose claim will fail. Take them over; the lock's fence grows,
                 # so the dead attempt's fenced writes are refused.
                 taken = await self._admit(delivery, job_run.limits, keys, take_over=True)
-                if not isinstance(taken, Pass):
+                if isinstance(taken, Deferred) or taken is None:
                     assert taken is not None
                     await self._give_back(job, token, delivery, taken)
                     return None
@@ -343,7 +302,7 @@ class JobRunner:
         return None
 
     async def _give_back(
-        self, job: Job, token: ClaimToken, delivery: Delivery, verdict: Deferred
+        self, job: Job, token: ClaimToken, delivery: JobMessage, verdict: Deferred
     ) -> None:
         """The limits turned away a job already claimed (to take its own locks over):
         give the claim and its attempt back and defer the message, as an admission's
@@ -357,7 +316,7 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + verdict.delay
         job.throttled(verdict.reason, run_after, now)
-        message = delivery.deferred(verdict, run_after)
+        message = _deferred(delivery, verdict, run_after)
         if await self._hold_store(lambda: self._store.record(job, token, (message,))):
             await self._dispatcher.dispatch((message,))
 
@@ -394,13 +353,13 @@ class JobRunner:
                 return None
             job = current
 
-    async def _defer_after_error(self, delivery: Delivery) -> None:
+    async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
         with the job left behind; send the message round again, later each time."""
         delay = timedelta(seconds=min(60.0, 2.0 * (delivery.deferrals + 1)))
         await self._hold_broker(delivery.again(self._clock.now() + delay, deferred=True))
 
-    async def _limit_keys(self, delivery: Delivery, limits: JobLimits) -> tuple[str, ...] | None:
+    async def _limit_keys(self, delivery: JobMessage, limits: JobLimits) -> tuple[str, ...] | None:
         """The job's limit keys, from its message; None if the job cannot start (the
         delivery was dealt with)."""
         keys = delivery.limit_keys
@@ -416,12 +375,12 @@ class JobRunner:
 
     async def _admit(
         self,
-        delivery: Delivery,
+        delivery: JobMessage,
         limits: JobLimits,
         keys: Sequence[str],
         *,
         take_over: bool = False,
-    ) -> Pass | Deferred | None:
+    ) -> Admitted | Deferred | None:
         """Acquire the job's limits and lock, or defer the message (no attempt spent:
         None). Without `take_over`, a denial only by locks or slots the job's own earlier
         admissions hold is returned instead (see `_run`); with it, those are taken over,
@@ -452,7 +411,7 @@ class JobRunner:
                 verdict.reason,
             )
             # From the clock after Redis answered: never earlier than the reserved token.
-            await self._hold_broker(delivery.deferred(verdict, self._clock.now() + verdict.delay))
+            await self._hold_broker(_deferred(delivery, verdict, self._clock.now() + verdict.delay))
             return None
         return verdict
 
@@ -460,10 +419,10 @@ class JobRunner:
         self,
         job: Job,
         job_run: JobRun,
-        hold: Pass | None,
+        hold: Admitted | None,
         renew: timedelta | None,
-        delivery: Delivery,
-    ) -> Sequence[Envelope]:
+        delivery: JobMessage,
+    ) -> Sequence[Outgoing]:
         """Run the handler once and apply the outcome to `job`; return the messages to
         send. With `renew`, the claim's lease is renewed while the handler runs."""
         ctx = JobContext(
@@ -534,8 +493,8 @@ class JobRunner:
         return ()
 
     async def _retry_or_fail(
-        self, job: Job, error: str, attempt_limit: int, job_run: JobRun, delivery: Delivery
-    ) -> Sequence[Envelope]:
+        self, job: Job, error: str, attempt_limit: int, job_run: JobRun, delivery: JobMessage
+    ) -> Sequence[Outgoing]:
         if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
             job.stop_cancelled(self._clock.now())
             return ()
@@ -546,7 +505,7 @@ class JobRunner:
         job.retry_later(error, run_after, now)
         return (_again(job, run_after, job_run.limits),)
 
-    async def _give_attempt_back(self, job: Job, error: str, job_run: JobRun) -> Sequence[Envelope]:
+    async def _give_attempt_back(self, job: Job, error: str, job_run: JobRun) -> Sequence[Outgoing]:
         """Try the job again later without counting this attempt."""
         if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
             job.stop_cancelled(self._clock.now())
@@ -557,33 +516,24 @@ class JobRunner:
         job.throttled(error, run_after, now)
         return (_again(job, run_after, job_run.limits),)
 
-    def _fail(self, job: Job, error: str, delivery: Delivery) -> Sequence[Envelope]:
+    def _fail(self, job: Job, error: str, delivery: JobMessage) -> Sequence[Outgoing]:
         """Fail the job; its dead letter is the message that ran it, under its id, and
         names the failure (the job's finished_at) so that a redrive can tell it from
         the letters of earlier failures."""
         now = self._clock.now()
         job.fail(error, now)
-        message = job_envelope(
-            job_id=job.id,
-            job_type=job.type,
-            queue=job.queue,
-            tenant_id=job.tenant_id,
-            trace_context=job.trace_context,
-        )
         return (
-            dead_letter(
-                body=with_task_id(message.body, delivery.message_id),
+            DeadLetterMessage(
+                message=replace(JobMessage.of(job), message_id=delivery.message_id),
                 reason=job.last_error or error,
                 source_queue=job.queue,
                 dead_letter_queue=self._config.dead_letter_queue,
                 at=now,
-                headers=message.headers,
-                message_id=delivery.message_id,
                 job_failed_at=job.finished_at,
             ),
         )
 
-    async def _not_claimed(self, delivery: Delivery, current: Job | None, now: datetime) -> None:
+    async def _not_claimed(self, delivery: JobMessage, current: Job | None, now: datetime) -> None:
         if current is None:
             log.warning(
                 "message %s names job %s, which does not exist",
@@ -627,16 +577,15 @@ class JobRunner:
         )
         await self._hold_broker(delivery.again(not_before=wake_at))
 
-    async def _refuse(self, delivery: Delivery, reason: str, now: datetime) -> None:
+    async def _refuse(self, delivery: JobMessage, reason: str, now: datetime) -> None:
         """Dead-letter a message the runner will not run, with the reason."""
         await self._hold_broker(
-            dead_letter(
-                body=with_task_id(delivery.again().body, delivery.message_id),
+            DeadLetterMessage(
+                message=replace(delivery.again(), message_id=delivery.message_id),
                 reason=reason,
                 source_queue=delivery.queue,
                 dead_letter_queue=self._config.dead_letter_queue,
                 at=now,
-                message_id=delivery.message_id,
             )
         )
 
@@ -645,9 +594,9 @@ class JobRunner:
             operation, StoreUnavailableError, "database", self._config.store_retry_max
         )
 
-    async def _hold_broker(self, envelope: Envelope) -> None:
+    async def _hold_broker(self, message: Outgoing) -> None:
         await _hold(
-            lambda: self._publisher.publish(envelope),
+            lambda: self._publisher.publish(message),
             BrokerUnavailableError,
             "broker",
             self._config.store_retry_max,
@@ -678,7 +627,7 @@ async def _hold(
             return result
 
 
-def _leased_elsewhere(delivery: Delivery, current: Job | None, now: datetime) -> bool:
+def _leased_elsewhere(delivery: JobMessage, current: Job | None, now: datetime) -> bool:
     """Whether the job the delivery names is running under a lease that has not ended."""
     return (
         current is not None
@@ -689,18 +638,10 @@ def _leased_elsewhere(delivery: Delivery, current: Job | None, now: datetime) ->
     )
 
 
-def _again(job: Job, run_after: datetime, limits: JobLimits) -> Envelope:
+def _again(job: Job, run_after: datetime, limits: JobLimits) -> JobMessage:
     """The job's message for its next attempt."""
     keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
-    return job_envelope(
-        job_id=job.id,
-        job_type=job.type,
-        queue=job.queue,
-        tenant_id=job.tenant_id,
-        trace_context=job.trace_context,
-        not_before=run_after,
-        limit_keys=keys,
-    )
+    return JobMessage.of(job, limit_keys=keys, not_before=run_after)
 
 
 def _json_object(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str, Any] | None:

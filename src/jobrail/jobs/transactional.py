@@ -1,11 +1,11 @@
 """What a unit of work offers besides repositories: enqueueing jobs and publishing
 integration events, both in the caller's transaction (through the outbox)."""
 
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.ports import JobCatalog, JobRepository, Outbox
 from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult, record_job
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.events import IntegrationEvent
-from jobrail.messaging.events import EventCatalog
 
 
 class OutboxJobQueue:

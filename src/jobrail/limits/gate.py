@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import trace
 
+from jobrail.jobs.gating import Deferred
 from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
@@ -63,11 +64,6 @@ def holder_token(owner: str = "") -> str:
     return f"{owner}{random.getrandbits(96):024x}"
 
 
-def job_owner(job_id: object) -> str:
-    """The owner prefix of the holder tokens of a job's admissions."""
-    return f"{job_id}/"
-
-
 class LockLostError(TransientError):
     """The job's lock or slot lease ran out while it ran; the attempt was stopped."""
 
@@ -80,20 +76,6 @@ class GateConfig:
     unavailable_retry: timedelta = timedelta(milliseconds=500)
     """The first wait while the limits store is unreachable; it doubles with each
     consecutive outage deferral of the job, up to `unavailable_retry_max`."""
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred:
-    delay: timedelta
-    reason: str
-    prepaid: tuple[str, ...] = ()
-    """The reservations the job now holds, as `reservation` strings, for its message."""
-    unavailable: bool = False
-    """Deferred because the limits store could not be reached (counted in `outages`)."""
-    own: bool = False
-    """Denied only by locks or slots that earlier admissions of the same job hold (a
-    dead attempt's, typically): the caller may take them over once it has made sure,
-    by claiming the job, that none of those admissions' attempts is alive."""
 
 
 def reservation(key: str, epoch: str) -> str:

@@ -30,16 +30,16 @@ from taskiq import AckableMessage, AsyncBroker, InMemoryBroker
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
 from taskiq_aio_pika.utils import merge_async_iterables
 
+from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
-from jobrail.messaging.envelope import (
+from jobrail.messaging.codec import (
     UNKNOWN_TYPE_TASK,
-    DeadLetter,
     Envelope,
     MalformedMessageError,
     dead_letter,
+    decode,
     describe_dead_letter,
-    parse_job_message,
     reroute_unknown_type,
 )
 from jobrail.messaging.reconnects import ConnectionWatch
@@ -439,15 +439,15 @@ class AmqpJobBroker(AioPikaBroker):
         has no task for goes to the unknown-type task, which fails the job); otherwise
         dead-letter it with the reason, acknowledge it and return None."""
         try:
-            parsed = parse_job_message(message.body)
+            parsed = decode(message.body)
         except MalformedMessageError as exc:
             reason = f"malformed message: {exc}"
         else:
-            if self.find_task(parsed.task_name) is not None:
+            if self.find_task(parsed.job_type) is not None:
                 return message.body
             if self.find_task(UNKNOWN_TYPE_TASK) is not None:
-                return reroute_unknown_type(message.body, parsed.task_name)
-            reason = f"unknown task {parsed.task_name!r}"
+                return reroute_unknown_type(message.body, parsed.job_type)
+            reason = f"unknown task {parsed.job_type!r}"
         log.warning("dead-lettering message %s from %s: %s", message.message_id, queue, reason)
         envelope = dead_letter(
             body=message.body,
@@ -520,16 +520,16 @@ class EmbeddedJobBroker(InMemoryBroker):
 
     def _deliver(self, envelope: Envelope) -> None:
         try:
-            parsed = parse_job_message(envelope.body)
+            parsed = decode(envelope.body)
         except MalformedMessageError as exc:
             self._park(envelope, f"malformed message: {exc}")
             return
         body = envelope.body
-        if self.find_task(parsed.task_name) is None:
+        if self.find_task(parsed.job_type) is None:
             if self.find_task(UNKNOWN_TYPE_TASK) is None:
-                self._park(envelope, f"unknown task {parsed.task_name!r}")
+                self._park(envelope, f"unknown task {parsed.job_type!r}")
                 return
-            body = reroute_unknown_type(body, parsed.task_name)
+            body = reroute_unknown_type(body, parsed.job_type)
         task = asyncio.create_task(self.receiver.callback(message=body))
         self._running_tasks.add(task)
         task.add_done_callback(self._running_tasks.discard)

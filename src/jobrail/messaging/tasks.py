@@ -6,11 +6,11 @@ span whose parent is the trace context the message's labels carry (the enqueue's
 with the job's ids in every log line.
 """
 
+import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from inspect import Parameter
 from typing import Annotated, Any
 
@@ -22,11 +22,11 @@ from opentelemetry.trace import SpanKind
 from taskiq import AsyncBroker, Context, TaskiqDepends
 
 from jobrail.jobs.context import JobContext
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
-from jobrail.jobs.runner import Delivery, JobRun, JobRunner
+from jobrail.jobs.runner import JobRun, JobRunner
 from jobrail.kernel.errors import InvalidInputError, PermanentError
-from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import UNKNOWN_TYPE_LABEL, UNKNOWN_TYPE_TASK
+from jobrail.messaging.codec import UNKNOWN_TYPE_LABEL, UNKNOWN_TYPE_TASK, from_parts
 from jobrail.telemetry.logging import log_context
 from jobrail.telemetry.propagation import context_from_labels
 
@@ -73,7 +73,7 @@ def _unknown_type_task(registry: JobRegistry, default_queue: str) -> Any:
                 "then redrive the job"
             )
 
-        delivery = _delivery(job_id, job_type, default_queue, context)
+        delivery = dataclasses.replace(_delivery(default_queue, context), job_type=job_type)
         fields = {"job_id": job_id, "job_type": job_type, "task_id": delivery.message_id}
         with log_context({**fields, "tenant_id": delivery.tenant_id}):
             await runner.run(delivery, JobRun(handler=unknown, timeout=_UNKNOWN_TYPE_TIMEOUT))
@@ -113,7 +113,7 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
             return await handler(model, ctx)
 
         labels = context.message.labels
-        delivery = _delivery(job_id, spec.name, spec.queue, context)
+        delivery = _delivery(spec.queue, context)
         started = time.perf_counter()
         with (
             _tracer.start_as_current_span(
@@ -150,34 +150,13 @@ def _task_for(spec: JobSpec, registry: JobRegistry) -> Any:
     return run_job
 
 
-def _delivery(job_id: str, job_type: str, default_queue: str, context: Context) -> Delivery:
-    labels = context.message.labels
-    return Delivery(
-        job_id=JobId(uuid.UUID(job_id)),
-        job_type=job_type,
-        queue=str(labels.get("queue_name") or default_queue),
-        tenant_id=str(labels.get("tenant_id", "")),
-        message_id=context.message.task_id,
-        deferrals=int(labels.get("deferrals", 0)),
-        outages=int(labels.get("outages") or 0),
-        not_before=_when(labels.get("not_before")),
-        prepaid=tuple(str(key) for key in labels.get("prepaid", ())),
-        limit_keys=_keys(labels.get("limit_keys")),
-        trace_context={
-            key: value
-            for key in ("traceparent", "tracestate")
-            if isinstance(value := labels.get(key), str)
-        },
+def _delivery(default_queue: str, context: Context) -> JobMessage:
+    """The delivery as the job message it is (the broker checked it before Taskiq ran it)."""
+    message = context.message
+    return from_parts(
+        task_id=message.task_id,
+        task_name=message.task_name,
+        kwargs=message.kwargs,
+        labels=message.labels,
+        default_queue=default_queue,
     )
-
-
-def _when(value: object) -> datetime | None:
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC)
-    return None
-
-
-def _keys(value: object) -> tuple[str, ...] | None:
-    if isinstance(value, list):
-        return tuple(str(key) for key in value)
-    return None

@@ -8,10 +8,11 @@ from sqlalchemy import and_, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
+from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimResult, ClaimToken, Cursor, JobFilter, JobIdentity, JobPage
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.codec import encode
 from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row, job_row, job_state
@@ -157,7 +158,7 @@ class SqlaJobStore:
                 )
         return ClaimResult(job=None, current=job_from_row(current) if current else None)
 
-    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         state = job_state(job)
         # cancel_requested belongs to whoever asked to cancel; the worker only reads it.
         del state["cancel_requested"]
@@ -177,7 +178,9 @@ class SqlaJobStore:
                 if result.rowcount == 0:
                     return False
                 if outbox:
-                    await insert_outbox_rows(conn, outbox, job.updated_at)
+                    await insert_outbox_rows(
+                        conn, [encode(message) for message in outbox], job.updated_at
+                    )
         return True
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
@@ -211,11 +214,11 @@ class SqlaJobIntake:
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self._sessionmaker = sessionmaker
 
-    async def add(self, job: Job, message: Envelope) -> Job:
+    async def add(self, job: Job, message: JobMessage) -> Job:
         async with self._sessionmaker() as session:
             stored = await SqlaJobRepository(session).add(job)
             if stored.id == job.id:
                 with database_errors():
-                    await insert_outbox_rows(session, [message], job.created_at)
+                    await insert_outbox_rows(session, [encode(message)], job.created_at)
                     await session.commit()
         return stored

@@ -26,15 +26,18 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
+    JobCatalog,
     OutboxMarks,
-    Publisher,
     StoreUnavailableError,
 )
+from jobrail.jobs.use_cases.enqueue import message_for
 from jobrail.kernel.clock import Clock
-from jobrail.messaging.envelope import Envelope, job_envelope
+from jobrail.messaging.codec import Envelope, EnvelopePublisher, encode
 from jobrail.persistence.errors import database_errors
+from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.tables import jobs, outbox
 
 log = logging.getLogger("jobrail.outbox")
@@ -62,12 +65,12 @@ class SqlaOutbox:
     def __init__(self, session: AsyncSession, clock: Clock) -> None:
         self._session = session
         self._clock = clock
-        self.pending: list[Envelope] = []
+        self.pending: list[Outgoing] = []
 
-    async def add(self, envelope: Envelope) -> None:
+    async def add(self, message: Outgoing) -> None:
         with database_errors():
-            await insert_outbox_rows(self._session, [envelope], self._clock.now())
-        self.pending.append(envelope)
+            await insert_outbox_rows(self._session, [encode(message)], self._clock.now())
+        self.pending.append(message)
 
 
 class SqlaOutboxMarks:
@@ -86,14 +89,17 @@ class OutboxPublisher:
     """Fast path: publish just-committed rows, then mark them published."""
 
     def __init__(
-        self, marks: OutboxMarks, publisher: Publisher, clock: Clock, timeout: timedelta
+        self, marks: OutboxMarks, publisher: EnvelopePublisher, clock: Clock, timeout: timedelta
     ) -> None:
         self._marks = marks
         self._publisher = publisher
         self._clock = clock
         self._timeout = timeout.total_seconds()
 
-    async def dispatch(self, envelopes: Sequence[Envelope]) -> None:
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        await self.dispatch_envelopes([encode(message) for message in messages])
+
+    async def dispatch_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         if not envelopes:
             return
         if not trace.get_current_span().is_recording():
@@ -136,8 +142,9 @@ class OutboxRelay:
     def __init__(
         self,
         engine: AsyncEngine,
-        publisher: Publisher,
+        publisher: EnvelopePublisher,
         clock: Clock,
+        catalog: JobCatalog,
         *,
         batch: int,
         min_age: timedelta,
@@ -148,6 +155,7 @@ class OutboxRelay:
         self._engine = engine
         self._publisher = publisher
         self._clock = clock
+        self._catalog = catalog
         self._batch = batch
         self._min_age = min_age
         self._interval = interval.total_seconds()
@@ -265,27 +273,15 @@ class OutboxRelay:
                         update(jobs)
                         .where(jobs.c.id.in_(stale.scalar_subquery()))
                         .values(lease_until=now)
-                        .returning(
-                            jobs.c.id,
-                            jobs.c.type,
-                            jobs.c.queue,
-                            jobs.c.tenant_id,
-                            jobs.c.trace_context,
-                        )
+                        .returning(*jobs.c)
                     )
                 ).all()
         for row in rows:
             log.warning("job %s lost its worker and its message; publishing it again", row.id)
+            # Due now (its lease has just been ended): no due time in the message.
+            message = message_for(job_from_row(row._mapping), self._catalog, not_before=None)
             try:
-                await self._publisher.publish(
-                    job_envelope(
-                        job_id=row.id,
-                        job_type=row.type,
-                        queue=row.queue,
-                        tenant_id=row.tenant_id,
-                        trace_context=row.trace_context,
-                    )
-                )
+                await self._publisher.publish(encode(message))
             except BrokerUnavailableError:
                 return 0  # the lease stays ended: the next sweep tries again
         return len(rows)

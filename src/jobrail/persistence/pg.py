@@ -18,10 +18,11 @@ from sqlalchemy.engine import make_url
 
 from jobrail.batching import Coalescer
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import Envelope
+from jobrail.messaging.codec import encode
 from jobrail.persistence import json_codec
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.tables import jobs
@@ -230,7 +231,8 @@ def _discard(connection: asyncpg.Connection) -> None:
     connection.terminate()
 
 
-def _outbox_args(messages: Sequence[Envelope], at: datetime) -> list[Any]:
+def _outbox_args(outgoing: Sequence[Outgoing], at: datetime) -> list[Any]:
+    messages = [encode(message) for message in outgoing]
     return [
         [m.id for m in messages],
         [m.queue for m in messages],
@@ -301,12 +303,12 @@ class PgJobStore(_Pg):
         # A job asked for twice in one turn is claimed once: the first asker gets it.
         return [claimed.pop(c.job_id, None) for c in claims]
 
-    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         if not outbox:
             return await self._records.submit((job, claim))
         return await self._record_one(job, claim, outbox)
 
-    async def _record_one(self, job: Job, claim: ClaimToken, outbox: Sequence[Envelope]) -> bool:
+    async def _record_one(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         row = await self._fetchrow(
             RECORD,
             job.id,
@@ -359,7 +361,7 @@ class PgJobStore(_Pg):
 class PgJobIntake(_Pg):
     """Adds a job and its message in one statement (see JobIntake)."""
 
-    async def add(self, job: Job, message: Envelope) -> Job:
+    async def add(self, job: Job, message: JobMessage) -> Job:
         row = await self._fetchrow(
             ENQUEUE,
             job.id,

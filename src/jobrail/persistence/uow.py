@@ -2,10 +2,10 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
 from jobrail.jobs.transactional import OutboxEventPublisher, OutboxJobQueue
 from jobrail.kernel.clock import Clock
-from jobrail.messaging.events import EventCatalog
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.inbox import SqlaInbox
 from jobrail.persistence.jobs import SqlaJobRepository

@@ -43,10 +43,10 @@ from prometheus_client import make_wsgi_app as make_exposition_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import JobIntake, QueueDepth, QueueStats
 from jobrail.kernel.clock import Clock
 from jobrail.limits.counters import LimitCounters
-from jobrail.messaging.envelope import Envelope
 from jobrail.settings import MetricsSettings
 
 log = logging.getLogger("jobrail.metrics")
@@ -205,7 +205,7 @@ class CountingJobIntake:
         self._intake = intake
         self._metrics = metrics
 
-    async def add(self, job: Job, message: Envelope) -> Job:
+    async def add(self, job: Job, message: JobMessage) -> Job:
         stored = await self._intake.add(job, message)
         if stored.id == job.id:  # otherwise an idempotent replay: the job made before
             self._metrics.enqueued(job.type)

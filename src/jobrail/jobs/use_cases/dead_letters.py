@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.ports import DeadLetterQueue
 from jobrail.jobs.use_cases.redrive import (
     SCAN_LIMIT,
@@ -22,7 +23,6 @@ from jobrail.jobs.use_cases.redrive import (
 )
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.envelope import DeadLetter
 
 MAX_BATCH = 1000
 

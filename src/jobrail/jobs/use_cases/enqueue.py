@@ -1,37 +1,28 @@
-from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import JobCatalog, JobIntake, JobRepository, Outbox, OutboxDispatcher
+from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.ports import (
+    EnqueueJobCommand,
+    EnqueueResult,
+    JobCatalog,
+    JobIntake,
+    JobRepository,
+    Outbox,
+    OutboxDispatcher,
+)
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
-from jobrail.kernel.ids import JobId, TenantId, new_id
-from jobrail.messaging.envelope import Envelope, job_envelope
+from jobrail.kernel.ids import JobId, new_id
 
 _tracer = trace.get_tracer("jobrail.jobs")
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueJobCommand:
-    tenant_id: TenantId
-    type: str
-    payload: Mapping[str, Any]
-    idempotency_key: str | None = None
-    entity_id: str | None = None
-    run_after: datetime | None = None
-    trace_context: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueResult:
-    job: Job
-    created: bool
+__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueResult", "message_for", "record_job"]
 
 
 class EnqueueJob:
@@ -117,15 +108,13 @@ def _traced(span: trace.Span, job: Job, *, created: bool) -> None:
         span.set_attribute("job.created", created)
 
 
-def message_for(job: Job, catalog: JobCatalog) -> Envelope:
-    return job_envelope(
-        job_id=job.id,
-        job_type=job.type,
-        queue=job.queue,
-        tenant_id=job.tenant_id,
-        trace_context=job.trace_context,
-        not_before=job.run_after,
+def message_for(job: Job, catalog: JobCatalog, not_before: datetime | None = None) -> JobMessage:
+    """The job's message, with its limit keys filled in: due at `not_before`, or when the
+    job is (its run_after)."""
+    return JobMessage.of(
+        job,
         limit_keys=catalog.limit_keys(job.type, job.payload, job.tenant_id),
+        not_before=not_before or job.run_after,
     )
 
 

@@ -1,7 +1,7 @@
 """Running a failed job again, and taking its dead letter out of the DLQ.
 
 A failed job has one dead letter: the message that ran its last attempt, naming the
-failure (the job's ``finished_at``, see jobrail.messaging.envelope). Redriving the job
+failure (the job's ``finished_at``, see jobrail.messaging.codec). Redriving the job
 makes every letter of that failure and of earlier ones stale, so `RedriveJob` removes
 them from the DLQ after the commit; a job that fails again afterwards then has exactly
 one letter, its new one. A letter made after the redrive names a later failure and is
@@ -19,11 +19,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.ports import BrokerUnavailableError, DeadLetterQueue, JobsUnitOfWork
+from jobrail.jobs.messages import DeadLetter
+from jobrail.jobs.ports import (
+    BrokerUnavailableError,
+    DeadLetterQueue,
+    JobCatalog,
+    JobsUnitOfWork,
+)
+from jobrail.jobs.use_cases.enqueue import message_for
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.envelope import DeadLetter, job_envelope
 
 log = logging.getLogger("jobrail.jobs")
 
@@ -98,8 +104,11 @@ class RedriveJob:
     Only failed jobs can be redriven. Its dead letters leave the DLQ.
     """
 
-    def __init__(self, uow: JobsUnitOfWork, clock: Clock, dlq: DeadLetterQueue) -> None:
+    def __init__(
+        self, uow: JobsUnitOfWork, clock: Clock, dlq: DeadLetterQueue, catalog: JobCatalog
+    ) -> None:
         self._uow = uow
+        self._catalog = catalog
         self._clock = clock
         self._dlq = dlq
 
@@ -124,15 +133,7 @@ class RedriveJob:
             failed_at = job.finished_at or self._clock.now()
             job.redrive(self._clock.now())
             await self._uow.jobs.save(job)
-            await self._uow.outbox.add(
-                job_envelope(
-                    job_id=job.id,
-                    job_type=job.type,
-                    queue=job.queue,
-                    tenant_id=job.tenant_id,
-                    trace_context=job.trace_context,
-                )
-            )
+            await self._uow.outbox.add(message_for(job, self._catalog))
             await self._uow.commit()
         return Redriven(job, failed_at)
 

@@ -1,17 +1,24 @@
-"""Messages as they travel: an envelope per message, and the job message format.
+"""The job messages' wire format: the one place that knows it.
 
-A job message is a Taskiq message (JSON) for the task named after the job type,
-whose only argument is the job id. The job row, not the message, holds the
-payload: a message is a pointer to work, never the work itself.
+A job message (``jobrail.jobs.messages.JobMessage``) travels as a Taskiq message
+(JSON, never pickle) for the task named after the job type, whose only argument is
+the job id; what the worker needs besides (tenant, queue, due time, limit keys,
+deferrals, reservations, outages, trace context) rides in its labels. A dead letter
+is the message that died, unchanged, with its reason and origin in headers.
+
+`encode` makes the ``Envelope`` a broker publishes and the outbox stores; `decode`
+(and `from_parts`, for a message Taskiq's receiver has parsed already) reads one back,
+strictly: anything else is a `MalformedMessageError`, dead-lettered with its reason.
 """
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
+from jobrail.jobs.messages import DeadLetter, DeadLetterMessage, JobMessage, Outgoing
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.kernel.json_text import bytes_have_nul_escape
 
@@ -45,69 +52,86 @@ class Envelope:
         return self.headers.get(HEADER_MESSAGE_ID) or str(self.id)
 
 
-@dataclass(frozen=True, slots=True)
-class JobMessage:
-    """What a worker needs from a delivered job message."""
-
-    message_id: str
-    task_name: str
-    job_id: JobId
-    labels: Mapping[str, Any]
-
-
 class MalformedMessageError(ValueError):
     """The bytes are not a job message this platform can run."""
 
 
-def job_envelope(
-    *,
-    job_id: JobId,
-    job_type: str,
-    queue: str,
-    tenant_id: str,
-    trace_context: Mapping[str, str] | None = None,
-    not_before: datetime | None = None,
-    deferrals: int = 0,
-    prepaid: Sequence[str] = (),
-    limit_keys: Sequence[str] | None = None,
-    outages: int = 0,
-) -> Envelope:
-    """A job message. `not_before` also travels in the labels, so that a worker can tell
-    a message that came back early from a delay tier; `prepaid` lists the token buckets
-    whose token was reserved for this job (``jobrail.limits.gate.reservation``);
-    `outages` counts its deferrals in a row while the limits store was unreachable."""
-    message_id = new_id()
-    labels: dict[str, Any] = {"queue_name": queue, "tenant_id": tenant_id}
-    if not_before is not None:
-        labels["not_before"] = not_before.timestamp()
-    if deferrals:
-        labels["deferrals"] = deferrals
-    if prepaid:
-        labels["prepaid"] = list(prepaid)
-    if limit_keys is not None:
-        labels["limit_keys"] = list(limit_keys)
-    if outages:
-        labels["outages"] = outages
-    labels.update(trace_context or {})
+class EnvelopePublisher(Protocol):
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
+        ...
+
+
+class MessagePublisher:
+    """The job core's `Publisher`: each message encoded, then published with a confirm."""
+
+    def __init__(self, broker: EnvelopePublisher) -> None:
+        self._broker = broker
+
+    async def publish(self, message: Outgoing) -> None:
+        await self._broker.publish(encode(message))
+
+
+def encode(message: Outgoing) -> Envelope:
+    """The envelope that carries `message`: a Taskiq message for the task named after
+    the job type, whose only argument is the job id; a dead letter is the message that
+    died, unchanged, with its reason in headers."""
+    if isinstance(message, DeadLetterMessage):
+        return _encode_dead_letter(message)
+    labels: dict[str, Any] = {"queue_name": message.queue, "tenant_id": message.tenant_id}
+    if message.not_before is not None:
+        labels["not_before"] = message.not_before.timestamp()
+    if message.deferrals:
+        labels["deferrals"] = message.deferrals
+    if message.prepaid:
+        labels["prepaid"] = list(message.prepaid)
+    if message.limit_keys is not None:
+        labels["limit_keys"] = list(message.limit_keys)
+    if message.outages:
+        labels["outages"] = message.outages
+    labels.update(message.trace_context)
     body: dict[str, Any] = {
-        "task_id": str(message_id),
-        "task_name": job_type,
+        "task_id": message.message_id,
+        "task_name": message.job_type,
         "labels": labels,
         "labels_types": None,
         "args": [],
-        "kwargs": {"job_id": str(job_id)},
+        "kwargs": {"job_id": str(message.job_id)},
     }
+    headers = {HEADER_JOB_ID: str(message.job_id), HEADER_TASK: message.job_type}
+    try:
+        envelope_id = uuid.UUID(message.message_id)
+    except ValueError:
+        # A delivery's own id, which its sender chose: published under it all the same.
+        envelope_id = new_id()
+        headers[HEADER_MESSAGE_ID] = message.message_id
     return Envelope(
-        id=message_id,
-        queue=queue,
+        id=envelope_id,
+        queue=message.queue,
         body=json.dumps(body, separators=(",", ":")).encode(),
-        headers={HEADER_JOB_ID: str(job_id), HEADER_TASK: job_type},
-        not_before=not_before,
+        headers=headers,
+        not_before=message.not_before,
     )
 
 
-def parse_job_message(body: bytes) -> JobMessage:
-    """Parse a job message strictly: JSON only, with a task name and a job id."""
+def _encode_dead_letter(letter: DeadLetterMessage) -> Envelope:
+    died = encode(letter.message)
+    return dead_letter(
+        body=died.body,
+        reason=letter.reason,
+        source_queue=letter.source_queue,
+        dead_letter_queue=letter.dead_letter_queue,
+        at=letter.at,
+        headers={HEADER_JOB_ID: str(letter.message.job_id), HEADER_TASK: letter.message.job_type},
+        message_id=letter.message.message_id,
+        job_failed_at=letter.job_failed_at,
+        envelope_id=letter.id,
+    )
+
+
+def decode(body: bytes, *, default_queue: str = "") -> JobMessage:
+    """Parse a job message strictly: JSON only, with a task name, a task id and exactly
+    a job id for arguments, and labels of the types the worker reads."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -117,15 +141,28 @@ def parse_job_message(body: bytes) -> JobMessage:
     if bytes_have_nul_escape(body):
         # Its ids and labels go into Postgres text columns, which cannot hold U+0000.
         raise MalformedMessageError("body holds a NUL character (U+0000)")
-    task_name = data.get("task_name")
-    task_id = data.get("task_id")
-    kwargs = data.get("kwargs")
-    labels = data.get("labels", {})
+    if not isinstance(data.get("args", []), list):
+        raise MalformedMessageError("labels or args have the wrong type")
+    return from_parts(
+        task_id=data.get("task_id"),
+        task_name=data.get("task_name"),
+        kwargs=data.get("kwargs"),
+        labels=data.get("labels", {}),
+        default_queue=default_queue,
+    )
+
+
+def from_parts(
+    *, task_id: object, task_name: object, kwargs: object, labels: object, default_queue: str
+) -> JobMessage:
+    """A job message from the parts of a Taskiq message (as `decode` reads them from the
+    bytes, or as Taskiq's receiver parsed them). `default_queue`: the queue of a message
+    that does not name one."""
     if not isinstance(task_name, str) or not task_name:
         raise MalformedMessageError("task_name is missing")
     if not isinstance(task_id, str) or not task_id:
         raise MalformedMessageError("task_id is missing")
-    if not isinstance(labels, dict) or not isinstance(data.get("args", []), list):
+    if not isinstance(labels, dict):
         raise MalformedMessageError("labels or args have the wrong type")
     if not isinstance(kwargs, dict) or set(kwargs) != {"job_id"}:
         raise MalformedMessageError("kwargs must be exactly {job_id}")
@@ -134,7 +171,25 @@ def parse_job_message(body: bytes) -> JobMessage:
     except ValueError:
         raise MalformedMessageError("job_id is not a UUID") from None
     _check_labels(labels)
-    return JobMessage(message_id=task_id, task_name=task_name, job_id=job_id, labels=labels)
+    not_before = labels.get("not_before")
+    limit_keys = labels.get("limit_keys")
+    return JobMessage(
+        job_id=job_id,
+        job_type=task_name,
+        queue=str(labels.get("queue_name") or default_queue),
+        tenant_id=str(labels.get("tenant_id") or ""),
+        message_id=task_id,
+        deferrals=labels.get("deferrals") or 0,
+        outages=labels.get("outages") or 0,
+        not_before=None if not_before is None else datetime.fromtimestamp(not_before, UTC),
+        prepaid=tuple(labels.get("prepaid") or ()),
+        limit_keys=None if limit_keys is None else tuple(limit_keys),
+        trace_context={
+            key: value
+            for key in ("traceparent", "tracestate")
+            if isinstance(value := labels.get(key), str)
+        },
+    )
 
 
 # The task a worker runs a job message with when it has no task of the job's type.
@@ -181,6 +236,7 @@ def dead_letter(
     headers: Mapping[str, str] | None = None,
     message_id: str | None = None,
     job_failed_at: datetime | None = None,
+    envelope_id: uuid.UUID | None = None,
 ) -> Envelope:
     """The original message, unchanged, addressed to the dead-letter queue with its reason
     and, when known, the id it had (`message_id`). `job_failed_at`: the letter records
@@ -189,6 +245,7 @@ def dead_letter(
     if job_failed_at is not None:
         extra[HEADER_JOB_FAILED_AT] = job_failed_at.isoformat()
     return Envelope(
+        id=envelope_id or new_id(),
         queue=dead_letter_queue,
         body=body,
         headers={
@@ -201,35 +258,9 @@ def dead_letter(
     )
 
 
-def with_task_id(body: bytes, task_id: str) -> bytes:
-    """A job message's body under another task id: a dead letter made again from its
-    job carries the id of the message that died, inside as well as outside."""
-    data = json.loads(body)
-    data["task_id"] = task_id
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message in the dead-letter queue, as operators see it."""
-
-    id: str
-    reason: str
-    source_queue: str
-    dead_at: str
-    job_id: JobId | None
-    """None when the message is not a job message (malformed, pickled, ...)."""
-    job_type: str | None
-    tenant_id: str | None
-    preview: str
-    """The start of the body of a message that is not a job message, else ''."""
-    job_failed_at: datetime | None = None
-    """For the letter of a failed job: the job's finished_at when it failed."""
-
-
 def describe_dead_letter(message_id: str, body: bytes, headers: Mapping[str, object]) -> DeadLetter:
     try:
-        parsed: JobMessage | None = parse_job_message(body)
+        parsed: JobMessage | None = decode(body)
     except MalformedMessageError:
         parsed = None
     return DeadLetter(
@@ -238,8 +269,8 @@ def describe_dead_letter(message_id: str, body: bytes, headers: Mapping[str, obj
         source_queue=str(headers.get(HEADER_SOURCE_QUEUE, "")),
         dead_at=str(headers.get(HEADER_DEAD_AT, "")),
         job_id=parsed.job_id if parsed else None,
-        job_type=parsed.task_name if parsed else None,
-        tenant_id=str(parsed.labels.get("tenant_id", "")) if parsed else None,
+        job_type=parsed.job_type if parsed else None,
+        tenant_id=parsed.tenant_id if parsed else None,
         preview="" if parsed else body[:200].decode("utf-8", "replace"),
         job_failed_at=_moment(headers.get(HEADER_JOB_FAILED_AT)),
     )
