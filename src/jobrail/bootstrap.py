@@ -13,8 +13,6 @@ from typing import Any
 
 from dishka import AsyncContainer, make_async_container
 from dishka.integrations.fastapi import FastapiProvider
-from dishka.integrations.taskiq import TaskiqProvider
-from dishka.integrations.taskiq import setup_dishka as setup_taskiq_dishka
 from sqlalchemy import select
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
@@ -28,7 +26,7 @@ from jobrail.kernel.ids import TenantId
 from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
 from jobrail.messaging.codec import encode
-from jobrail.messaging.tasks import register_job_tasks
+from jobrail.messaging.tasks import JobRoutes, register_job_tasks
 from jobrail.modules import Module, load_modules
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.outbox import OutboxRelay
@@ -103,12 +101,16 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
     else:
         broker = AmqpJobBroker(settings.rabbit, consume=settings.worker.queues)
     broker.is_worker_process = worker or settings.embedded
-    register_job_tasks(broker, registry, default_queue=settings.rabbit.default_queue)
+    routes = JobRoutes(
+        registry,
+        settings.rabbit.default_queue,
+        batch_window_s=settings.worker.batch_window_ms / 1000,
+    )
+    register_job_tasks(broker, routes)
     container = make_async_container(
         PlatformProvider(),
         *(provider for module in modules for provider in module.providers),
         FastapiProvider(),
-        TaskiqProvider(),
         context={
             Settings: settings,
             JobRegistry: registry,
@@ -117,8 +119,12 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
             ProcessRole: ProcessRole.WORKER if worker else ProcessRole.API,
         },
     )
-    if broker.is_worker_process:
-        setup_taskiq_dishka(container, broker)
+    routes.use(container)
+
+    async def start_routes(_state: TaskiqState) -> None:
+        await routes.start()
+
+    broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, start_routes)
     return Runtime(settings, modules, registry, broker, container)
 
 

@@ -191,6 +191,9 @@ def run_worker(settings: Settings, extra: list[str]) -> None:
         str(settings.worker.shutdown_grace_s),
         "--ack-type",
         "when_executed",
+        # Job messages in batches, decoded once (see jobrail.messaging.receiver).
+        "--receiver",
+        "jobrail.messaging.receiver:JobReceiver",
         "--no-configure-logging",
         *extra,
     ]

@@ -1,0 +1,169 @@
+"""The worker's receiver: job messages run through their route in batches, each delivery
+acknowledged only after its outcome is recorded; anything else takes Taskiq's path."""
+
+import asyncio
+import copy
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from dishka import Provider, Scope, make_async_container, provide
+from pydantic import BaseModel
+from taskiq import AckableMessage, InMemoryBroker, TaskiqMessage
+from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
+
+from jobrail.batching import Coalescer
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import JobMessage, Outgoing
+from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity
+from jobrail.jobs.registry import JobRegistry, job
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.messaging.codec import encode
+from jobrail.messaging.receiver import JobReceiver
+from jobrail.messaging.tasks import JobRoutes, register_job_tasks
+from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+
+
+class Echo(BaseModel):
+    message: str
+
+
+@job("test.echo", payload=Echo)
+async def echo(payload: Echo, ctx: JobContext) -> dict[str, str]:
+    return {"echo": payload.message}
+
+
+class BatchCountingStore(FakeJobStore):
+    """The fake store behind the coalescing a real store does: the claims made in one
+    event-loop turn travel together, and each such batch is counted."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+        self.claim_batches: list[int] = []
+        self._claims: Coalescer[Any, ClaimResult] = Coalescer(self._claim_many)
+
+    async def claim(
+        self, job_id: Any, now: Any, lease: timedelta, expect: JobIdentity | None = None
+    ) -> ClaimResult:
+        return await self._claims.submit((job_id, now, lease, expect))
+
+    async def _claim_many(self, claims: Sequence[Any]) -> list[ClaimResult]:
+        self.claim_batches.append(len(claims))
+        return [await FakeJobStore.claim(self, *claim) for claim in claims]
+
+    async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
+        recorded = await super().record(job, claim, outbox)
+        self.events.append(f"record {job.id}")
+        return recorded
+
+
+def _receiver(store: FakeJobStore, window_s: float) -> tuple[JobReceiver, InMemoryBroker]:
+    clock = FixedClock()
+    runner = JobRunner(
+        store,
+        FakeDispatcher(),
+        FakePublisher(),
+        clock,
+        RetryPolicy(base_s=1, cap_s=60, jitter=False),
+        RunnerConfig(
+            dead_letter_queue="jobs.dlq",
+            lease_grace=timedelta(seconds=10),
+            store_retry_max=timedelta(seconds=1),
+        ),
+    )
+
+    class Runner(Provider):
+        @provide(scope=Scope.APP)
+        def runner(self) -> JobRunner:
+            return runner
+
+    broker = InMemoryBroker()
+    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=10)
+    routes = JobRoutes(registry, "jobs.default", batch_window_s=window_s)
+    register_job_tasks(broker, routes)
+    routes.use(make_async_container(Runner()))
+    return JobReceiver(broker, max_async_tasks=64), broker
+
+
+async def _deliver(
+    receiver: JobReceiver, jobs: list[Job], events: list[str], *, trickle: bool
+) -> None:
+    """Hand the jobs' messages to the receiver's runner as Taskiq's prefetcher does (one
+    per loop turn with `trickle`), then stop it."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    runner = asyncio.ensure_future(receiver.runner(queue))
+    for job_ in jobs:
+
+        async def ack(job_id: Any = job_.id) -> None:
+            events.append(f"ack {job_id}")
+
+        body = encode(JobMessage.of(job_)).body
+        queue.put_nowait(_PrefetchedMessage(AckableMessage(data=body, ack=ack), False))
+        if trickle:
+            await asyncio.sleep(0)
+    queue.put_nowait(_QueueSignal.DONE)
+    await asyncio.wait_for(runner, 10)
+
+
+async def test_each_delivery_is_acknowledged_only_after_its_outcome_is_recorded() -> None:
+    events: list[str] = []
+    store = BatchCountingStore(events)
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(5)]
+    for job_ in jobs:
+        store.jobs[job_.id] = job_
+    receiver, _broker = _receiver(store, window_s=0.005)
+
+    await _deliver(receiver, jobs, events, trickle=False)
+
+    for job_ in jobs:
+        assert store.jobs[job_.id].status is JobStatus.SUCCEEDED
+        assert store.jobs[job_.id].result == {"echo": job_.payload["message"]}
+        assert events.count(f"ack {job_.id}") == 1
+        assert events.index(f"record {job_.id}") < events.index(f"ack {job_.id}")
+
+
+async def test_deliveries_that_arrive_within_the_window_are_claimed_together() -> None:
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(8)]
+    batches = {}
+    for window_s in (0.05, 0.0):
+        events: list[str] = []
+        store = BatchCountingStore(events)
+        for job_ in jobs:
+            store.jobs[job_.id] = copy.deepcopy(job_)
+        receiver, _broker = _receiver(store, window_s=window_s)
+        await _deliver(receiver, jobs, events, trickle=True)
+        assert all(store.jobs[j.id].status is JobStatus.SUCCEEDED for j in jobs)
+        batches[window_s] = store.claim_batches
+
+    # Within the window, the eight deliveries start together: one claim for all.
+    assert batches[0.05] == [8]
+    # Without it, each starts as it arrives (the check that the window is what groups them).
+    assert len(batches[0.0]) > 1
+
+
+async def test_a_message_that_is_not_a_job_message_takes_taskiqs_path() -> None:
+    events: list[str] = []
+    store = BatchCountingStore(events)
+    receiver, broker = _receiver(store, window_s=0.0)
+    ran: list[int] = []
+
+    @broker.task(task_name="plain.task")
+    async def plain(n: int) -> None:
+        ran.append(n)
+
+    body = broker.formatter.dumps(
+        TaskiqMessage(task_id="t2", task_name="plain.task", labels={}, args=[8], kwargs={})
+    ).message
+    acked: list[bool] = []
+
+    async def ack() -> None:
+        acked.append(True)
+
+    await receiver.callback(AckableMessage(data=body, ack=ack))
+
+    assert ran == [8]
+    assert acked == [True]
+    assert store.claim_batches == []
