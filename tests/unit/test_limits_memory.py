@@ -188,7 +188,7 @@ async def test_expired_state_is_forgotten_so_memory_stays_bounded() -> None:
     for n in range(2048):
         await limits.admit([Acquire(LOCK, "same")], f"y{n}", now_ms=10**9 + 10**6 * n)
 
-    assert len(limits._state.windows) < 1100
+    assert len(limits._states[SlidingWindow]) < 1100
 
 
 async def _run_jobs(arrivals: list[float], loss_at: float) -> tuple[list[float], list[float]]:

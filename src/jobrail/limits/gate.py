@@ -42,13 +42,10 @@ from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
     Acquire,
-    Concurrency,
     Grant,
     JobLimits,
     LimitsBackend,
     LimitsUnavailableError,
-    Lock,
-    TokenBucket,
 )
 
 log = logging.getLogger("jobrail.limits")
@@ -103,11 +100,7 @@ class Pass:
         self._backend = backend
         self._grant = grant
         self._counters = counters
-        ttls = [
-            item.limit.ttl_s if isinstance(item.limit, Lock) else item.limit.lease_s
-            for item in grant.items
-            if isinstance(item.limit, (Lock, Concurrency))
-        ]
+        ttls = [ttl for item in grant.items if (ttl := item.limit.hold_ttl_s) is not None]
         self._renew_every = min(ttls) / 3 if ttls else None
         self._ttl = min(ttls) if ttls else None
         self._renewals: set[asyncio.Task[None]] = set()
@@ -232,7 +225,7 @@ class JobGate:
     ) -> Pass | Deferred:
         held = reservations(prepaid)
         items = [
-            Acquire(limit, key, prepaid=held.get(key) if isinstance(limit, TokenBucket) else None)
+            Acquire(limit, key, prepaid=held.get(key) if limit.reserves else None)
             for limit, key in zip(declared.all(), keys, strict=True)
         ]
         try:
@@ -271,7 +264,7 @@ class JobGate:
             if decision.allowed:
                 continue
             wait = decision.retry_after_s
-            if isinstance(item.limit, (Lock, Concurrency)):
+            if item.limit.hold_ttl_s is not None:
                 contended = True
                 # A holder usually finishes long before its TTL: look again soon.
                 wait = min(wait, self._config.contention_retry.total_seconds())

@@ -53,256 +53,17 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobrail.batching import Coalescer
+from jobrail.limits import scripts
+from jobrail.limits.kind import LimitKind
+from jobrail.limits.kinds.lock import FENCE_TTL_MS
 from jobrail.limits.model import (
+    KINDS,
     Acquire,
     Admission,
-    Concurrency,
     Decision,
     Grant,
     LimitsUnavailableError,
-    Lock,
-    SlidingWindow,
-    TokenBucket,
     hash_tagged,
-)
-
-FENCE_TTL_MS = 30 * 24 * 3600 * 1000
-
-_NOW = """
-local function clock(override)
-  if override ~= '' then
-    local ms = tonumber(override)
-    return ms, math.floor(ms * 1000)
-  end
-  local t = redis.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + us / 1000, s * 1000000 + us
-end
-local function now_ms(override)
-  local ms = clock(override)
-  return ms
-end
-local function num(x) return string.format('%.17g', x) end
-local function gc(key, ms) redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)) + 1000) end
-"""
-
-# ARGV: now_override, holder, dry_run, reserve, n, owner, take_over, then per item: kind
-# + 4 params.
-# KEYS: per item one key; a lock also has its fence key right after it.
-# A token bucket's value is 'tat|epoch': its theoretical arrival time (ms) and the id of
-# its current state (a digest of the holder that started it, as in memory.py). A token
-# bucket item whose p4 names the bucket's epoch was paid for by a reservation made in
-# that state; any other p4 competes as usual.
-# With reserve = '1', a denied admission reserves the next token of each token bucket
-# that said no (its caller comes back when the token is due, prepaid with the epoch).
-# A lock or slots held by holders starting with `owner` (an earlier admission of the same
-# job: '<job id>/') are taken from them with take_over = '1', else reported as `own`.
-# Out: allowed, fence, then per item: ok, remaining, retry_after, reserved, epoch, own.
-ADMIT = (
-    _NOW
-    + """
-local now, now_us = clock(ARGV[1])
-local holder, dry, reserve, n = ARGV[2], ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
-local owner, take = ARGV[6], ARGV[7] == '1'
-local function owned(who) return owner ~= '' and string.sub(who, 1, #owner) == owner end
-local out, plans, reservations, all = {}, {}, {}, true
-local a, k = 8, 1
-for i = 1, n do
-  local kind, p1, p2, p3, p4 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  a = a + 5
-  local key = KEYS[k]
-  k = k + 1
-  local ok, remaining, retry, reserved, epoch, own = 1, 0, 0, 0, '', 0
-  if kind == 'tb' then
-    -- A bucket that is absent (never used, expired, lost with Redis's data) or whose
-    -- TAT has passed is full: a new state, with a new epoch, begins now.
-    local tat, state, e = now, redis.call('GET', key), nil
-    if state then
-      local t
-      t, e = string.match(state, '^([^|]*)|(.*)$')
-      t = tonumber(t or state) -- a value from before epochs is a bare TAT: keep it
-      if t and t > now then tat = t else e = nil end
-    end
-    epoch = e or string.sub(redis.sha1hex(holder), 1, 16)
-    local cap, per_s, cost = tonumber(p1), tonumber(p2), tonumber(p3)
-    local interval = 1000 / per_s
-    local tau = cap * interval
-    if p4 ~= '' and p4 == epoch then
-      remaining = 0 -- reserved in this very state: already paid for
-    else
-      local new_tat = tat + cost * interval
-      local allow_at = new_tat - tau
-      if allow_at <= now then
-        remaining = math.floor((now - allow_at) / interval + 1e-9)
-        plans[#plans + 1] = {'tb', key, new_tat, epoch}
-      else
-        ok, retry = 0, allow_at - now
-        remaining = math.max(0, math.floor((now - (tat - tau)) / interval + 1e-9))
-        if reserve then
-          reserved = 1
-          reservations[#reservations + 1] = {key, new_tat, epoch}
-        end
-      end
-    end
-  elseif kind == 'sw' then
-    local limit, window, cost = tonumber(p1), tonumber(p2), tonumber(p3)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - window))
-    local count = redis.call('ZCARD', key)
-    if count + cost <= limit then
-      remaining = limit - count - cost
-      plans[#plans + 1] = {'sw', key, cost, window}
-    else
-      local idx = count + cost - limit - 1
-      local oldest = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
-      ok, retry = 0, tonumber(oldest[2]) + window - now
-      remaining = math.max(0, limit - count)
-    end
-  elseif kind == 'cs' then
-    local slots, lease = tonumber(p1), tonumber(p2)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-    local count = redis.call('ZCARD', key)
-    -- The owner's own slots, looked for only when they would make the difference.
-    local mine = {}
-    if count >= slots and owner ~= '' then
-      for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        if owned(member) then mine[#mine + 1] = member end
-      end
-    end
-    if count < slots or (take and count - #mine < slots) then
-      remaining = slots - (count - #mine) - 1
-      plans[#plans + 1] = {'cs', key, lease, mine}
-    else
-      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      ok, retry = 0, tonumber(first[2]) - now
-      if #mine > 0 and count - #mine < slots then own = 1 end
-    end
-  else -- 'lk'
-    local ttl = tonumber(p1)
-    local fence_key = KEYS[k]
-    k = k + 1
-    local current = redis.call('GET', key)
-    local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
-    local mine = ends and ends > now and owned(string.match(current, '|(.*)$'))
-    if ends and ends > now and not (take and mine) then
-      ok, retry = 0, ends - now
-      if mine then own = 1 end
-    else
-      plans[#plans + 1] = {'lk', key, ttl, fence_key}
-    end
-  end
-  if ok == 0 then all = false end
-  out[#out + 1] = ok
-  out[#out + 1] = num(remaining)
-  out[#out + 1] = num(retry)
-  out[#out + 1] = reserved
-  out[#out + 1] = epoch
-  out[#out + 1] = own
-end
-local fence = ''
-if not all and not dry then
-  for _, r in ipairs(reservations) do
-    redis.call('SET', r[1], num(r[2]) .. '|' .. r[3])
-    gc(r[1], r[2] - now)
-  end
-end
-if all and not dry then
-  for _, p in ipairs(plans) do
-    if p[1] == 'tb' then
-      redis.call('SET', p[2], num(p[3]) .. '|' .. p[4])
-      gc(p[2], p[3] - now)
-    elseif p[1] == 'sw' then
-      for j = 1, p[3] do redis.call('ZADD', p[2], num(now), holder .. ':' .. j) end
-      gc(p[2], p[4])
-    elseif p[1] == 'cs' then
-      for _, member in ipairs(p[4]) do redis.call('ZREM', p[2], member) end
-      redis.call('ZADD', p[2], num(now + p[3]), holder)
-      local ttl = redis.call('PTTL', p[2])
-      if ttl < p[3] + 1000 then gc(p[2], p[3]) end
-    else
-      redis.call('SET', p[2], num(now + p[3]) .. '|' .. holder)
-      gc(p[2], p[3])
-      -- The counter alone would start again from 1 after Redis lost its data; the
-      -- clock (us) alone could repeat within a microsecond. Their maximum only grows
-      -- while the clock does not go back by more than the time since the last fence
-      -- (see the module docstring).
-      local f = math.max(tonumber(redis.call('GET', p[4]) or 0) + 1, now_us)
-      fence = string.format('%.0f', f)
-      redis.call('SET', p[4], fence, 'PX', """
-    + str(FENCE_TTL_MS)
-    + """)
-    end
-  end
-end
-table.insert(out, 1, fence)
-table.insert(out, 1, all and 1 or 0)
-return out
-"""
-)
-
-# ARGV: refund, holder, n, then per item: kind + 3 params. KEYS: one per item.
-# A token bucket's refund goes back only to the state (epoch, p3) it was charged in.
-RELEASE = """
-local refund, holder, n = ARGV[1] == '1', ARGV[2], tonumber(ARGV[3])
-local a = 4
-for i = 1, n do
-  local kind, p1, p2, p3 = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  a = a + 4
-  local key = KEYS[i]
-  if kind == 'tb' and refund then
-    local state = redis.call('GET', key)
-    local tat, epoch = nil, nil
-    if state then tat, epoch = string.match(state, '^([^|]*)|(.*)$') end
-    if tat and epoch == p3 then
-      local ttl = redis.call('PTTL', key)
-      local refunded = tonumber(tat) - tonumber(p1) * 1000 / tonumber(p2)
-      redis.call('SET', key, string.format('%.17g', refunded) .. '|' .. epoch)
-      if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-    end
-  elseif kind == 'sw' and refund then
-    for j = 1, tonumber(p1) do redis.call('ZREM', key, holder .. ':' .. j) end
-  elseif kind == 'cs' then
-    redis.call('ZREM', key, holder)
-  elseif kind == 'lk' then
-    local current = redis.call('GET', key)
-    if current and string.match(current, '|(.*)$') == holder then redis.call('DEL', key) end
-  end
-end
-return 1
-"""
-
-# ARGV: now_override, holder, n, then per item: kind + ttl_ms. KEYS: one per item.
-EXTEND = (
-    _NOW
-    + """
-local now = now_ms(ARGV[1])
-local holder, n = ARGV[2], tonumber(ARGV[3])
-local held = 1
-for i = 1, n do
-  local kind, ttl = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
-  local key = KEYS[i]
-  if kind == 'lk' then
-    local current = redis.call('GET', key)
-    local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
-    if current and string.match(current, '|(.*)$') == holder and ends > now then
-      redis.call('SET', key, num(now + ttl) .. '|' .. holder)
-      gc(key, ttl)
-    else
-      held = 0
-    end
-  else
-    local score = redis.call('ZSCORE', key, holder)
-    local ends = score and tonumber(score) or nil
-    if ends and ends > now then
-      redis.call('ZADD', key, 'XX', num(now + ttl), holder)
-      local pttl = redis.call('PTTL', key)
-      if pttl < ttl + 1000 then gc(key, ttl) end
-    else
-      held = 0
-    end
-  end
-end
-return held
-"""
 )
 
 # KEYS: resource. ARGV: fence, value. A write with an older fence than the last is refused.
@@ -317,19 +78,6 @@ redis.call('PEXPIRE', KEYS[1], """
 return 1
 """
 )
-
-
-def _params(item: Acquire) -> list[str]:
-    limit = item.limit
-    if isinstance(limit, TokenBucket):
-        prepaid = item.prepaid or ""
-        return [_num(limit.capacity), _num(limit.per_second), _num(limit.cost), prepaid]
-    if isinstance(limit, SlidingWindow):
-        return [str(limit.limit), _num(limit.window_s * 1000), str(limit.cost), ""]
-    if isinstance(limit, Concurrency):
-        return [str(limit.slots), _num(limit.lease_s * 1000), "", ""]
-    assert isinstance(limit, Lock)
-    return [_num(limit.ttl_s * 1000), "", "", ""]
 
 
 def _num(value: float) -> str:
@@ -363,14 +111,21 @@ _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException, 
 
 class RedisLimits:
     def __init__(
-        self, redis: Redis | RedisCluster, key_prefix: str = "jobrail:", window_s: float = 0.0
+        self,
+        redis: Redis | RedisCluster,
+        key_prefix: str = "jobrail:",
+        window_s: float = 0.0,
+        kinds: Sequence[type[LimitKind[Any]]] = KINDS,
     ) -> None:
+        """`kinds`: the limit kinds the scripts know (every kind by default)."""
         self._redis = redis
         self._cluster = redis if isinstance(redis, RedisCluster) else None
         self._prefix = key_prefix
-        self._admit = redis.register_script(ADMIT)
-        self._release = redis.register_script(RELEASE)
-        self._extend = redis.register_script(EXTEND)
+        built = scripts.build(kinds)
+        self._admit = redis.register_script(built.admit)
+        self._release = redis.register_script(built.release)
+        self._extend = redis.register_script(built.extend)
+        self._holders = redis.register_script(built.holders)
         self._fenced = redis.register_script(FENCED_WRITE)
         # Scripts called in the same loop turn go out as one pipeline: still one
         # command per call, one write and one read for them all.
@@ -384,21 +139,34 @@ class RedisLimits:
     async def load_scripts(self) -> None:
         """Load every script now (EVALSHA would otherwise load each on first use)."""
         try:
-            for script in (self._admit, self._release, self._extend, self._fenced):
+            scripts = (self._admit, self._release, self._extend, self._holders, self._fenced)
+            for script in scripts:
                 script.sha = await self._redis.script_load(script.script)
         except _UNREACHABLE as exc:
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
 
     def key(self, item: Acquire) -> str:
-        return f"{self._prefix}{item.limit.kind}:{hash_tagged(item.key)}"
+        """The Redis key holding `item`'s state."""
+        return self._item_keys(item)[0]
+
+    def _item_keys(self, item: Acquire) -> list[str]:
+        return item.limit.redis_keys(self._prefix, item.key)
 
     def _keys(self, items: Sequence[Acquire]) -> list[str]:
-        keys = []
-        for item in items:
-            keys.append(self.key(item))
-            if isinstance(item.limit, Lock):
-                keys.append(f"{self._prefix}fence:{hash_tagged(item.key)}")
-        return keys
+        return [key for item in items for key in self._item_keys(item)]
+
+    def _items(
+        self, items: Sequence[Acquire], arguments: Sequence[list[str]]
+    ) -> tuple[list[str], list[str]]:
+        """The keys and the per-item arguments of a script call over `items`: each item's
+        kind, the number of its keys, then `arguments` (the kind's own)."""
+        keys: list[str] = []
+        args: list[str] = []
+        for item, own in zip(items, arguments, strict=True):
+            item_keys = self._item_keys(item)
+            keys += item_keys
+            args += [item.limit.kind, str(len(item_keys)), *own]
+        return keys, args
 
     async def _node_batch(
         self, cluster: RedisCluster, keys: list[str]
@@ -517,10 +285,8 @@ class RedisLimits:
     ) -> Admission:
         args = ["" if now_ms is None else _num(now_ms), holder, "1" if dry_run else "0"]
         args += ["1" if reserve else "0", str(len(items)), owner, "1" if take_over else "0"]
-        for item in items:
-            args.append(item.limit.kind)
-            args.extend(_params(item))
-        raw = await self._call(self._admit, self._keys(items), args)
+        keys, per_item = self._items(items, [i.limit.admit_args(i.prepaid) for i in items])
+        raw = await self._call(self._admit, keys, args + per_item)
         allowed = int(raw[0]) == 1
         fence = int(raw[1]) if raw[1] not in (b"", "") else None
         decisions = []
@@ -547,28 +313,21 @@ class RedisLimits:
     async def release(
         self, grant: Grant, *, refund: bool = False, now_ms: float | None = None
     ) -> None:
-        args = ["1" if refund else "0", grant.holder, str(len(grant.items))]
         epochs = list(grant.epochs) or [None] * len(grant.items)
-        for item, epoch in zip(grant.items, epochs, strict=True):
-            limit = item.limit
-            if isinstance(limit, TokenBucket):
-                args += ["tb", _num(limit.cost), _num(limit.per_second), epoch or ""]
-            elif isinstance(limit, SlidingWindow):
-                args += ["sw", str(limit.cost), "", ""]
-            else:
-                args += [limit.kind, "", "", ""]
-        await self._call(self._release, [self.key(i) for i in grant.items], args)
+        own = [
+            item.limit.release_args(epoch) for item, epoch in zip(grant.items, epochs, strict=True)
+        ]
+        keys, per_item = self._items(grant.items, own)
+        args = ["1" if refund else "0", grant.holder, str(len(grant.items)), *per_item]
+        await self._call(self._release, keys, args)
 
     async def extend(self, grant: Grant, *, now_ms: float | None = None) -> bool:
-        held = [i for i in grant.items if isinstance(i.limit, (Lock, Concurrency))]
+        held = [(i, ttl) for i in grant.items if (ttl := i.limit.hold_ttl_s) is not None]
         if not held:
             return True
-        args = ["" if now_ms is None else _num(now_ms), grant.holder, str(len(held))]
-        for item in held:
-            limit = item.limit
-            ttl_s = limit.ttl_s if isinstance(limit, Lock) else limit.lease_s  # type: ignore[union-attr]
-            args += [limit.kind, _num(ttl_s * 1000)]
-        result = await self._call(self._extend, [self.key(i) for i in held], args)
+        keys, per_item = self._items([i for i, _ in held], [[_num(ttl * 1000)] for _, ttl in held])
+        args = ["" if now_ms is None else _num(now_ms), grant.holder, str(len(held)), *per_item]
+        result = await self._call(self._extend, keys, args)
         return int(result) == 1
 
     async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
@@ -583,20 +342,9 @@ class RedisLimits:
 
     async def holders(self, item: Acquire) -> list[dict[str, Any]]:
         """Who holds a lock or the slots of a concurrency limit (for operators)."""
-        key = self.key(item)
-        try:
-            if isinstance(item.limit, Lock):
-                value: Any = await self._redis.get(key)
-                if value is None:
-                    return []
-                ends, holder = _text(value).split("|", 1)
-                return [{"holder": holder, "until_ms": float(ends)}]
-            if not isinstance(item.limit, Concurrency):
-                return []  # rate limits have no holders
-            members: Any = await self._redis.zrange(key, 0, -1, withscores=True)
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
-        return [{"holder": _text(m), "until_ms": float(score)} for m, score in members]
+        flat = await self._call(self._holders, self._item_keys(item), [item.limit.kind])
+        pairs = zip(flat[::2], flat[1::2], strict=True)
+        return [{"holder": _text(holder), "until_ms": float(until)} for holder, until in pairs]
 
     async def fenced_write(
         self, resource: str, fence: int, value: str, *, now_ms: float | None = None
