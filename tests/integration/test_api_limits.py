@@ -1,12 +1,17 @@
 """API rate limits on the real Redis."""
 
 import asyncio
-from collections.abc import Iterator
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.fixtures import ApiClient
+from tests.support.fixtures import ApiClient, settings_from
+from tests.support.rabbit import RabbitProbe
 from tests.support.redis_cluster import REDIS_KINDS, redis_env
+from tests.support.redis_commands import CommandCounter
 from tests.support.services import start_redis, stop_redis
 
 # Run on a single Redis and on a three-master Redis Cluster (tests/support/redis_cluster.py).
@@ -51,6 +56,58 @@ async def test_reads_have_their_own_looser_limit(api: ApiClient) -> None:
 
     assert response.status_code == 200
     assert response.headers["RateLimit-Limit"] == "1200"
+
+
+# What a client sends on a new connection, before its first command.
+HANDSHAKE = {"CLIENT", "HELLO", "AUTH", "SELECT"}
+
+
+def _sent(counter: CommandCounter, since: Counter[str]) -> Counter[str]:
+    sent = counter.snapshot() - since
+    return Counter({name: n for name, n in sent.items() if name not in HANDSHAKE})
+
+
+async def test_an_enqueue_checks_every_rule_that_applies_in_one_redis_command(
+    stack_env: dict[str, str],
+    rabbit: RabbitProbe,
+    make_api: Callable[[Any], Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key the process has not seen live is first checked against its client's budget
+    of failed authentications (per IP and global here): one command for both rules;
+    the enqueue's own rules (per tenant and global) are one more. A key seen live costs
+    one command per enqueue. Counted at this API's own connection to Redis."""
+    budget = [
+        {"scope": "ip", "limit": 20, "window_s": 60, "algorithm": "token_bucket"},
+        {"scope": "global", "limit": 1000, "window_s": 60, "algorithm": "token_bucket"},
+    ]
+    async with CommandCounter() as redis:
+        env = {
+            **stack_env,
+            "JOBRAIL_REDIS__URL": redis.url,
+            "JOBRAIL_API_LIMITS__AUTH_FAILURES": json.dumps(budget),
+        }
+        async with make_api(settings_from(env, monkeypatch)) as api:
+            warm_up = await api.post(
+                "/demo/echo", json={"message": "m"}, headers=await api.auth("warm")
+            )  # loads the scripts
+            acme = await api.auth("acme")
+            before_first = redis.snapshot()
+            first = await api.post("/demo/echo", json={"message": "m"}, headers=acme)
+            first_sent = _sent(redis, before_first)
+            before_more = redis.snapshot()
+            more = [
+                await api.post("/demo/echo", json={"message": "m"}, headers=acme) for _ in range(5)
+            ]
+            more_sent = _sent(redis, before_more)
+
+    assert warm_up.status_code == 202
+    assert first.status_code == 202
+    assert first.headers["RateLimit-Remaining"] == "29"
+    assert first_sent == Counter({"EVALSHA": 2})
+    assert {r.status_code for r in more} == {202}
+    assert more[-1].headers["RateLimit-Remaining"] == "24"
+    assert more_sent == Counter({"EVALSHA": 5})
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ key. Concurrent wrong keys can each pass the peek before their failures are char
 at most one lookup per request in flight beyond the budget.
 """
 
-import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -102,8 +101,7 @@ class ApiRateLimiter:
             return None
         items = self._items("auth_failures", {"ip": ip, "global": "all"})
         try:
-            # One peek per rule (peek takes one item); the default is a single rule.
-            decisions = await asyncio.gather(*(self._backend.peek(item) for item in items))
+            decisions = await self._backend.peek_all(items)  # every rule in one round trip
         except LimitsUnavailableError:
             self.count_unavailable()
             return None

@@ -99,8 +99,13 @@ class MemoryLimits:
         return held
 
     async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
-        admission = self._admit([item], Context("peek", self._now(now_ms)), dry_run=True)
-        return admission.decisions[0]
+        return (await self.peek_all([item], now_ms=now_ms))[0]
+
+    async def peek_all(
+        self, items: Sequence[Acquire], *, now_ms: float | None = None
+    ) -> list[Decision]:
+        admission = self._admit(items, Context("peek", self._now(now_ms)), dry_run=True)
+        return list(admission.decisions)
 
     async def reset(self, item: Acquire) -> None:
         item.limit.reset(self._state(item.limit), item.key)

@@ -189,6 +189,13 @@ class LimitsBackend(Protocol):
         """What acquiring `item` would decide now, without acquiring it."""
         ...
 
+    async def peek_all(
+        self, items: Sequence[Acquire], *, now_ms: float | None = None
+    ) -> list[Decision]:
+        """What acquiring each of `items` would decide now, acquiring nothing: `peek` for
+        every item, in one step (one round trip)."""
+        ...
+
     async def reset(self, item: Acquire) -> None:
         """Forget the state of a limit (a full bucket, an empty window, a free lock)."""
         ...

@@ -331,8 +331,13 @@ class RedisLimits:
         return int(result) == 1
 
     async def peek(self, item: Acquire, *, now_ms: float | None = None) -> Decision:
-        admission = await self._run_admit([item], "peek", now_ms, dry_run=True)
-        return admission.decisions[0]
+        return (await self.peek_all([item], now_ms=now_ms))[0]
+
+    async def peek_all(
+        self, items: Sequence[Acquire], *, now_ms: float | None = None
+    ) -> list[Decision]:
+        admission = await self._run_admit(items, "peek", now_ms, dry_run=True)
+        return list(admission.decisions)
 
     async def reset(self, item: Acquire) -> None:
         try:
