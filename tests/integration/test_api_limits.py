@@ -1,9 +1,8 @@
 """API rate limits on the real Redis."""
 
-import asyncio
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.redis_cluster import REDIS_KINDS, redis_env
 from tests.support.redis_commands import CommandCounter
-from tests.support.services import start_redis, stop_redis
+from tests.support.tcp_proxy import TcpProxy
 
 # Run on a single Redis and on a three-master Redis Cluster (tests/support/redis_cluster.py).
 on_both = pytest.mark.parametrize("stack_env", REDIS_KINDS, indirect=True)
@@ -110,29 +109,28 @@ async def test_an_enqueue_checks_every_rule_that_applies_in_one_redis_command(
     assert more_sent == Counter({"EVALSHA": 5})
 
 
-@pytest.fixture
-def redis_restarted() -> Iterator[None]:
-    try:
-        yield
-    finally:
-        start_redis()
-
-
-async def test_with_redis_stopped_enqueue_fails_closed_and_reads_stay_open(
-    api: ApiClient, redis_restarted: None
+async def test_with_redis_unreachable_enqueue_fails_closed_and_reads_stay_open(
+    stack_env: dict[str, str],
+    rabbit: RabbitProbe,
+    make_api: Callable[[Any], Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    await asyncio.to_thread(stop_redis)
+    # Redis is taken away from this API only (a proxy of its own stops answering), not
+    # from the other clients of the shared server.
+    async with TcpProxy(6379) as redis:
+        env = {**stack_env, "JOBRAIL_REDIS__URL": f"redis://127.0.0.1:{redis.port}/0"}
+        async with make_api(settings_from(env, monkeypatch)) as api:
+            await redis.take_down()
 
-    enqueue = await api.post("/demo/echo", json={"message": "m"})
-    read = await api.get("/jobs")
-    health = await api.get("/health")
+            enqueue = await api.post("/demo/echo", json={"message": "m"})
+            read = await api.get("/jobs")
+            health = await api.get("/health")
 
-    assert enqueue.status_code == 503
-    assert enqueue.headers["Retry-After"] == "5"
-    assert enqueue.json()["error"]["code"] == "service_unavailable"
-    assert read.status_code == 200
-    assert "RateLimit-Limit" not in read.headers
-    assert health.status_code == 200
+            assert enqueue.status_code == 503
+            assert enqueue.headers["Retry-After"] == "5"
+            assert enqueue.json()["error"]["code"] == "service_unavailable"
+            assert read.status_code == 200
+            assert "RateLimit-Limit" not in read.headers
+            assert health.status_code == 200
 
-    await asyncio.to_thread(start_redis)
-    assert (await api.post("/demo/echo", json={"message": "m"})).status_code == 202
+            await redis.accept()

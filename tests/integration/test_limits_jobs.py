@@ -19,7 +19,8 @@ from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
 from tests.support.redis_cluster import REDIS_KINDS, RedisCluster, redis_env
 from tests.support.redis_commands import CommandCounter
-from tests.support.services import REDIS_URL, start_redis, stop_redis, wait_for
+from tests.support.services import REDIS_URL, wait_for
+from tests.support.tcp_proxy import TcpProxy
 
 TEST_MODULES = "jobrail.demo,tests.support.jobs"
 
@@ -274,31 +275,29 @@ async def test_an_admitted_job_costs_at_most_two_redis_round_trips(
 
 
 async def test_with_redis_down_limited_jobs_wait_and_others_run_then_all_recover(
-    limits_api: ApiClient, workers: Callable[..., Any], recorder: Recorder, redis_restarted: None
+    limits_api: ApiClient, workers: Callable[..., Any], recorder: Recorder
 ) -> None:
-    await workers(JOBRAIL_LIMITS__UNAVAILABLE_RETRY_MAX_S="1")
-    await asyncio.to_thread(stop_redis)
+    # Redis goes away for the worker only (its proxy stops answering), not for the
+    # other clients of the shared server.
+    async with TcpProxy(6379) as redis:
+        await workers(
+            JOBRAIL_LIMITS__UNAVAILABLE_RETRY_MAX_S="1",
+            JOBRAIL_REDIS__URL=f"redis://127.0.0.1:{redis.port}/0",
+        )
+        await redis.take_down()
 
-    limited = await limits_api.enqueue("test.exclusive", {"url": recorder.url, "resource": "x"})
-    plain = await limits_api.echo(message="no limits")
-    await limits_api.wait_status(plain, "succeeded")
-    await asyncio.sleep(1.5)
-    waiting = await limits_api.job(limited)
-    assert waiting["status"] == "pending"
-    assert waiting["attempts"] == 0
-    assert recorder.calls == []
+        limited = await limits_api.enqueue("test.exclusive", {"url": recorder.url, "resource": "x"})
+        plain = await limits_api.echo(message="no limits")
+        await limits_api.wait_status(plain, "succeeded")
+        await asyncio.sleep(1.5)
+        waiting = await limits_api.job(limited)
+        assert waiting["status"] == "pending"
+        assert waiting["attempts"] == 0
+        assert recorder.calls == []
 
-    await asyncio.to_thread(start_redis)
-    job = await limits_api.wait_status(limited, "succeeded", timeout=30)
-    assert job["attempts"] == 1
-
-
-@pytest.fixture
-def redis_restarted() -> Iterator[None]:
-    try:
-        yield
-    finally:
-        start_redis()
+        await redis.accept()
+        job = await limits_api.wait_status(limited, "succeeded", timeout=30)
+        assert job["attempts"] == 1
 
 
 @contextlib.contextmanager

@@ -51,10 +51,15 @@ class TcpProxy:
             self.port = self._server.sockets[0].getsockname()[1]
 
     async def cut(self, down_s: float) -> None:
-        await self.refuse()
-        self._drop_all()
+        await self.take_down()
         await asyncio.sleep(down_s)
         await self.accept()
+
+    async def take_down(self) -> None:
+        """Drop every open connection and refuse new ones until `accept`: the service
+        as a stopped one looks to this proxy's clients, and to nobody else."""
+        await self.refuse()
+        self._drop_all()
 
     def _drop_all(self) -> None:
         for writer in list(self._pipes):
