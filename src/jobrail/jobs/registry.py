@@ -23,14 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from jobrail.jobs.ports import JobType
 from jobrail.kernel.errors import InvalidInputError
-from jobrail.limits.model import (
-    Concurrency,
-    JobLimits,
-    KeyTemplate,
-    Lock,
-    SlidingWindow,
-    TokenBucket,
-)
+from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 
 JOB_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
@@ -68,7 +61,7 @@ def job(
     queue: str = "jobs.default",
     timeout_s: float | None = None,
     max_attempts: int | None = None,
-    limits: Sequence[TokenBucket | SlidingWindow | Concurrency] = (),
+    limits: Sequence[RateOrSlots] = (),
     lock: Lock | None = None,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
@@ -174,7 +167,7 @@ def _check_shared_keys(specs: Iterable[JobSpec]) -> None:
             seen.setdefault(identity, (spec.name, params))
 
 
-def _fields(limit: TokenBucket | SlidingWindow | Concurrency | Lock) -> dict[str, object]:
+def _fields(limit: Limit) -> dict[str, object]:
     return asdict(limit)
 
 

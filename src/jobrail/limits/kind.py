@@ -13,7 +13,8 @@ declared by job types and the API, and it carries, next to its parameters:
   a slot's lease; None for rate limits, which hold nothing while the job runs).
 
 The scripts and the memory backend know kinds only through this interface: a new
-kind is one class here and its place in ``Limit`` (``jobrail.limits.model``).
+kind is one class (a module of ``jobrail.limits.kinds``) and its place in ``KINDS``
+and ``RateOrSlots`` (``jobrail.limits.model``).
 """
 
 from abc import ABC, abstractmethod

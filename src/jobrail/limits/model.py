@@ -36,6 +36,7 @@ __all__ = [
     "LimitsBackend",
     "LimitsUnavailableError",
     "Lock",
+    "RateOrSlots",
     "SlidingWindow",
     "SlotPart",
     "TokenBucket",
@@ -46,7 +47,9 @@ __all__ = [
 KINDS: tuple[type[LimitKind[Any]], ...] = (TokenBucket, SlidingWindow, Concurrency, Lock)
 """Every kind of limit the backends know (their scripts hold these kinds' Lua)."""
 
-Limit = TokenBucket | SlidingWindow | Concurrency | Lock
+RateOrSlots = TokenBucket | SlidingWindow | Concurrency
+"""What a job type declares in `limits=[...]` (its lock is declared apart)."""
+Limit = RateOrSlots | Lock
 
 
 class LimitsUnavailableError(Exception):
@@ -60,7 +63,7 @@ class LimitsUnavailableError(Exception):
 class JobLimits:
     """Everything a job type declares: rate limits, concurrency slots and at most one lock."""
 
-    limits: Sequence[TokenBucket | SlidingWindow | Concurrency] = ()
+    limits: Sequence[RateOrSlots] = ()
     lock: Lock | None = None
 
     def __bool__(self) -> bool:

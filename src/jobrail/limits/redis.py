@@ -7,9 +7,11 @@ theoretical arrival time, a window entry's age) is stored as a timestamp and
 compared with that time; key TTLs only collect garbage and are never shorter than
 the state they hold.
 
-Keys: ``{prefix}{kind}:{key}`` with kind ``tb`` (token bucket), ``sw`` (sliding
-window), ``cs`` (concurrency slots), ``lk`` (lock) and ``fence`` (fencing counter), the
-key written with its owner in braces, a Redis Cluster hash tag (``vendor:{acme}``; see
+The scripts are made of the limit kinds' Lua fragments (``jobrail.limits.scripts``);
+here they are only sent. Keys (``LimitKind.redis_keys``): ``{prefix}{kind}:{key}`` with
+kind ``tb`` (token bucket), ``sw`` (sliding window), ``cs`` (concurrency slots), ``lk``
+(lock) and ``fence`` (a lock's fencing counter), the key written with its owner in
+braces, a Redis Cluster hash tag (``vendor:{acme}``; see
 ``jobrail.limits.model.hash_tagged``). The client may be a ``RedisCluster``: every
 script's keys are then on one slot (a job type whose keys would not be is refused at
 start-up), and the calls batched together go to each node as a pipeline of their own.
@@ -54,7 +56,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobrail.batching import Coalescer
 from jobrail.limits import scripts
-from jobrail.limits.kind import LimitKind
+from jobrail.limits.kind import LimitKind, num
 from jobrail.limits.kinds.lock import FENCE_TTL_MS
 from jobrail.limits.model import (
     KINDS,
@@ -78,10 +80,6 @@ redis.call('PEXPIRE', KEYS[1], """
 return 1
 """
 )
-
-
-def _num(value: float) -> str:
-    return repr(float(value))
 
 
 def _text(value: bytes | str) -> str:
@@ -283,7 +281,7 @@ class RedisLimits:
         owner: str = "",
         take_over: bool = False,
     ) -> Admission:
-        args = ["" if now_ms is None else _num(now_ms), holder, "1" if dry_run else "0"]
+        args = ["" if now_ms is None else num(now_ms), holder, "1" if dry_run else "0"]
         args += ["1" if reserve else "0", str(len(items)), owner, "1" if take_over else "0"]
         keys, per_item = self._items(items, [i.limit.admit_args(i.prepaid) for i in items])
         raw = await self._call(self._admit, keys, args + per_item)
@@ -325,8 +323,8 @@ class RedisLimits:
         held = [(i, ttl) for i in grant.items if (ttl := i.limit.hold_ttl_s) is not None]
         if not held:
             return True
-        keys, per_item = self._items([i for i, _ in held], [[_num(ttl * 1000)] for _, ttl in held])
-        args = ["" if now_ms is None else _num(now_ms), grant.holder, str(len(held)), *per_item]
+        keys, per_item = self._items([i for i, _ in held], [[num(ttl * 1000)] for _, ttl in held])
+        args = ["" if now_ms is None else num(now_ms), grant.holder, str(len(held)), *per_item]
         result = await self._call(self._extend, keys, args)
         return int(result) == 1
 
