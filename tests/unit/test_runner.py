@@ -156,6 +156,22 @@ async def test_backoff_doubles_with_each_attempt() -> None:
     assert delays == [timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4)]
 
 
+async def test_a_job_type_with_its_own_retry_policy_backs_off_by_it() -> None:
+    h = Harness()
+    job = h.add(max_attempts=5)
+    delays = []
+    for _ in range(3):
+        delivery = JobMessage(job.id, job.type, job.queue, job.tenant_id)
+        own = JobRun(raising(TransientError("again")), TIMEOUT, retry_base_s=0.25, retry_cap_s=0.5)
+        await h.runner.run(delivery, own)
+        job = h.store.jobs[job.id]
+        assert job.run_after is not None
+        delays.append(job.run_after - h.clock.now())
+        h.clock.current = job.run_after
+
+    assert delays == [timedelta(seconds=0.25), timedelta(seconds=0.5), timedelta(seconds=0.5)]
+
+
 async def test_a_permanent_error_fails_at_once_and_dead_letters() -> None:
     h = Harness()
     job = await h.run(h.add(), raising(PermanentError("account closed")))

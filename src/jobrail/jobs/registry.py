@@ -40,6 +40,10 @@ class JobSpec:
     max_attempts: int | None = None
     description: str = ""
     limits: JobLimits = field(default_factory=JobLimits)
+    retry_base_s: float | None = None
+    """The first retry's upper bound for this type (JOBRAIL_RETRY__BASE_S otherwise)."""
+    retry_cap_s: float | None = None
+    """The longest wait between this type's retries (JOBRAIL_RETRY__CAP_S otherwise)."""
 
     def __post_init__(self) -> None:
         if not JOB_NAME.match(self.name):
@@ -49,6 +53,9 @@ class JobSpec:
             )
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"job type {self.name}: max_attempts must be at least 1")
+        for name, value in (("retry_base_s", self.retry_base_s), ("retry_cap_s", self.retry_cap_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"job type {self.name}: {name} must be positive")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"job type {self.name}: timeout_s must be positive")
         self.limits.check_fields(self.name, [*self.payload.model_fields, "tenant_id"])
@@ -63,11 +70,15 @@ def job(
     max_attempts: int | None = None,
     limits: Sequence[RateOrSlots] = (),
     lock: Lock | None = None,
+    retry_base_s: float | None = None,
+    retry_cap_s: float | None = None,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
 
     ``limits`` and ``lock`` are acquired together, all or nothing, before each attempt;
-    their keys are templates over the payload's fields and ``tenant_id``."""
+    their keys are templates over the payload's fields and ``tenant_id``.
+    ``max_attempts``, ``retry_base_s`` and ``retry_cap_s`` override the platform's retry
+    policy for this type (exponential backoff with full jitter between attempts)."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -79,6 +90,8 @@ def job(
             max_attempts=max_attempts,
             description=(handler.__doc__ or "").strip(),
             limits=JobLimits(limits=tuple(limits), lock=lock),
+            retry_base_s=retry_base_s,
+            retry_cap_s=retry_cap_s,
         )
 
     return declare

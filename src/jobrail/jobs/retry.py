@@ -1,15 +1,29 @@
+"""How long to wait before trying again: one backoff for the whole platform.
+
+`backoff(n, base, cap)` is ``min(cap, base * 2**n)``: the job retries (with full
+jitter, `RetryPolicy`), the runner's waits for a database or broker that is away, the
+re-sends after an unexpected error, and the limits' waits for a Redis that is away all
+use it, each with its own base and cap.
+"""
+
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+
+
+def backoff(n: int, base_s: float, cap_s: float) -> float:
+    """The wait before try number `n` (from 0): ``base_s * 2**n``, at most `cap_s`."""
+    return min(cap_s, base_s * 2.0 ** min(max(n, 0), 62))
 
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter: ``min(cap, base * 2**n) * random()``.
+    """Exponential backoff with full jitter: ``backoff(n, base, cap) * random()``.
 
     ``n`` counts retries from 0, so the first retry waits at most ``base``. With
     ``jitter=False`` the delay is the upper bound itself (useful to observe backoff).
+    A job type may set its own base and cap (`for_type`).
     """
 
     base_s: float
@@ -19,7 +33,16 @@ class RetryPolicy:
     rng: Callable[[], float] = field(default=random.random, compare=False)
 
     def delay(self, attempts_made: int) -> timedelta:
-        retry_number = max(attempts_made - 1, 0)
-        bound = min(self.cap_s, self.base_s * 2.0 ** min(retry_number, 62))
+        bound = backoff(attempts_made - 1, self.base_s, self.cap_s)
         factor = self.rng() if self.jitter else 1.0
         return timedelta(seconds=bound * factor)
+
+    def for_type(self, base_s: float | None, cap_s: float | None) -> "RetryPolicy":
+        """This policy with a job type's own base and cap, where it sets them."""
+        if base_s is None and cap_s is None:
+            return self
+        return replace(
+            self,
+            base_s=self.base_s if base_s is None else base_s,
+            cap_s=self.cap_s if cap_s is None else cap_s,
+        )

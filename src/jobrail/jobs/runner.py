@@ -54,17 +54,17 @@ and only jobs longer than a third of it write anything more.
 """
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from jobrail.jobs.context import JobCancelledError, JobContext
-from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobStatus
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.gating import Admitted, Deferred, JobGate, job_owner
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
+from jobrail.jobs.outcomes import Next, Verdict, classify, retry_limit, stored_result
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimToken,
@@ -74,11 +74,12 @@ from jobrail.jobs.ports import (
     Publisher,
     StoreUnavailableError,
 )
-from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.rerouting import Done, Refuse, leased_elsewhere, unclaimed, when_due
+from jobrail.jobs.retry import RetryPolicy, backoff
+from jobrail.jobs.waiting import hold
+from jobrail.jobs.watchdog import LeaseWatchdog
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
-from jobrail.kernel.json_text import has_nul_escape
-from jobrail.limits.model import JobLimits, LimitsUnavailableError
+from jobrail.limits.model import JobLimits
 
 log = logging.getLogger("jobrail.runner")
 
@@ -86,16 +87,11 @@ T = TypeVar("T")
 
 # How late a job may come back and still use the token reserved for it.
 RESERVATION_GRACE = timedelta(milliseconds=25)
-# A message this close to its time waits in the worker instead of in a delay tier.
-SHORT_WAIT = timedelta(milliseconds=30)
 # A delivery whose job another attempt holds looks at the job this often while it waits
 # for that lease to end (so that it lets go soon after that attempt finishes)...
 TAKEOVER_POLL = timedelta(seconds=1)
 # ...for at most this many of the job's leases: longer, and the holder is alive.
 HOLD_LEASES = 2
-# A running attempt whose renewals are not confirmed stops this fraction of its lease
-# before the lease would end: another worker may claim the job from that moment on.
-RENEWAL_MARGIN = 1 / 6
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
 
@@ -119,6 +115,9 @@ class JobRun:
     handler: Handler
     timeout: timedelta
     limits: JobLimits = field(default_factory=JobLimits)
+    retry_base_s: float | None = None
+    """The type's own retry backoff base and cap (None: the platform's policy)."""
+    retry_cap_s: float | None = None
 
 
 class JobObserver(Protocol):
@@ -161,19 +160,6 @@ class RunnerConfig:
         return lease, False
 
 
-class LeaseLostError(TransientError):
-    """The attempt's claim could not be renewed (another worker took the job over, or
-    the database was away for a whole lease); the attempt was stopped.
-
-    `unconfirmed`: no one took the job over, the database just did not confirm a
-    renewal in time, and the attempt stopped on time (before its lease ended). That
-    attempt is given back rather than spent (see `JobRunner._attempt`)."""
-
-    def __init__(self, message: str, *, unconfirmed: bool = False) -> None:
-        super().__init__(message)
-        self.unconfirmed = unconfirmed
-
-
 class JobRunner:
     def __init__(
         self,
@@ -200,14 +186,13 @@ class JobRunner:
     async def run(self, delivery: JobMessage, job_run: JobRun) -> None:
         """Run one delivery to its end. Returns once the outcome is recorded or the
         message is safely back on the bus; only then may the delivery be acknowledged."""
-        if delivery.not_before is not None:
-            early = (delivery.not_before - self._clock.now()).total_seconds()
-            if early > SHORT_WAIT.total_seconds():
-                # Back early from a delay tier (tiers are coarse): round again for the rest.
-                await self._hold_broker(delivery.again(delivery.not_before))
-                return
-            if early > 0:
-                await asyncio.sleep(early)  # shorter than the shortest tier: wait here
+        round_again, wait_s = when_due(delivery, self._clock.now())
+        if round_again:
+            # Back early from a delay tier (tiers are coarse): round again for the rest.
+            await self._hold_broker(delivery.again(delivery.not_before))
+            return
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)  # shorter than the shortest tier: wait here
         claimed: list[Job] = []
         try:
             hold_until: datetime | None = None
@@ -261,7 +246,7 @@ class JobRunner:
             )
             if claim.job is None:
                 now = self._clock.now()
-                if _leased_elsewhere(delivery, claim.current, now):
+                if leased_elsewhere(delivery, claim.current, now):
                     return claim.current
                 await self._not_claimed(delivery, claim.current, now)
                 return None
@@ -356,7 +341,7 @@ class JobRunner:
     async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
         with the job left behind; send the message round again, later each time."""
-        delay = timedelta(seconds=min(60.0, 2.0 * (delivery.deferrals + 1)))
+        delay = timedelta(seconds=backoff(delivery.deferrals, 2.0, 60.0))
         await self._hold_broker(delivery.again(self._clock.now() + delay, deferred=True))
 
     async def _limit_keys(self, delivery: JobMessage, limits: JobLimits) -> tuple[str, ...] | None:
@@ -449,71 +434,48 @@ class JobRunner:
                 if renew is None:
                     result = await work()
                 else:
-                    result = await _LeaseRenewal(self._store, job, renew, self._clock).run(work)
-            stored_result = _json_object(result, self._config.max_result_bytes)
-        except JobCancelledError:
-            job.stop_cancelled(self._clock.now())
-            return ()
-        except LeaseLostError as exc:
-            if exc.unconfirmed:
-                # The database stalled, not the job: a stall of a few seconds must not
-                # use up a long job's attempts (nor fail it on its last). Bounded: only
-                # an attempt that stopped on time gets here, and a handler that blocks
-                # the event loop makes its stop late (see _LeaseRenewal._lose).
-                return await self._give_attempt_back(job, _describe(exc), job_run)
-            return await self._retry_or_fail(
-                job, _describe(exc), job.max_attempts, job_run, delivery
-            )
-        except PermanentError as exc:
-            return self._fail(job, f"permanent error: {_describe(exc)}", delivery)
-        except ThrottledError as exc:
-            now = self._clock.now()
-            run_after = now + timedelta(seconds=exc.retry_after_s)
-            job.throttled(_describe(exc), run_after, now)
-            return (_again(job, run_after, job_run.limits),)
-        except (
-            TransientError,
-            StoreUnavailableError,
-            BrokerUnavailableError,
-            LimitsUnavailableError,
-        ) as exc:
-            # Infrastructure the handler needed was away: as transient as it gets.
-            return await self._retry_or_fail(
-                job, _describe(exc), job.max_attempts, job_run, delivery
-            )
-        except TimeoutError:
-            error = f"timed out after {timeout.total_seconds():g}s"
-            return await self._retry_or_fail(job, error, job.max_attempts, job_run, delivery)
-        except Exception as exc:
-            log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
-            limit = min(job.max_attempts, self._retry.max_attempts_unknown)
-            error = f"unexpected error: {_describe(exc)}"
-            return await self._retry_or_fail(job, error, limit, job_run, delivery)
-        job.succeed(stored_result, self._clock.now())
+                    result = await LeaseWatchdog(self._store, job, renew, self._clock).run(work)
+            stored = stored_result(result, self._config.max_result_bytes)
+        except Exception as exc:  # every ending has its verdict (jobrail.jobs.outcomes)
+            verdict = classify(exc, timeout)
+            if verdict.unknown:
+                log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
+            return await self._conclude(job, verdict, job_run, delivery)
+        job.succeed(stored, self._clock.now())
         return ()
 
-    async def _retry_or_fail(
-        self, job: Job, error: str, attempt_limit: int, job_run: JobRun, delivery: JobMessage
+    async def _conclude(
+        self, job: Job, verdict: Verdict, job_run: JobRun, delivery: JobMessage
     ) -> Sequence[Outgoing]:
+        """Apply an attempt's failure to the job; return the messages to send."""
+        now = self._clock.now()
+        if verdict.next is Next.CANCEL:
+            job.stop_cancelled(now)
+            return ()
+        if verdict.next is Next.FAIL:
+            return self._fail(job, verdict.error, delivery)
+        if verdict.next is Next.THROTTLE:
+            assert verdict.retry_after is not None
+            run_after = now + verdict.retry_after
+            job.throttled(verdict.error, run_after, now)
+            return (_again(job, run_after, job_run.limits),)
+        # A retry, or an attempt given back: unless someone asked to cancel meanwhile.
         if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
             job.stop_cancelled(self._clock.now())
             return ()
-        if job.attempts >= attempt_limit:
-            return self._fail(job, f"{error} (gave up after {job.attempts} attempts)", delivery)
+        policy = self._retry.for_type(job_run.retry_base_s, job_run.retry_cap_s)
         now = self._clock.now()
-        run_after = now + self._retry.delay(job.attempts)
-        job.retry_later(error, run_after, now)
-        return (_again(job, run_after, job_run.limits),)
-
-    async def _give_attempt_back(self, job: Job, error: str, job_run: JobRun) -> Sequence[Outgoing]:
-        """Try the job again later without counting this attempt."""
-        if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
-            job.stop_cancelled(self._clock.now())
-            return ()
-        log.warning("job %s: %s; it will run again, this attempt not counted", job.id, error)
-        now = self._clock.now()
-        run_after = now + self._retry.delay(job.attempts)
-        job.throttled(error, run_after, now)
+        run_after = now + policy.delay(job.attempts)
+        if verdict.next is Next.GIVE_BACK:
+            log.warning(
+                "job %s: %s; it will run again, this attempt not counted", job.id, verdict.error
+            )
+            job.throttled(verdict.error, run_after, now)
+        elif job.attempts >= retry_limit(verdict, job.max_attempts, policy):
+            error = f"{verdict.error} (gave up after {job.attempts} attempts)"
+            return self._fail(job, error, delivery)
+        else:
+            job.retry_later(verdict.error, run_after, now)
         return (_again(job, run_after, job_run.limits),)
 
     def _fail(self, job: Job, error: str, delivery: JobMessage) -> Sequence[Outgoing]:
@@ -534,48 +496,21 @@ class JobRunner:
         )
 
     async def _not_claimed(self, delivery: JobMessage, current: Job | None, now: datetime) -> None:
-        if current is None:
-            log.warning(
-                "message %s names job %s, which does not exist",
-                delivery.message_id,
-                delivery.job_id,
-            )
-            await self._refuse(delivery, f"job {delivery.job_id} does not exist", now)
-            return
-        if (current.tenant_id, current.type) != (delivery.tenant_id, delivery.job_type):
-            # Someone published a message naming a job of another tenant or type: it is
-            # never run on the message's word. The job row itself is left alone.
-            log.warning(
-                "message %s names job %s with another tenant or type than the job's; dead-lettered",
-                delivery.message_id,
-                delivery.job_id,
-            )
-            reason = f"the message's tenant or type does not match job {delivery.job_id}"
-            await self._refuse(delivery, reason, now)
-            return
-        if current.status.is_terminal:
+        route = unclaimed(delivery, current, now)
+        if isinstance(route, Refuse):
+            log.warning("message %s dead-lettered: %s", delivery.message_id, route.reason)
+            await self._refuse(delivery, route.reason, now)
+        elif isinstance(route, Done):
+            assert current is not None
             log.info(
                 "job %s is already %s; message %s acknowledged without running",
                 current.id,
                 current.status.value,
                 delivery.message_id,
             )
-            return
-        # Not due yet, or still leased by a live attempt: come back when that ends.
-        wake_at = (
-            current.lease_until
-            if current.lease_until and current.lease_until > now
-            else current.run_after
-        )
-        if wake_at is None or wake_at <= now + DUE_TOLERANCE:
-            wake_at = now + timedelta(seconds=1)
-        log.debug(
-            "job %s not claimable now (%s); deferred to %s",
-            current.id,
-            current.status.value,
-            wake_at,
-        )
-        await self._hold_broker(delivery.again(not_before=wake_at))
+        else:
+            log.debug("job %s not claimable now; deferred to %s", delivery.job_id, route.at)
+            await self._hold_broker(delivery.again(not_before=route.at))
 
     async def _refuse(self, delivery: JobMessage, reason: str, now: datetime) -> None:
         """Dead-letter a message the runner will not run, with the reason."""
@@ -590,12 +525,12 @@ class JobRunner:
         )
 
     async def _hold_store(self, operation: Callable[[], Awaitable[T]]) -> T:
-        return await _hold(
+        return await hold(
             operation, StoreUnavailableError, "database", self._config.store_retry_max
         )
 
     async def _hold_broker(self, message: Outgoing) -> None:
-        await _hold(
+        await hold(
             lambda: self._publisher.publish(message),
             BrokerUnavailableError,
             "broker",
@@ -603,176 +538,7 @@ class JobRunner:
         )
 
 
-async def _hold(
-    operation: Callable[[], Awaitable[T]],
-    unavailable: type[Exception],
-    what: str,
-    max_delay: timedelta,
-) -> T:
-    """Run `operation` until the service it needs answers, backing off up to `max_delay`."""
-    delay = 0.05
-    failures = 0
-    while True:
-        try:
-            result = await operation()
-        except unavailable as exc:
-            failures += 1
-            if failures == 1 or failures % 20 == 0:
-                log.warning("%s unavailable (%s); holding the delivery and retrying", what, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, max_delay.total_seconds())
-        else:
-            if failures:
-                log.info("%s is back after %d failed tries", what, failures)
-            return result
-
-
-def _leased_elsewhere(delivery: JobMessage, current: Job | None, now: datetime) -> bool:
-    """Whether the job the delivery names is running under a lease that has not ended."""
-    return (
-        current is not None
-        and (current.tenant_id, current.type) == (delivery.tenant_id, delivery.job_type)
-        and current.status is JobStatus.RUNNING
-        and current.lease_until is not None
-        and current.lease_until > now
-    )
-
-
 def _again(job: Job, run_after: datetime, limits: JobLimits) -> JobMessage:
     """The job's message for its next attempt."""
     keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
     return JobMessage.of(job, limit_keys=keys, not_before=run_after)
-
-
-def _json_object(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str, Any] | None:
-    if result is None:
-        return None
-    try:
-        text = json.dumps(dict(result), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise PermanentError(f"the job's result is not JSON: {exc}") from exc
-    size = len(text.encode())
-    if size > max_bytes:
-        raise PermanentError(
-            f"the job's result is {size} bytes of JSON, more than the {max_bytes} a job "
-            "may store (JOBRAIL_JOBS__MAX_RESULT_BYTES): store large output elsewhere "
-            "and return a reference"
-        )
-    if has_nul_escape(text):
-        raise PermanentError("the job's result holds a NUL character (U+0000)")
-    value = json.loads(text)
-    assert isinstance(value, dict)
-    return value
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class _LeaseRenewal:
-    """Runs an attempt while renewing its claim's lease every third of it. The renewals
-    are timers, not a task: most jobs end before the first one is due, and pay nothing.
-
-    The attempt is stopped when a renewal finds the claim gone (another worker took the
-    job over), and when no renewal has been confirmed by RENEWAL_MARGIN of a lease
-    before the last confirmed lease ends, whether the renewals failed or hang: from
-    that moment another worker may take the job over, and the two must not run it at
-    once. (A renewal the database confirms late cannot help: the attempt has stopped.)
-    The latter stop is `unconfirmed` (the attempt is not counted) only if it came on
-    time: a deadline that fires a whole margin late means the event loop was blocked
-    (by the handler, most likely), which no retry will cure.
-    """
-
-    def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
-        self._store = store
-        self._job = job
-        self._token = ClaimToken.of(job)
-        self._lease = lease
-        self._clock = clock
-        self._lost = False
-        self._running = False
-        self._renewals: set[asyncio.Task[None]] = set()
-        self._deadline: asyncio.TimerHandle | None = None
-        self._unconfirmed = False
-
-    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Await `work` in this task (no task of its own: it would cost every job); a
-        lapsed claim cancels this task, and the cancellation becomes LeaseLostError."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        assert self._job.lease_until is not None
-        self._task = task
-        self._running = True
-        self._watch(self._job.lease_until)
-        self._timer = loop.call_later(self._lease.total_seconds() / 3, self._renew)
-        try:
-            return await work()
-        except asyncio.CancelledError:
-            if self._lost:
-                task.uncancel()  # this cancellation was ours, and ends here
-                if self._unconfirmed:
-                    raise LeaseLostError(
-                        "the database did not confirm the job's claim in time",
-                        unconfirmed=True,
-                    ) from None
-                raise LeaseLostError("the job's claim lapsed while it ran") from None
-            raise
-        finally:
-            self._running = False
-            self._timer.cancel()
-            if self._deadline is not None:
-                self._deadline.cancel()
-
-    def _watch(self, lease_until: datetime) -> None:
-        """Stop the attempt RENEWAL_MARGIN before `lease_until`, unless a renewal
-        confirmed in the meantime moves the deadline on."""
-        margin = self._lease * RENEWAL_MARGIN
-        left = (lease_until - margin - self._clock.now()).total_seconds()
-        if self._deadline is not None:
-            self._deadline.cancel()
-        loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(max(left, 0.0), self._lapse, loop.time() + left)
-
-    def _lapse(self, due: float) -> None:
-        """The deadline: no renewal confirmed in time. On time (less than the margin
-        late, so before the lease ended), the database is to blame, not the job."""
-        if not self._running or self._lost:
-            return
-        late = asyncio.get_running_loop().time() - due
-        self._unconfirmed = late < (self._lease * RENEWAL_MARGIN).total_seconds()
-        self._lose("no renewal of its claim was confirmed in time")
-
-    def _lose(self, why: str) -> None:
-        if self._running and not self._lost:
-            log.warning("job %s: %s; stopping the attempt", self._job.id, why)
-            self._lost = True
-            self._task.cancel()
-
-    def _renew(self) -> None:
-        if self._running:
-            renewal = asyncio.ensure_future(self._extend())
-            self._renewals.add(renewal)
-            renewal.add_done_callback(self._renewals.discard)
-
-    async def _extend(self) -> None:
-        until = self._clock.now() + self._lease
-        try:
-            held = await self._store.extend_lease(self._job.id, self._token, until)
-        except Exception as exc:  # noqa: BLE001 - unconfirmed, whatever the cause
-            # Not renewed, not known lost: the deadline stops the attempt in time if no
-            # later renewal is confirmed.
-            log.warning("job %s: cannot renew its claim (%s)", self._job.id, exc)
-            held = True
-        else:
-            if held:
-                self._watch(until)
-        if not self._running:
-            return
-        if not held:
-            self._lose("another worker took the job over")
-            return
-        self._timer = asyncio.get_running_loop().call_later(
-            self._lease.total_seconds() / 3, self._renew
-        )

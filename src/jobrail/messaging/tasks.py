@@ -175,7 +175,11 @@ class JobRoutes:
                 return await handler(model, ctx, **{_CONTAINER_PARAM: request})
 
         job_run = JobRun(
-            handler=bound, timeout=self._registry.timeout(spec.name), limits=spec.limits
+            handler=bound,
+            timeout=self._registry.timeout(spec.name),
+            limits=spec.limits,
+            retry_base_s=spec.retry_base_s,
+            retry_cap_s=spec.retry_cap_s,
         )
         return _Route(spec, job_run, f"run {spec.name}")
 
