@@ -60,9 +60,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from jobrail.jobs.admission import Admission, deferred_message
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.gating import Admitted, Deferred, JobGate, job_owner
+from jobrail.jobs.gating import Admitted, Deferred, JobGate
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
 from jobrail.jobs.outcomes import Next, Verdict, classify, retry_limit, stored_result
 from jobrail.jobs.ports import (
@@ -85,8 +86,6 @@ log = logging.getLogger("jobrail.runner")
 
 T = TypeVar("T")
 
-# How late a job may come back and still use the token reserved for it.
-RESERVATION_GRACE = timedelta(milliseconds=25)
 # A delivery whose job another attempt holds looks at the job this often while it waits
 # for that lease to end (so that it lets go soon after that attempt finishes)...
 TAKEOVER_POLL = timedelta(seconds=1)
@@ -94,18 +93,6 @@ TAKEOVER_POLL = timedelta(seconds=1)
 HOLD_LEASES = 2
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
-
-
-def _deferred(delivery: JobMessage, verdict: Deferred, not_before: datetime) -> JobMessage:
-    """The message again after the limits turned it away: no attempt spent, its
-    reservations carried; the outage backoff counts outage deferrals in a row, nothing
-    else."""
-    return delivery.again(
-        not_before,
-        deferred=True,
-        prepaid=verdict.prepaid,
-        outages=delivery.outages + 1 if verdict.unavailable else 0,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +161,7 @@ class JobRunner:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._sleep = sleep
-        self._gate = gate
+        self._admission = Admission(gate, clock)
         self._observer = observer or _NoObserver()
         self._store = store
         self._dispatcher = dispatcher
@@ -301,7 +288,7 @@ class JobRunner:
         now = self._clock.now()
         run_after = now + verdict.delay
         job.throttled(verdict.reason, run_after, now)
-        message = _deferred(delivery, verdict, run_after)
+        message = deferred_message(delivery, verdict, run_after)
         if await self._hold_store(lambda: self._store.record(job, token, (message,))):
             await self._dispatcher.dispatch((message,))
 
@@ -370,22 +357,7 @@ class JobRunner:
         None). Without `take_over`, a denial only by locks or slots the job's own earlier
         admissions hold is returned instead (see `_run`); with it, those are taken over,
         and any denial is returned to the caller, which holds the job's claim."""
-        if self._gate is None:
-            raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
-        now = self._clock.now()
-        # A reserved token must be used on time: a job that comes back late competes
-        # again, so that late jobs cannot bunch their calls together.
-        on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
-        prepaid = delivery.prepaid if on_time else ()
-        verdict = await self._gate.enter(
-            limits,
-            keys,
-            delivery.deferrals,
-            prepaid,
-            outages=delivery.outages,
-            owner=job_owner(delivery.job_id),
-            take_over=take_over,
-        )
+        verdict = await self._admission.enter(delivery, limits, keys, take_over=take_over)
         if isinstance(verdict, Deferred) and (take_over or verdict.own):
             return verdict
         if isinstance(verdict, Deferred):
@@ -396,7 +368,9 @@ class JobRunner:
                 verdict.reason,
             )
             # From the clock after Redis answered: never earlier than the reserved token.
-            await self._hold_broker(_deferred(delivery, verdict, self._clock.now() + verdict.delay))
+            await self._hold_broker(
+                deferred_message(delivery, verdict, self._clock.now() + verdict.delay)
+            )
             return None
         return verdict
 
