@@ -138,7 +138,11 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
         f"\nrate limit {rate}/s burst {burst:g}: achieved {achieved:.2f}/s, "
         f"all {jobs} done in {elapsed:.2f}s (ideal {ideal:.2f}s, x{elapsed / ideal:.3f})"
     )
-    assert elapsed <= 1.15 * ideal
+    # Not starving: the fleet keeps close to the limit's pace. The bound leaves room for a
+    # machine shared with other work (a worker late by more than a reservation's grace
+    # competes for its token again); a limiter that starves jobs (waits that grow with
+    # every deferral) takes several times the ideal.
+    assert elapsed <= 1.5 * ideal
     assert {job["attempts"] for job in finished} == {1}, "deferrals must not spend attempts"
 
 

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 
 from jobrail.jobs.gating import Deferred
+from jobrail.jobs.retry import backoff
 from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
@@ -238,12 +239,13 @@ class JobGate:
             )
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
-            backoff = min(
+            wait = backoff(
+                outages,
+                self._config.unavailable_retry.total_seconds(),
                 self._config.unavailable_retry_max.total_seconds(),
-                self._config.unavailable_retry.total_seconds() * 2 ** min(outages, 16),
             )
             return Deferred(
-                self._jittered(backoff), f"limits store unavailable: {exc}", unavailable=True
+                self._jittered(wait), f"limits store unavailable: {exc}", unavailable=True
             )
         if admission.grant is not None:
             self._counters.admitted += 1
