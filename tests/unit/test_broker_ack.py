@@ -18,7 +18,7 @@ class Channel:
 
 
 class Message:
-    """What `_ack` uses of aio-pika's IncomingMessage: its id, `ack` and `channel`
+    """What the consumer's `ack` uses of aio-pika's IncomingMessage: its id, `ack` and `channel`
     (which aio-pika makes raise ChannelInvalidStateError once the channel closed)."""
 
     message_id = "m-1"
@@ -59,7 +59,7 @@ async def test_an_ack_on_a_closed_channel_is_counted_not_an_error(
     broker = AmqpJobBroker(RabbitSettings())
     caplog.set_level(logging.DEBUG, logger="jobrail.broker")
 
-    await broker._ack(message)
+    await broker._consumer.ack(message)
 
     assert _records(caplog, logging.ERROR) == []
     [debug] = _records(caplog, logging.DEBUG)
@@ -83,7 +83,7 @@ async def test_any_other_ack_failure_is_logged_at_error_and_not_counted(
     caplog.set_level(logging.DEBUG, logger="jobrail.broker")
 
     message: Any = Message(error)
-    await broker._ack(message)
+    await broker._consumer.ack(message)
 
     [logged] = _records(caplog, logging.ERROR)
     assert "m-1" in logged.getMessage()

@@ -17,20 +17,29 @@ silently. So the DLQ sets its limit explicitly, to a value that means "never" on
 version (`DEAD_LETTER_DELIVERY_LIMIT`).
 """
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
+from taskiq_aio_pika import Exchange, Queue, QueueType
 
+from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
+from jobrail.messaging.amqp_errors import CHANNEL_GONE, why
 from jobrail.settings import RabbitSettings
 
 log = logging.getLogger("jobrail.broker")
 
 # Headers exchanges ignore headers that start with "x-" when matching bindings.
 DELAY_HEADER = "jobrail-delay-tier"
+
+# A message that keeps killing its consumer is dead-lettered by RabbitMQ after this
+# many deliveries (quorum queues count them).
+DELIVERY_LIMIT = 20
 
 # The dead-letter queue's delivery limit: 2^31 - 1 returns, i.e. never.
 # Not -1: RabbitMQ 4 reads -1 as "no limit", but 3.x accepts it and drops a message at
@@ -145,3 +154,72 @@ class Topology:
             if name == physical:
                 return logical
         return None
+
+    def work_exchange(self) -> Exchange:
+        """The work exchange, as taskiq-aio-pika declares it."""
+        return Exchange(name=self.exchange, type=aio_pika.ExchangeType.DIRECT)
+
+    def work_queues(self, *, quorum: bool) -> list[Queue]:
+        """The work queues, as taskiq-aio-pika declares them (bound to the work exchange
+        by their name, dead-lettering to the DLQ)."""
+        queue_type = QueueType.QUORUM if quorum else QueueType.CLASSIC
+        arguments: dict[str, Any] = {"x-delivery-limit": DELIVERY_LIMIT} if quorum else {}
+        return [
+            Queue(name=name, type=queue_type, arguments=arguments) for name in self.queues.values()
+        ]
+
+    def dead_letter_queue_config(self) -> Queue:
+        """The DLQ for taskiq-aio-pika, which only checks that it exists: jobrail declares
+        it itself, with its own delivery limit (`declare_dead_letter_queue`)."""
+        return Queue(name=self.dead_letter_queue, declare=False)
+
+
+async def declare_delays(channel: AbstractChannel, topology: Topology, *, quorum: bool) -> None:
+    """Bind the DLQ to the work exchange (dead letters are published there) and declare the
+    delay exchange with one queue per tier, each dead-lettering back to the work exchange."""
+    dlq = await channel.get_queue(topology.dead_letter_queue, ensure=False)
+    await dlq.bind(topology.exchange, routing_key=topology.dead_letter_queue)
+    delay_exchange = await channel.declare_exchange(
+        topology.delay_exchange, type=aio_pika.ExchangeType.HEADERS, durable=True
+    )
+    for tier_ms, name in topology.delay_queues.items():
+        arguments: dict[str, Any] = {
+            "x-message-ttl": tier_ms,
+            "x-dead-letter-exchange": topology.exchange,
+        }
+        if quorum:
+            arguments |= {
+                "x-queue-type": "quorum",
+                # Expired messages must not be lost on their way back.
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+            }
+        queue = await channel.declare_queue(name, durable=True, arguments=arguments)
+        await queue.bind(
+            delay_exchange,
+            routing_key="",
+            arguments={"x-match": "all", DELAY_HEADER: tier_label(tier_ms)},
+        )
+
+
+async def queue_depths(
+    connection: AbstractConnection | None, topology: Topology, *, timeout_s: float
+) -> list[QueueDepth]:
+    """Messages ready and consumers of every work queue and of the DLQ (logical names);
+    BrokerUnavailableError when RabbitMQ cannot be asked."""
+    if connection is None or connection.is_closed:
+        raise BrokerUnavailableError("not connected to RabbitMQ")
+    names = {**topology.queues, topology.dead_letter_logical: topology.dead_letter_queue}
+    depths = []
+    try:
+        # A channel of its own: a passive declare of a missing queue closes it.
+        async with asyncio.timeout(timeout_s), connection.channel() as channel:
+            for logical, physical in names.items():
+                queue = await channel.declare_queue(physical, passive=True)
+                result = queue.declaration_result
+                depths.append(
+                    QueueDepth(logical, result.message_count or 0, result.consumer_count or 0)
+                )
+    except (*CHANNEL_GONE, TimeoutError) as exc:
+        raise BrokerUnavailableError(f"queue depths: {why(exc)}") from exc
+    return depths

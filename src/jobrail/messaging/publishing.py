@@ -1,0 +1,153 @@
+"""Publishing envelopes: straight to their queue when due, through a delay tier when not.
+
+`AmqpPublisher` publishes on a channel of its own with publisher confirms and
+``mandatory`` (an unroutable message raises instead of vanishing), to the work exchange
+or, for a message due later, to the delay exchange with its tier's header (see
+``jobrail.messaging.topology``). `MemoryPublisher` is the embedded broker's: a due message
+is delivered at once, a later one on a timer, a dead letter kept in memory.
+"""
+
+import asyncio
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.clock import Clock
+from jobrail.messaging.amqp_errors import CHANNEL_GONE, why
+from jobrail.messaging.codec import Envelope
+from jobrail.messaging.dead_letters import MemoryDeadLetters
+from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
+
+
+def delay_ms(envelope: Envelope, now: datetime) -> float:
+    """How long until `envelope` is due (0 or less: it is due)."""
+    if envelope.not_before is None:
+        return 0.0
+    return (envelope.not_before - now).total_seconds() * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an envelope goes: its queue's routing key on the work exchange, or on the
+    delay exchange when `tier_ms` is set (its header then names the tier)."""
+
+    routing_key: str
+    headers: dict[str, str]
+    tier_ms: int | None
+
+
+def route(envelope: Envelope, topology: Topology, tiers_ms: Sequence[int], now: datetime) -> Route:
+    """The route of `envelope`; ValueError for a queue the topology does not have."""
+    headers = dict(envelope.headers)
+    tier = pick_tier(delay_ms(envelope, now), tiers_ms)
+    if tier is not None:
+        headers[DELAY_HEADER] = tier_label(tier)
+    return Route(topology.physical(envelope.queue), headers, tier)
+
+
+class AmqpPublisher:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        delay_tiers_ms: Sequence[int],
+        publish_timeout_s: float,
+        clock: Clock,
+    ) -> None:
+        self._topology = topology
+        self._tiers_ms = delay_tiers_ms
+        self._timeout_s = publish_timeout_s
+        self._clock = clock
+        self._channel: AbstractChannel | None = None
+        self._exchanges: tuple[AbstractExchange, AbstractExchange] | None = None
+
+    async def open(self, connection: AbstractConnection) -> None:
+        """Open the confirming channel on `connection` (the topology is declared)."""
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        work = await channel.get_exchange(self._topology.exchange, ensure=False)
+        delay = await channel.get_exchange(self._topology.delay_exchange, ensure=False)
+        self._channel, self._exchanges = channel, (work, delay)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._channel is not None and not self._channel.is_closed
+
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish with a publisher confirm; raise BrokerUnavailableError if not confirmed."""
+        if not self.is_open or self._exchanges is None:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        try:
+            to = route(envelope, self._topology, self._tiers_ms, self._clock.now())
+        except ValueError as exc:
+            raise BrokerUnavailableError(str(exc)) from exc
+        work, delay = self._exchanges
+        message = aio_pika.Message(
+            body=envelope.body,
+            headers=dict(to.headers),
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=envelope.message_id,
+        )
+        exchange = work if to.tier_ms is None else delay
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await exchange.publish(message, routing_key=to.routing_key, mandatory=True)
+        except (*CHANNEL_GONE, TimeoutError) as exc:
+            raise BrokerUnavailableError(f"publish to {to.routing_key} failed: {why(exc)}") from exc
+
+
+class MemoryPublisher:
+    """Delivers each envelope to `deliver` when it is due (at once, or on a timer) and
+    keeps dead letters in `dead_letters`."""
+
+    def __init__(
+        self,
+        *,
+        queues: Collection[str],
+        dead_letters: MemoryDeadLetters,
+        deliver: Callable[[Envelope], None],
+        clock: Clock,
+    ) -> None:
+        self._queues = queues
+        self._dead_letters = dead_letters
+        self._deliver = deliver
+        self._clock = clock
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    @property
+    def delayed(self) -> int:
+        """How many envelopes wait on their timer."""
+        return len(self._timers)
+
+    async def publish(self, envelope: Envelope) -> None:
+        if envelope.queue == self._dead_letters.queue:
+            self._dead_letters.append(envelope)
+            return
+        if envelope.queue not in self._queues:
+            raise ValueError(f"unknown queue {envelope.queue!r}")
+        delay_s = delay_ms(envelope, self._clock.now()) / 1000
+        if delay_s <= 0:
+            self._deliver(envelope)
+            return
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if handle is not None:
+                self._timers.discard(handle)
+            self._deliver(envelope)
+
+        handle = asyncio.get_running_loop().call_later(delay_s, fire)
+        self._timers.add(handle)
+
+    def cancel_delayed(self) -> None:
+        """Drop every envelope still waiting on its timer."""
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()

@@ -1,0 +1,299 @@
+"""The brokers' parts on their own: the one admit decision, routing and delays, the
+in-memory dead letters, and the AMQP consumer's transport part."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.ids import JobId, new_id
+from jobrail.messaging import consuming
+from jobrail.messaging.admission import Refuse, Run, admit
+from jobrail.messaging.brokers import EmbeddedJobBroker
+from jobrail.messaging.codec import (
+    HEADER_REASON,
+    HEADER_SOURCE_QUEUE,
+    UNKNOWN_TYPE_LABEL,
+    UNKNOWN_TYPE_TASK,
+    Envelope,
+    decode,
+    encode,
+)
+from jobrail.messaging.consuming import AmqpConsumer
+from jobrail.messaging.dead_letters import MemoryDeadLetters
+from jobrail.messaging.publishing import MemoryPublisher, route
+from jobrail.messaging.reconnects import ConnectionWatch
+from jobrail.messaging.topology import DELAY_HEADER, Topology
+from jobrail.settings import RabbitSettings
+from tests.fakes import FixedClock
+
+TOPOLOGY = Topology.from_settings(RabbitSettings(prefix="t."))
+TIERS = [250, 1_000, 5_000, 30_000]
+
+
+def job_body(job_type: str = "demo.echo") -> bytes:
+    message = JobMessage(
+        job_id=JobId(new_id()), job_type=job_type, queue="jobs.default", tenant_id="t1"
+    )
+    return encode(message).body
+
+
+# -- admit -------------------------------------------------------------------
+
+
+def test_a_job_of_a_known_type_runs_as_it_came() -> None:
+    body = job_body("demo.echo")
+
+    verdict = admit(body, lambda name: name == "demo.echo")
+
+    assert isinstance(verdict, Run)
+    assert verdict.body == body
+    assert verdict.message == decode(body)
+
+
+def test_a_job_of_an_unknown_type_goes_to_the_unknown_type_task_naming_its_type() -> None:
+    body = job_body("other.thing")
+
+    verdict = admit(body, lambda name: name == UNKNOWN_TYPE_TASK)
+
+    assert isinstance(verdict, Run)
+    assert verdict.message.job_type == "other.thing"
+    rerouted = json.loads(verdict.body)
+    assert rerouted["task_name"] == UNKNOWN_TYPE_TASK
+    assert rerouted["labels"][UNKNOWN_TYPE_LABEL] == "other.thing"
+    assert decode(verdict.body).job_id == verdict.message.job_id
+
+
+def test_a_job_of_an_unknown_type_is_refused_where_no_unknown_type_task_is() -> None:
+    assert admit(job_body("other.thing"), lambda _name: False) == Refuse(
+        "unknown task 'other.thing'"
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"\x80\x04\x95\x05\x00\x00\x00", b"[1, 2]", b'{"task_name": "demo.echo"}'],
+    ids=["text", "pickle", "a list", "no task id"],
+)
+def test_what_is_no_job_message_is_refused_with_why(body: bytes) -> None:
+    verdict = admit(body, lambda _name: True)
+
+    assert isinstance(verdict, Refuse)
+    assert verdict.reason.startswith("malformed message: ")
+
+
+# -- routing -----------------------------------------------------------------
+
+
+def test_a_due_message_goes_to_its_queue_on_the_work_exchange() -> None:
+    clock = FixedClock()
+    envelope = Envelope(queue="jobs.high", body=b"x", headers={"a": "b"}, not_before=clock.now())
+
+    to = route(envelope, TOPOLOGY, TIERS, clock.now())
+
+    assert (to.routing_key, to.headers, to.tier_ms) == ("t.jobs.high", {"a": "b"}, None)
+
+
+def test_a_later_message_goes_through_the_largest_tier_that_fits_keeping_its_queue() -> None:
+    clock = FixedClock()
+    envelope = Envelope(queue="jobs.io", body=b"x", not_before=clock.now() + timedelta(seconds=7))
+
+    to = route(envelope, TOPOLOGY, TIERS, clock.now())
+
+    assert (to.routing_key, to.headers, to.tier_ms) == ("t.jobs.io", {DELAY_HEADER: "5000ms"}, 5000)
+
+
+def test_a_dead_letter_is_routed_to_the_dead_letter_queue_and_an_unknown_queue_nowhere() -> None:
+    now = FixedClock().now()
+    assert route(Envelope(queue="jobs.dlq", body=b"x"), TOPOLOGY, TIERS, now).routing_key == (
+        "t.jobs.dlq"
+    )
+    with pytest.raises(ValueError, match="unknown queue"):
+        route(Envelope(queue="jobs.nope", body=b"x"), TOPOLOGY, TIERS, now)
+
+
+# -- the in-memory publisher and dead letters -----------------------------------
+
+
+def memory_publisher(
+    clock: FixedClock,
+) -> tuple[MemoryPublisher, list[Envelope], MemoryDeadLetters]:
+    delivered: list[Envelope] = []
+    dead = MemoryDeadLetters("jobs.dlq")
+    publisher = MemoryPublisher(
+        queues=["jobs.default"], dead_letters=dead, deliver=delivered.append, clock=clock
+    )
+    return publisher, delivered, dead
+
+
+async def test_the_memory_publisher_delivers_what_is_due_and_holds_the_rest_on_a_timer() -> None:
+    clock = FixedClock()
+    publisher, delivered, dead = memory_publisher(clock)
+    due = Envelope(queue="jobs.default", body=b"now")
+    later = Envelope(
+        queue="jobs.default", body=b"later", not_before=clock.now() + timedelta(hours=1)
+    )
+
+    await publisher.publish(due)
+    await publisher.publish(later)
+
+    assert delivered == [due]
+    assert publisher.delayed == 1
+    publisher.cancel_delayed()
+    assert publisher.delayed == 0
+    assert len(dead) == 0
+
+
+async def test_the_memory_publisher_delivers_a_delayed_message_when_its_timer_fires() -> None:
+    clock = FixedClock()
+    publisher, delivered, _dead = memory_publisher(clock)
+    soon = Envelope(
+        queue="jobs.default", body=b"soon", not_before=clock.now() + timedelta(milliseconds=5)
+    )
+
+    await publisher.publish(soon)
+    async with asyncio.timeout(5):
+        while not delivered:
+            await asyncio.sleep(0.005)
+
+    assert delivered == [soon]
+    assert publisher.delayed == 0
+
+
+async def test_the_memory_publisher_keeps_dead_letters_and_refuses_unknown_queues() -> None:
+    publisher, delivered, dead = memory_publisher(FixedClock())
+
+    await publisher.publish(Envelope(queue="jobs.dlq", body=b"dead"))
+    with pytest.raises(ValueError, match="unknown queue"):
+        await publisher.publish(Envelope(queue="jobs.nope", body=b"x"))
+
+    assert delivered == []
+    assert [letter.preview for letter in await dead.peek(10)] == ["dead"]
+
+
+async def test_memory_dead_letters_let_go_what_is_decided_and_keep_the_rest_in_order() -> None:
+    dead = MemoryDeadLetters("jobs.dlq")
+    for n in range(4):
+        dead.append(Envelope(queue="jobs.dlq", body=f"letter {n}".encode()))
+
+    async def odd(letter: Any) -> bool:
+        return str(letter.preview).endswith(("1", "3"))
+
+    await dead.settle(odd, limit=2)  # looks at the first two only
+
+    assert [letter.preview for letter in await dead.peek(10)] == [
+        "letter 0",
+        "letter 2",
+        "letter 3",
+    ]
+    assert await dead.purge() == 3
+    assert await dead.peek(10) == []
+
+
+def test_memory_dead_letters_drop_the_oldest_beyond_their_capacity() -> None:
+    dead = MemoryDeadLetters("jobs.dlq", capacity=2)
+    for n in range(3):
+        dead.append(Envelope(queue="jobs.dlq", body=f"{n}".encode()))
+
+    assert len(dead) == 2
+
+
+async def test_the_embedded_broker_dead_letters_what_it_cannot_run_with_why() -> None:
+    broker = EmbeddedJobBroker(RabbitSettings())
+
+    await broker.publish(Envelope(queue="jobs.io", body=b"not json"))
+    await broker.publish(Envelope(queue="jobs.default", body=job_body("other.thing")))
+
+    letters = await broker.peek_dead_letters(10)
+    assert [(letter.source_queue, letter.reason.split(":")[0]) for letter in letters] == [
+        ("jobs.io", "malformed message"),
+        ("jobs.default", "unknown task 'other.thing'"),
+    ]
+
+
+# -- the AMQP consumer's transport part ----------------------------------------
+
+
+class Incoming:
+    """What the consumer uses of aio-pika's IncomingMessage."""
+
+    def __init__(self, body: bytes, headers: dict[str, Any] | None = None) -> None:
+        self.body = body
+        self.headers = headers or {}
+        self.message_id = "m-1"
+        self.settled: list[str] = []
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def nack(self, requeue: bool = True) -> None:
+        self.settled.append(f"nack requeue={requeue}")
+
+
+class Queue:
+    def __init__(self, name: str, messages: list[Incoming]) -> None:
+        self.name = name
+        self._messages = messages
+
+    @asynccontextmanager
+    async def iterator(self) -> AsyncIterator[AsyncIterator[Incoming]]:
+        async def each() -> AsyncIterator[Incoming]:
+            for message in self._messages:
+                yield message
+
+        yield each()
+
+
+def consumer(published: list[Envelope], *, unavailable: bool = False) -> AmqpConsumer:
+    async def publish(envelope: Envelope) -> None:
+        if unavailable:
+            raise BrokerUnavailableError("down")
+        published.append(envelope)
+
+    return AmqpConsumer(
+        topology=TOPOLOGY,
+        has_task=lambda name: name == "demo.echo",
+        publish=publish,
+        clock=FixedClock(),
+        watch=ConnectionWatch(),
+    )
+
+
+async def test_the_consumer_yields_what_runs_with_an_ack_and_parks_the_rest() -> None:
+    good = Incoming(job_body("demo.echo"))
+    bad = Incoming(b"not json", headers={"x-death": [{}], "origin": "test"})
+    published: list[Envelope] = []
+
+    out = [m async for m in consumer(published).consume(Queue("t.jobs.io", [bad, good]))]
+
+    assert [m.data for m in out] == [good.body]
+    assert good.settled == []
+    await out[0].ack()
+    assert good.settled == ["ack"]
+    [letter] = published
+    assert letter.queue == "jobs.dlq"
+    assert letter.body == b"not json"
+    assert letter.headers[HEADER_REASON].startswith("malformed message: ")
+    assert letter.headers[HEADER_SOURCE_QUEUE] == "jobs.io"
+    assert letter.headers["origin"] == "test"
+    assert "x-death" not in letter.headers
+    assert letter.message_id == "m-1"
+    assert bad.settled == ["ack"]
+
+
+async def test_a_refused_message_the_dlq_cannot_take_goes_back_to_its_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consuming, "REQUEUE_AFTER_S", 0)
+    bad = Incoming(job_body("other.thing"))
+
+    out = [m async for m in consumer([], unavailable=True).consume(Queue("t.jobs.io", [bad]))]
+
+    assert out == []
+    assert bad.settled == ["nack requeue=True"]
