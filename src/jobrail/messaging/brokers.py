@@ -21,7 +21,6 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from taskiq import AckableMessage, AsyncBroker, InMemoryBroker
 from taskiq_aio_pika import AioPikaBroker
-from taskiq_aio_pika.utils import merge_async_iterables
 
 from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.ports import QueueDepth
@@ -239,7 +238,9 @@ class AmqpJobBroker(AioPikaBroker):
         declared = await internals.declare_queues(self, channel)
         queues = [queue for queue in declared if queue.name in self._consume]
         log.info("consuming %s", ", ".join(sorted(q.name for q in queues)))
-        async for message in merge_async_iterables(*(self._consumer.consume(q) for q in queues)):
+        async for message in internals.merge_async_iterables(
+            *(self._consumer.consume(q) for q in queues)
+        ):
             yield message
 
 
