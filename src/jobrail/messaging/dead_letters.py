@@ -6,7 +6,9 @@ its channel, which gives the rest back in order (see ``jobrail.messaging.topolog
 why that never drops one). `MemoryDeadLetters` is the embedded broker's list.
 """
 
+import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
@@ -18,6 +20,11 @@ from jobrail.messaging.amqp_errors import CHANNEL_GONE, why
 from jobrail.messaging.codec import Envelope, describe_dead_letter
 
 Decide = Callable[[DeadLetter], Awaitable[bool]]
+
+# How long a pass waits, after closing its channel, for RabbitMQ to have put back the
+# letters it kept (a quorum queue applies the return after the channel's close-ok).
+RETURNS_WAIT_S = 2.0
+_RETURNS_POLL_S = 0.01
 
 
 class AmqpDeadLetters:
@@ -54,7 +61,10 @@ class AmqpDeadLetters:
         set to never, see jobrail.messaging.topology.)
 
         Only the letters waiting when it starts are looked at: one that arrives during
-        the pass (a job it redrove failing again at once) is left for the next pass."""
+        the pass (a job it redrove failing again at once) is left for the next pass. It
+        ends once the letters it kept are back in the queue, so that the next pass counts
+        them among the waiting ones."""
+        let_go = 0
         async with self._open() as queue:
             waiting = int(queue.declaration_result.message_count or 0)
             for _ in range(min(limit, waiting)):
@@ -66,12 +76,28 @@ class AmqpDeadLetters:
                 )
                 if await decide(letter):
                     await message.ack()
+                    let_go += 1
+        await self._wait_for_returns(waiting - let_go)
 
     async def purge(self) -> int:
         """Delete every dead letter waiting in the DLQ; return how many went."""
         async with self._open() as queue:
             purged = await queue.purge()
         return int(purged.message_count or 0)
+
+    async def _wait_for_returns(self, expected: int) -> None:
+        """Wait (at most RETURNS_WAIT_S) until at least `expected` letters are waiting.
+        Fewer may stay for longer while another pass holds some: that pass puts them
+        back itself."""
+        if expected <= 0:
+            return
+        deadline = time.monotonic() + RETURNS_WAIT_S
+        async with self._open() as queue:
+            while int(queue.declaration_result.message_count or 0) < expected:
+                if time.monotonic() >= deadline:
+                    return
+                await asyncio.sleep(_RETURNS_POLL_S)
+                await queue.declare()
 
     @contextlib.asynccontextmanager
     async def _open(self) -> AsyncGenerator[AbstractQueue, None]:
