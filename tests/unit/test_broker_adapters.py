@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from taskiq import AckableMessage
 
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
@@ -27,7 +28,7 @@ from jobrail.messaging.codec import (
 )
 from jobrail.messaging.consuming import AmqpConsumer
 from jobrail.messaging.dead_letters import MemoryDeadLetters
-from jobrail.messaging.publishing import MemoryPublisher, route
+from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher, route
 from jobrail.messaging.reconnects import ConnectionWatch
 from jobrail.messaging.topology import DELAY_HEADER, Topology
 from jobrail.settings import RabbitSettings
@@ -116,6 +117,16 @@ def test_a_dead_letter_is_routed_to_the_dead_letter_queue_and_an_unknown_queue_n
     )
     with pytest.raises(ValueError, match="unknown queue"):
         route(Envelope(queue="jobs.nope", body=b"x"), TOPOLOGY, TIERS, now)
+
+
+async def test_the_amqp_publisher_refuses_to_publish_before_it_is_open() -> None:
+    publisher = AmqpPublisher(
+        TOPOLOGY, delay_tiers_ms=TIERS, publish_timeout_s=1, clock=FixedClock()
+    )
+
+    assert not publisher.is_open
+    with pytest.raises(BrokerUnavailableError, match="not connected"):
+        await publisher.publish(Envelope(queue="jobs.default", body=b"x"))
 
 
 # -- the in-memory publisher and dead letters -----------------------------------
@@ -272,6 +283,7 @@ async def test_the_consumer_yields_what_runs_with_an_ack_and_parks_the_rest() ->
 
     out = [m async for m in consumer(published).consume(Queue("t.jobs.io", [bad, good]))]
 
+    assert all(isinstance(m, AckableMessage) for m in out)
     assert [m.data for m in out] == [good.body]
     assert good.settled == []
     await out[0].ack()
