@@ -5,6 +5,7 @@ import inspect
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from taskiq import TaskiqEvents
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
 
 from jobrail.messaging import taskiq_aio_pika_internals as internals
@@ -116,3 +117,14 @@ async def test_the_consumers_of_several_queues_merge_into_one_stream() -> None:
     merged = [item async for item in internals.merge_async_iterables(each("a", "b"), each("c"))]
 
     assert sorted(merged) == ["a", "b", "c"]
+
+
+async def test_taskiqs_start_up_runs_its_events_without_connecting() -> None:
+    fresh = broker()
+    started: list[object] = []
+    fresh.add_event_handler(TaskiqEvents.CLIENT_STARTUP, started.append)
+
+    await internals.taskiq_startup(fresh)
+
+    assert started == [fresh.state]
+    assert fresh.write_conn is None

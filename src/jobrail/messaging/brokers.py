@@ -19,7 +19,7 @@ from typing import Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
-from taskiq import AckableMessage, AsyncBroker, InMemoryBroker
+from taskiq import AckableMessage, InMemoryBroker
 from taskiq_aio_pika import AioPikaBroker
 
 from jobrail.jobs.messages import DeadLetter
@@ -122,7 +122,7 @@ class AmqpJobBroker(AioPikaBroker):
         tries briefly and keeps trying in the background: until it connects, enqueued
         jobs wait in the outbox and the relay publishes them.
         """
-        await AsyncBroker.startup(self)
+        await internals.taskiq_startup(self)
         if self.is_worker_process:
             await self._connect_until_connected()
             return

@@ -9,7 +9,8 @@ has no public hook, so it is done here, on the broker's attributes and methods:
 - Its own connections. ``AioPikaBroker.startup`` connects, runs Taskiq's start-up events
   and declares, all in one; jobrail retries connecting (an API starts without RabbitMQ)
   without running the events again, closes what it opened when a step fails, and watches
-  each connection (``jobrail.messaging.reconnects``). The connections are attached as the
+  each connection (``jobrail.messaging.reconnects``): it runs Taskiq's part of the start-up
+  alone (`taskiq_startup`) and connects on its own. The connections are attached as the
   broker's ``write_conn``/``write_channel``/``read_conn``/``read_channel``, which ``kick``,
   the declarations and ``shutdown`` use.
 - The declarations alone: ``_declare_exchanges`` (on ``write_channel``) and
@@ -26,10 +27,23 @@ has no public hook, so it is done here, on the broker's attributes and methods:
 """
 
 from aio_pika.abc import AbstractChannel, AbstractQueue, AbstractRobustConnection
+from taskiq import AsyncBroker
 from taskiq_aio_pika import AioPikaBroker
 from taskiq_aio_pika.utils import merge_async_iterables
 
-__all__ = ["attach_connections", "declare_exchanges", "declare_queues", "merge_async_iterables"]
+__all__ = [
+    "attach_connections",
+    "declare_exchanges",
+    "declare_queues",
+    "merge_async_iterables",
+    "taskiq_startup",
+]
+
+
+async def taskiq_startup(broker: AioPikaBroker) -> None:
+    """Taskiq's start-up of `broker` (its events, middlewares and result backend), without
+    the connecting and declaring that ``AioPikaBroker.startup`` adds to it."""
+    await AsyncBroker.startup(broker)
 
 
 def attach_connections(
