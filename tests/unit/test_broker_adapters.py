@@ -15,7 +15,6 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.messaging import consuming
-from jobrail.messaging.admission import Refuse, Run, admit
 from jobrail.messaging.brokers import EmbeddedJobBroker
 from jobrail.messaging.codec import (
     HEADER_REASON,
@@ -30,6 +29,7 @@ from jobrail.messaging.consuming import AmqpConsumer
 from jobrail.messaging.dead_letters import MemoryDeadLetters
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher, route
 from jobrail.messaging.reconnects import ConnectionWatch
+from jobrail.messaging.screening import Refuse, Run, screen
 from jobrail.messaging.topology import DELAY_HEADER, Topology
 from jobrail.settings import RabbitSettings
 from tests.fakes import FixedClock
@@ -51,7 +51,7 @@ def job_body(job_type: str = "demo.echo") -> bytes:
 def test_a_job_of_a_known_type_runs_as_it_came() -> None:
     body = job_body("demo.echo")
 
-    verdict = admit(body, lambda name: name == "demo.echo")
+    verdict = screen(body, lambda name: name == "demo.echo")
 
     assert isinstance(verdict, Run)
     assert verdict.body == body
@@ -61,7 +61,7 @@ def test_a_job_of_a_known_type_runs_as_it_came() -> None:
 def test_a_job_of_an_unknown_type_goes_to_the_unknown_type_task_naming_its_type() -> None:
     body = job_body("other.thing")
 
-    verdict = admit(body, lambda name: name == UNKNOWN_TYPE_TASK)
+    verdict = screen(body, lambda name: name == UNKNOWN_TYPE_TASK)
 
     assert isinstance(verdict, Run)
     assert verdict.message.job_type == "other.thing"
@@ -72,7 +72,7 @@ def test_a_job_of_an_unknown_type_goes_to_the_unknown_type_task_naming_its_type(
 
 
 def test_a_job_of_an_unknown_type_is_refused_where_no_unknown_type_task_is() -> None:
-    assert admit(job_body("other.thing"), lambda _name: False) == Refuse(
+    assert screen(job_body("other.thing"), lambda _name: False) == Refuse(
         "unknown task 'other.thing'"
     )
 
@@ -83,7 +83,7 @@ def test_a_job_of_an_unknown_type_is_refused_where_no_unknown_type_task_is() -> 
     ids=["text", "pickle", "a list", "no task id"],
 )
 def test_what_is_no_job_message_is_refused_with_why(body: bytes) -> None:
-    verdict = admit(body, lambda _name: True)
+    verdict = screen(body, lambda _name: True)
 
     assert isinstance(verdict, Refuse)
     assert verdict.reason.startswith("malformed message: ")

@@ -1,7 +1,7 @@
 """The two Taskiq brokers jobrail runs on, each composed of the messaging adapters.
 
 Both publish ``Envelope``s (with delays and dead letters), keep a dead-letter queue for
-operators, and refuse to run what is not a job message (`jobrail.messaging.admission`):
+operators, and refuse to run what is not a job message (`jobrail.messaging.screening`):
 
 - ``AmqpJobBroker`` (stack mode) is taskiq-aio-pika's broker with jobrail's topology
   (``topology``), publisher (``publishing``), dead-letter queue (``dead_letters``) and
@@ -26,13 +26,13 @@ from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.ports import QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.messaging import taskiq_aio_pika_internals as internals
-from jobrail.messaging.admission import Refuse, admit
 from jobrail.messaging.amqp_errors import why
 from jobrail.messaging.codec import Envelope, dead_letter
 from jobrail.messaging.consuming import AmqpConsumer
 from jobrail.messaging.dead_letters import AmqpDeadLetters, MemoryDeadLetters
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher
 from jobrail.messaging.reconnects import ConnectionWatch
+from jobrail.messaging.screening import Refuse, screen
 from jobrail.messaging.topology import (
     Topology,
     declare_dead_letter_queue,
@@ -279,7 +279,7 @@ class EmbeddedJobBroker(InMemoryBroker):
         await self._publisher.publish(envelope)
 
     def _deliver(self, envelope: Envelope) -> None:
-        verdict = admit(envelope.body, lambda name: self.find_task(name) is not None)
+        verdict = screen(envelope.body, lambda name: self.find_task(name) is not None)
         if isinstance(verdict, Refuse):
             log.warning("dead-lettering message %s: %s", envelope.id, verdict.reason)
             self._dead_letters.append(

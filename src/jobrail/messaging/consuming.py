@@ -1,6 +1,6 @@
 """The AMQP consumer: deliveries in, Taskiq's ``AckableMessage``s out.
 
-Each delivery gets `jobrail.messaging.admission.admit`'s verdict: what runs is yielded
+Each delivery gets `jobrail.messaging.screening.screen`'s verdict: what runs is yielded
 with an ack that a closed channel does not turn into an error; what is refused is
 published to the DLQ with its reason and acknowledged (or, when the DLQ cannot take it,
 put back to be tried again), since Taskiq would acknowledge and forget it.
@@ -17,10 +17,10 @@ from taskiq import AckableMessage
 
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
-from jobrail.messaging.admission import Run, admit
 from jobrail.messaging.amqp_errors import channel_closed, why
 from jobrail.messaging.codec import Envelope, dead_letter
 from jobrail.messaging.reconnects import ConnectionWatch
+from jobrail.messaging.screening import Run, screen
 from jobrail.messaging.topology import Topology
 
 log = logging.getLogger("jobrail.broker")
@@ -50,7 +50,7 @@ class AmqpConsumer:
         try:
             async with queue.iterator() as iterator:
                 async for message in iterator:
-                    verdict = admit(message.body, self._has_task)
+                    verdict = screen(message.body, self._has_task)
                     if isinstance(verdict, Run):
                         yield AckableMessage(
                             data=verdict.body, ack=functools.partial(self.ack, message)

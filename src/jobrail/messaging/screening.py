@@ -34,7 +34,7 @@ class Refuse:
     reason: str
 
 
-def admit(body: bytes, has_task: Callable[[str], bool]) -> Run | Refuse:
+def screen(body: bytes, has_task: Callable[[str], bool]) -> Run | Refuse:
     """The verdict on one delivery; `has_task(name)` says whether a task of that name is
     registered here."""
     try:
