@@ -167,3 +167,24 @@ async def test_a_message_that_is_not_a_job_message_takes_taskiqs_path() -> None:
     assert ran == [8]
     assert acked == [True]
     assert store.claim_batches == []
+
+
+async def test_a_delivery_the_consumer_decoded_is_not_decoded_again() -> None:
+    from jobrail.messaging.screening import ScreenedMessage
+
+    events: list[str] = []
+    store = BatchCountingStore(events)
+    job_ = make_job(type="test.echo", payload={"message": "once"})
+    store.jobs[job_.id] = job_
+    receiver, _broker = _receiver(store, window_s=0.0)
+    acked: list[bool] = []
+
+    async def ack() -> None:
+        acked.append(True)
+
+    # The body is not even JSON: only the decoded job message can have run the job.
+    message = ScreenedMessage(data=b"decoded already", ack=ack, job=JobMessage.of(job_))
+    await receiver.callback(message)
+
+    assert store.jobs[job_.id].status is JobStatus.SUCCEEDED
+    assert acked == [True]

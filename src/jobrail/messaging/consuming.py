@@ -20,7 +20,7 @@ from jobrail.kernel.clock import Clock
 from jobrail.messaging.amqp_errors import channel_closed, why
 from jobrail.messaging.codec import Envelope, dead_letter
 from jobrail.messaging.reconnects import ConnectionWatch
-from jobrail.messaging.screening import Run, screen
+from jobrail.messaging.screening import Run, ScreenedMessage, screen
 from jobrail.messaging.topology import Topology
 
 log = logging.getLogger("jobrail.broker")
@@ -52,8 +52,10 @@ class AmqpConsumer:
                 async for message in iterator:
                     verdict = screen(message.body, self._has_task)
                     if isinstance(verdict, Run):
-                        yield AckableMessage(
-                            data=verdict.body, ack=functools.partial(self.ack, message)
+                        yield ScreenedMessage(
+                            data=verdict.body,
+                            ack=functools.partial(self.ack, message),
+                            job=verdict.message,
                         )
                     else:
                         await self._refuse(message, queue.name, verdict.reason)

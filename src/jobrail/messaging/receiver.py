@@ -37,6 +37,7 @@ from taskiq.receiver import Receiver
 from taskiq.utils import maybe_awaitable
 
 from jobrail.jobs.messages import JobMessage
+from jobrail.messaging.screening import ScreenedMessage
 from jobrail.messaging.tasks import ROUTES_STATE, JobRoutes
 
 log = logging.getLogger("jobrail.receiver")
@@ -91,8 +92,13 @@ class JobReceiver(Receiver):
 
     async def callback(self, message: bytes | AckableMessage, raise_err: bool = False) -> None:
         routes = self._routes
-        data = message.data if isinstance(message, AckableMessage) else message
-        delivery: JobMessage | None = routes.delivery(data) if routes is not None else None
+        delivery: JobMessage | None = None
+        if isinstance(message, ScreenedMessage):  # decoded by the consumer already
+            delivery = routes.routed(message.job) if routes is not None else None
+        elif routes is not None:
+            delivery = routes.delivery(
+                message.data if isinstance(message, AckableMessage) else message
+            )
         if routes is None or delivery is None:
             await super().callback(message, raise_err)
             return

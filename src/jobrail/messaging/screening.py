@@ -10,6 +10,9 @@ part with the verdict (acknowledge, put back, start the task).
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ConfigDict
+from taskiq import AckableMessage
+
 from jobrail.jobs.messages import JobMessage
 from jobrail.messaging.codec import (
     UNKNOWN_TYPE_TASK,
@@ -25,6 +28,15 @@ class Run:
 
     body: bytes
     message: JobMessage
+
+
+class ScreenedMessage(AckableMessage):
+    """A delivery Taskiq may run, with the job message it was decoded into (so that the
+    worker's receiver does not decode it again)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    job: JobMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,11 +91,15 @@ class JobRoutes:
 
     def delivery(self, body: bytes) -> JobMessage | None:
         """The job message in `body` if it is one of a type routed here, else None."""
-        if self._runner is None:
-            return None
         try:
             message = decode(body)
         except MalformedMessageError:
+            return None
+        return self.routed(message)
+
+    def routed(self, message: JobMessage) -> JobMessage | None:
+        """`message` (its queue filled in) if its type is routed here, else None."""
+        if self._container is None:  # not wired yet: Taskiq's path says so
             return None
         route = self._routes.get(message.job_type)
         if route is None:
