@@ -24,7 +24,8 @@ help:
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
-	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq and a Celery pipeline"
+	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
+	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

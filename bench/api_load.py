@@ -1,4 +1,5 @@
-"""The API under load: POST /demo/echo beside GET /health, same server, same run.
+"""The API under load: POST /demo/echo beside GET /health (same server), then the two
+plain FastAPI + Taskiq peers (bench/peer_app.py), in the same run.
 
 The load generator is a lean keep-alive HTTP/1.1 client (raw asyncio streams), so
 that it measures the server rather than itself.
@@ -15,10 +16,11 @@ from typing import Any
 
 import httpx
 
-from bench.common import PYTHON, ROOT, spawn, unique, wait_until
+from bench.common import AMQP_URL, PYTHON, ROOT, delete_queues, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.persistence.admin import drop_database
 
+ECHO_BODY = b'{"message": "bench"}'
 ENQUEUE_LIMITS = json.dumps(
     [{"scope": "tenant", "limit": 100000000, "window_s": 60, "algorithm": "token_bucket"}]
 )
@@ -78,9 +80,19 @@ def _request(method: str, path: str, body: bytes = b"", key: str = "") -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
-    url = await create_database()
-    stack = Stack(database_url=url, prefix=unique("bench."))
+async def _ready(port: int, path: str) -> bool:
+    try:
+        async with httpx.AsyncClient() as client:
+            response = await client.get(f"http://127.0.0.1:{port}{path}", timeout=1)
+        return response.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def _jobrail(
+    stack: Stack, concurrency: int, seconds: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own h11 protocol)."""
     port = _free_port()
     created = await asyncio.to_thread(
         subprocess.run,
@@ -101,28 +113,76 @@ async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
             JOBRAIL_API__PORT=str(port),
             JOBRAIL_API_LIMITS__ENQUEUE=ENQUEUE_LIMITS,
             JOBRAIL_API_LIMITS__READ="[]",
+            JOBRAIL_METRICS__TOKEN=unique("bench-metrics-"),
         ),
         "api",
     )
     try:
-
-        async def ready() -> bool:
-            try:
-                async with httpx.AsyncClient() as client:
-                    response = await client.get(f"http://127.0.0.1:{port}/ready", timeout=1)
-                return response.status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await wait_until(ready, 60, "the API", interval=0.2)
-        echo = _request("POST", "/demo/echo", b'{"message": "bench"}', key)
+        await wait_until(lambda: _ready(port, "/ready"), 60, "the API", interval=0.2)
+        echo = _request("POST", "/demo/echo", ECHO_BODY, key)
         enqueue = await load(port, echo, concurrency, seconds)
         health = await load(port, _request("GET", "/health"), concurrency, seconds)
     finally:
         server.stop()
+    return enqueue, health
+
+
+async def _peers(
+    database_url: str, concurrency: int, seconds: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The plain FastAPI peer (bench/peer_app.py) on `uvicorn bench.peer_app:app`:
+    `POST /insert-kiq`, then `POST /kiq`, loaded exactly like `POST /demo/echo`."""
+    port = _free_port()
+    queue = unique("bench.peer.")
+    server = spawn(
+        [
+            PYTHON,
+            "-m",
+            "uvicorn",
+            "bench.peer_app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        {
+            "BENCH_QUEUE": queue,
+            "BENCH_AMQP_URL": AMQP_URL,
+            "BENCH_PEER_DSN": database_url.replace("postgresql+asyncpg://", "postgresql://"),
+        },
+        "peer",
+    )
+    try:
+        await wait_until(lambda: _ready(port, "/health"), 60, "the peer API", interval=0.2)
+        insert_kiq = await load(
+            port, _request("POST", "/insert-kiq", ECHO_BODY), concurrency, seconds
+        )
+        kiq = await load(port, _request("POST", "/kiq", ECHO_BODY), concurrency, seconds)
+    finally:
+        server.stop()
+        await delete_queues([queue, f"{queue}.dlq"], [f"{queue}.exchange"])
+    return insert_kiq, kiq
+
+
+async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
+    """jobrail's API and its two peers, back to back in one run, each on its own
+    uvicorn process, under the same load."""
+    url = await create_database()
+    stack = Stack(database_url=url, prefix=unique("bench."))
+    try:
+        enqueue, health = await _jobrail(stack, concurrency, seconds)
+        insert_kiq, kiq = await _peers(url, concurrency, seconds)
+    finally:
         await cleanup(stack)
         await drop_database(url)
-    return {"concurrency": concurrency, "enqueue": enqueue, "health": health}
+    return {
+        "concurrency": concurrency,
+        "enqueue": enqueue,
+        "health": health,
+        "peer_insert_kiq": insert_kiq,
+        "peer_kiq": kiq,
+    }
 
 
 if __name__ == "__main__":

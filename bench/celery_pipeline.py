@@ -36,9 +36,8 @@ async def run(jobs: int = 3000, pools: tuple[str, ...] = ("prefork", "threads"))
 
 
 async def _run_pool(jobs: int, pool: str) -> int:
-    async_url = f"{PG_SERVER}/jobrail_bench_celery"
+    async_url = f"{PG_SERVER}/{unique('jobrail_bench_celery_')}"
     sync_url = async_url.replace("+asyncpg", "+psycopg")
-    await drop_database(async_url)
     await create_database_if_missing(async_url)
     queue = unique("bench.celery.")
     env = {

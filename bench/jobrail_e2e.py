@@ -69,8 +69,7 @@ class Stack:
 
 
 async def create_database() -> str:
-    url = f"{PG_SERVER}/jobrail_bench"
-    await drop_database(url)
+    url = f"{PG_SERVER}/{unique('jobrail_bench_')}"
     await create_database_if_missing(url)
     await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
     return url

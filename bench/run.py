@@ -1,6 +1,8 @@
 """`make bench`: every measurement in one run, against the same services, then a table.
 
 Writes bench/results/latest.json (and a dated copy) and the table in bench/README.md.
+`--quick` is a smaller run; `--api-only` measures only the API and its peers (its results
+go to a dated `api-*.json`, and the README is left alone).
 """
 
 import asyncio
@@ -47,9 +49,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         "ratios": {
             "jobrail_vs_taskiq": round(one / taskiq_rate, 2),
             "jobrail_vs_celery": round(one / celery_best, 2),
-            "enqueue_p50_vs_health_p50": round(
-                api["enqueue"]["p50_ms"] / api["health"]["p50_ms"], 2
-            ),
+            **api_ratios(api),
         },
         "per_job": {
             "redis_round_trips": counted["redis_round_trips"],
@@ -59,20 +59,60 @@ async def measure(quick: bool) -> dict[str, Any]:
             "enqueue_rabbitmq_publishes": counted["enqueue_rabbitmq_publishes"],
             "worker_rabbitmq_publishes": counted["worker_rabbitmq_publishes"],
         },
-        "api": {
-            "concurrency": api["concurrency"],
-            "enqueue_rps": api["enqueue"]["rps"],
-            "enqueue_p50_ms": api["enqueue"]["p50_ms"],
-            "enqueue_p99_ms": api["enqueue"]["p99_ms"],
-            "health_rps": api["health"]["rps"],
-            "health_p50_ms": api["health"]["p50_ms"],
-            "health_p99_ms": api["health"]["p99_ms"],
-        },
+        "api": api_figures(api),
         "memory": {
             "worker_rss_mb_idle": counted["rss_mb_idle"],
             "worker_rss_mb_loaded": jobrail["rss_mb_loaded"]["1"],
         },
     }
+
+
+def api_ratios(api: dict[str, Any]) -> dict[str, float]:
+    enqueue = api["enqueue"]
+    return {
+        "enqueue_p50_vs_health_p50": round(enqueue["p50_ms"] / api["health"]["p50_ms"], 2),
+        "enqueue_vs_insert_kiq_peer": round(enqueue["rps"] / api["peer_insert_kiq"]["rps"], 2),
+        "enqueue_vs_kiq_peer": round(enqueue["rps"] / api["peer_kiq"]["rps"], 2),
+    }
+
+
+def api_figures(api: dict[str, Any]) -> dict[str, Any]:
+    figures: dict[str, Any] = {"concurrency": api["concurrency"]}
+    for name in ("enqueue", "health", "peer_insert_kiq", "peer_kiq"):
+        for measure in ("rps", "p50_ms", "p99_ms", "errors"):
+            figures[f"{name}_{measure}"] = api[name][measure]
+    return figures
+
+
+def api_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    a, ratios = r["api"], r["ratios"]
+
+    def figures(name: str) -> str:
+        errors = f", {a[f'{name}_errors']} errors" if a[f"{name}_errors"] else ""
+        return (
+            f"{a[f'{name}_rps']} req/s, p50 {a[f'{name}_p50_ms']} ms, "
+            f"p99 {a[f'{name}_p99_ms']} ms{errors}"
+        )
+
+    return [
+        (f"API POST /demo/echo, concurrency {a['concurrency']}", figures("enqueue")),
+        ("API GET /health, same server", figures("health")),
+        ("peer: FastAPI route, asyncpg insert then .kiq()", figures("peer_insert_kiq")),
+        ("peer: FastAPI route, .kiq() only", figures("peer_kiq")),
+        (
+            "ratio jobrail enqueue / insert-then-.kiq() peer (req/s)",
+            f"{ratios['enqueue_vs_insert_kiq_peer']} (target >= 1.0)",
+        ),
+        ("ratio jobrail enqueue / .kiq()-only peer (req/s)", f"{ratios['enqueue_vs_kiq_peer']}"),
+        ("enqueue p50 / health p50", f"{ratios['enqueue_p50_vs_health_p50']} (target <= 3)"),
+    ]
+
+
+def render(rows: list[tuple[str, str]]) -> list[str]:
+    width = max(len(name) for name, _ in rows)
+    lines = [f"| {'measure'.ljust(width)} | result |", f"|{'-' * (width + 2)}|---|"]
+    lines += [f"| {name.ljust(width)} | {value} |" for name, value in rows]
+    return lines
 
 
 def table(r: dict[str, Any]) -> str:
@@ -97,17 +137,7 @@ def table(r: dict[str, Any]) -> str:
             "ratio jobrail / Celery pipeline (1 process)",
             f"{r['ratios']['jobrail_vs_celery']} (target >= 2)",
         ),
-        (
-            f"API POST /demo/echo, concurrency {r['api']['concurrency']}",
-            f"{r['api']['enqueue_rps']} req/s, p50 {r['api']['enqueue_p50_ms']} ms, "
-            f"p99 {r['api']['enqueue_p99_ms']} ms",
-        ),
-        (
-            "API GET /health, same server",
-            f"{r['api']['health_rps']} req/s, p50 {r['api']['health_p50_ms']} ms, "
-            f"p99 {r['api']['health_p99_ms']} ms",
-        ),
-        ("enqueue p50 / health p50", f"{r['ratios']['enqueue_p50_vs_health_p50']} (target <= 3)"),
+        *api_rows(r),
         (
             "per job: Redis scripts / worker SQL statements / enqueue SQL round trips",
             f"{r['per_job']['redis_round_trips']} / {r['per_job']['worker_sql_statements']} / "
@@ -123,9 +153,7 @@ def table(r: dict[str, Any]) -> str:
             f"{r['memory']['worker_rss_mb_idle']} / {r['memory']['worker_rss_mb_loaded']} MB",
         ),
     ]
-    width = max(len(name) for name, _ in rows)
-    lines = [f"| {'measure'.ljust(width)} | result |", f"|{'-' * (width + 2)}|---|"]
-    lines += [f"| {name.ljust(width)} | {value} |" for name, value in rows]
+    lines = render(rows)
     m = r["machine"]
     lines.append("")
     lines.append(
@@ -134,7 +162,30 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+async def measure_api(seconds: float) -> dict[str, Any]:
+    api = await api_load.run(concurrency=32, seconds=seconds)
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "ratios": api_ratios(api),
+        "api": api_figures(api),
+    }
+
+
+def main_api_only() -> None:
+    """`python -m bench.run --api-only [--quick]`: jobrail's API and its peers alone."""
+    started = time.time()
+    results = asyncio.run(measure_api(4 if "--quick" in sys.argv else 8))
+    results["seconds"] = round(time.time() - started)
+    write_json(RESULTS / f"api-{results['date'][:19].replace(':', '')}.json", results)
+    print("\n".join(render(api_rows(results))))
+    print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
+
+
 def main() -> None:
+    if "--api-only" in sys.argv:
+        main_api_only()
+        return
     quick = "--quick" in sys.argv
     started = time.time()
     results = asyncio.run(measure(quick))
