@@ -12,11 +12,22 @@ import socket
 import statistics
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
-from bench.common import AMQP_URL, PYTHON, ROOT, delete_queues, spawn, unique, wait_until
+from bench.common import (
+    AMQP_URL,
+    PYTHON,
+    ROOT,
+    Proc,
+    delete_queues,
+    spawn,
+    unique,
+    wait_until,
+)
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.persistence.admin import drop_database
 
@@ -89,10 +100,9 @@ async def _ready(port: int, path: str) -> bool:
         return False
 
 
-async def _jobrail(
-    stack: Stack, concurrency: int, seconds: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own h11 protocol)."""
+@asynccontextmanager
+async def jobrail_api(stack: Stack) -> AsyncIterator[tuple[Proc, int, str]]:
+    """`jobrail api` on a free port, with a tenant: yields (process, port, API key)."""
     port = _free_port()
     created = await asyncio.to_thread(
         subprocess.run,
@@ -119,11 +129,22 @@ async def _jobrail(
     )
     try:
         await wait_until(lambda: _ready(port, "/ready"), 60, "the API", interval=0.2)
-        echo = _request("POST", "/demo/echo", ECHO_BODY, key)
-        enqueue = await load(port, echo, concurrency, seconds)
-        health = await load(port, _request("GET", "/health"), concurrency, seconds)
+        yield server, port, key
     finally:
         server.stop()
+
+
+def echo_request(key: str) -> bytes:
+    return _request("POST", "/demo/echo", ECHO_BODY, key)
+
+
+async def _jobrail(
+    stack: Stack, concurrency: int, seconds: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own h11 protocol)."""
+    async with jobrail_api(stack) as (_, port, key):
+        enqueue = await load(port, echo_request(key), concurrency, seconds)
+        health = await load(port, _request("GET", "/health"), concurrency, seconds)
     return enqueue, health
 
 
