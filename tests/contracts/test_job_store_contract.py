@@ -379,3 +379,44 @@ async def test_claims_and_records_made_together_share_a_statement_with_the_same_
     assert [statuses[i] for i in ids] == ["running" if i == stale.id else "succeeded" for i in ids]
     await pool.close()
     await engine.dispose()
+
+
+async def test_intake_adds_made_together_each_store_their_job_and_message(intake: Any) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    jobs_ = [make_job(payload={"n": n}) for n in range(20)]
+
+    stored = await asyncio.gather(
+        *(
+            store.add(
+                job, JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="a")
+            )
+            for job in jobs_
+        )
+    )
+
+    assert [job.id for job in stored] == [job.id for job in jobs_]
+    assert await messages() == 20
+
+
+async def test_intake_adds_made_together_with_one_key_store_one_job_and_one_message(
+    intake: Any,
+) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    jobs_ = [make_job(idempotency_key="together", payload={"n": 1}) for _ in range(5)]
+
+    stored = await asyncio.gather(
+        *(
+            store.add(
+                job, JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="a")
+            )
+            for job in jobs_
+        )
+    )
+
+    assert len({job.id for job in stored}) == 1
+    assert stored[0].id in {job.id for job in jobs_}
+    assert await messages() == 1

@@ -22,7 +22,7 @@ from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.codec import encode
+from jobrail.messaging.codec import Envelope, encode
 from jobrail.persistence import json_codec
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.tables import jobs
@@ -109,16 +109,33 @@ UPDATE jobs SET lease_until = $4
 RETURNING id
 """
 
+# Enqueue: the jobs of every request in the batch and their messages, in one statement.
+# JSON documents arrive as text, encoded per request (a NUL is refused for that request
+# alone, before any statement runs). A row whose key is taken (by an earlier row of the
+# same batch too) is left out, and so is its message.
 ENQUEUE = f"""
 WITH added AS (
     INSERT INTO jobs ({COLUMNS})
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $18, $19, $20, $21, $22, $23,
-            $24, $25, $26)
+    SELECT id, tenant_id, type, queue, status, entity_id, idempotency_key, payload::jsonb,
+           result::jsonb, attempts, max_attempts, last_error, trace_context::jsonb,
+           cancel_requested, created_at, updated_at, started_at, finished_at, run_after,
+           lease_until
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                  $7::text[], $8::text[], $9::text[], $10::int[], $11::int[], $12::text[],
+                  $13::text[], $14::bool[], $15::timestamptz[], $16::timestamptz[],
+                  $17::timestamptz[], $18::timestamptz[], $19::timestamptz[],
+                  $20::timestamptz[])
+           WITH ORDINALITY AS j({COLUMNS}, n)
+     ORDER BY n
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id
 ), messages AS (
     INSERT INTO outbox (id, queue, body, headers, not_before, created_at)
-    {_OUTBOX_ROWS} WHERE EXISTS (SELECT 1 FROM added)
+    SELECT m.id, m.queue, m.body, m.headers::jsonb, m.not_before, m.created_at
+      FROM unnest($21::uuid[], $22::uuid[], $23::text[], $24::bytea[], $25::text[],
+                  $26::timestamptz[], $27::timestamptz[])
+           AS m(job_id, id, queue, body, headers, not_before, created_at)
+     WHERE m.job_id IN (SELECT id FROM added)
 )
 SELECT id FROM added
 """
@@ -358,40 +375,99 @@ class PgJobStore(_Pg):
         return bool(row and row[0])
 
 
+@dataclass(frozen=True, slots=True)
+class _Intake:
+    """A job and its message, with their JSON documents encoded."""
+
+    job: Job
+    message: Envelope
+    payload: str
+    result: str | None
+    trace_context: str
+    headers: str
+
+    @classmethod
+    def of(cls, job: Job, message: JobMessage) -> "_Intake":
+        envelope = encode(message)
+        return cls(
+            job,
+            envelope,
+            json_codec.dumps(job.payload),
+            None if job.result is None else json_codec.dumps(job.result),
+            json_codec.dumps(job.trace_context),
+            json_codec.dumps(dict(envelope.headers)),
+        )
+
+
 class PgJobIntake(_Pg):
-    """Adds a job and its message in one statement (see JobIntake)."""
+    """Adds a job and its message in one statement (see JobIntake). Adds made in the
+    same loop turn (or window) share that statement ("group commit"); each caller
+    still gets its own answer: its job, the job an earlier request made with its key,
+    a conflict, or its own refusal."""
+
+    def __init__(self, pool: asyncpg.Pool, window_s: float = 0.0) -> None:
+        super().__init__(pool)
+        self._adds: Coalescer[_Intake, bool] = Coalescer(self._add_many, window_s)
 
     async def add(self, job: Job, message: JobMessage) -> Job:
-        row = await self._fetchrow(
-            ENQUEUE,
-            job.id,
-            job.tenant_id,
-            job.type,
-            job.queue,
-            job.status.value,
-            job.entity_id,
-            job.idempotency_key,
-            job.payload,
-            job.result,
-            job.attempts,
-            job.max_attempts,
-            *_outbox_args([message], job.created_at),
-            job.last_error,
-            job.trace_context,
-            job.cancel_requested,
-            job.created_at,
-            job.updated_at,
-            job.started_at,
-            job.finished_at,
-            job.run_after,
-            job.lease_until,
-        )
-        if row is not None:
+        if await self._adds.submit(_Intake.of(job, message)):
             return job
         existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
         if existing is None:
             raise ConflictError("a job with this Idempotency-Key is being created; try again")
         return job_from_row(existing)
+
+    async def _add_many(self, adds: Sequence[_Intake]) -> Sequence[bool | BaseException]:
+        try:
+            return await self._insert(adds)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError, InvalidInputError):
+            if len(adds) == 1:
+                raise
+        # One row the server refused (a value out of range, a NUL in a text column)
+        # must not fail the requests it shared the statement with: each alone.
+        results: list[bool | BaseException] = []
+        for add in adds:
+            try:
+                results.extend(await self._insert([add]))
+            except Exception as exc:  # noqa: BLE001 - handed to that caller
+                results.append(exc)
+        return results
+
+    async def _insert(self, adds: Sequence[_Intake]) -> list[bool]:
+        jobs_ = [add.job for add in adds]
+        messages = [add.message for add in adds]
+        rows = await self._fetch(
+            ENQUEUE,
+            [job.id for job in jobs_],
+            [job.tenant_id for job in jobs_],
+            [job.type for job in jobs_],
+            [job.queue for job in jobs_],
+            [job.status.value for job in jobs_],
+            [job.entity_id for job in jobs_],
+            [job.idempotency_key for job in jobs_],
+            [add.payload for add in adds],
+            [add.result for add in adds],
+            [job.attempts for job in jobs_],
+            [job.max_attempts for job in jobs_],
+            [job.last_error for job in jobs_],
+            [add.trace_context for add in adds],
+            [job.cancel_requested for job in jobs_],
+            [job.created_at for job in jobs_],
+            [job.updated_at for job in jobs_],
+            [job.started_at for job in jobs_],
+            [job.finished_at for job in jobs_],
+            [job.run_after for job in jobs_],
+            [job.lease_until for job in jobs_],
+            [job.id for job in jobs_],
+            [m.id for m in messages],
+            [m.queue for m in messages],
+            [m.body for m in messages],
+            [add.headers for add in adds],
+            [m.not_before for m in messages],
+            [job.created_at for job in jobs_],
+        )
+        added = {row["id"] for row in rows}
+        return [job.id in added for job in jobs_]
 
 
 class PgOutboxMarks(_Pg):

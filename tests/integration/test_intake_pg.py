@@ -1,0 +1,81 @@
+"""Group commit on Postgres: enqueues made together share one statement, and each
+keeps its own answer."""
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.persistence.pg import PgJobIntake, _Intake, create_pool
+from jobrail.settings import DatabaseSettings
+from tests.fakes import make_job
+
+
+class CountingIntake(PgJobIntake):
+    statements = 0
+
+    async def _insert(self, adds: Sequence[_Intake]) -> list[bool]:
+        self.statements += 1
+        return await super()._insert(adds)
+
+
+@pytest.fixture
+async def intake(database_url: str) -> AsyncIterator[CountingIntake]:
+    pool = await create_pool(DatabaseSettings(url=database_url))  # type: ignore[arg-type]
+    try:
+        await pool.execute("DELETE FROM outbox")
+        await pool.execute("DELETE FROM jobs")
+        yield CountingIntake(pool)
+    finally:
+        await pool.close()
+
+
+async def _add(intake: PgJobIntake, job: Job) -> Job:
+    message = JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+    return await intake.add(job, message)
+
+
+async def test_adds_made_in_one_loop_turn_share_one_statement(intake: CountingIntake) -> None:
+    jobs_ = [make_job(payload={"n": n}) for n in range(30)]
+
+    stored = await asyncio.gather(*(_add(intake, job) for job in jobs_))
+
+    assert [job.id for job in stored] == [job.id for job in jobs_]
+    assert intake.statements == 1
+    assert await intake._pool.fetchval("SELECT count(*) FROM outbox") == 30
+
+
+async def test_a_row_the_server_refuses_fails_only_its_own_request(
+    intake: CountingIntake,
+) -> None:
+    good = [make_job(payload={"n": n}) for n in range(3)]
+    bad_text = make_job(entity_id="a\x00b")  # Postgres text cannot hold a NUL
+    bad_json = make_job(payload={"m": "a\x00b"})  # refused before any statement
+
+    results = await asyncio.gather(
+        *(_add(intake, job) for job in [good[0], bad_text, good[1], bad_json, good[2]]),
+        return_exceptions=True,
+    )
+
+    assert [r.id for r in results if isinstance(r, Job)] == [job.id for job in good]
+    assert isinstance(results[3], InvalidInputError)
+    assert isinstance(results[1], Exception)
+    assert await intake._pool.fetchval("SELECT count(*) FROM jobs") == 3
+    assert await intake._pool.fetchval("SELECT count(*) FROM outbox") == 3
+
+
+async def test_a_key_reused_with_another_payload_in_one_statement_returns_the_first_job(
+    intake: CountingIntake,
+) -> None:
+    first = make_job(idempotency_key="k", payload={"n": 1})
+    other = make_job(idempotency_key="k", payload={"n": 2})
+
+    stored = await asyncio.gather(_add(intake, first), _add(intake, other))
+
+    # The first row of the statement wins; EnqueueJob answers the other with a 409.
+    assert [job.id for job in stored] == [first.id, first.id]
+    assert stored[1].payload == {"n": 1}
+    assert intake.statements == 1
