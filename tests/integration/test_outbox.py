@@ -3,7 +3,9 @@ per relay pass, even with several relays running at once."""
 
 import asyncio
 from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -139,6 +141,39 @@ async def test_the_fast_path_marks_what_it_published_and_stops_at_the_first_fail
     )
 
     assert list(publisher.published) == [str(envelopes[0].id)]
+    assert await _unpublished(engine) == 2
+
+
+async def test_fast_path_dispatches_made_together_mark_in_one_statement_and_fail_alone(
+    engine: AsyncEngine,
+) -> None:
+    batches = [[Envelope(queue="jobs.default", body=b"{}") for _ in range(2)] for _ in range(4)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, [e for batch in batches for e in batch], START)
+    refused = batches[1][0].id
+
+    class RefusesOne(SlowCountingPublisher):
+        async def publish(self, envelope: Envelope) -> None:
+            if envelope.id == refused:
+                raise BrokerUnavailableError("down")
+            await super().publish(envelope)
+
+    class CountingMarks(SqlaOutboxMarks):
+        statements = 0
+
+        async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
+            self.statements += 1
+            await super().mark_published(ids, at)
+
+    publisher, marks = RefusesOne(), CountingMarks(engine)
+    fast_path = OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1))
+
+    await asyncio.gather(*(fast_path.dispatch_envelopes(batch) for batch in batches))
+
+    # The second dispatch stopped at its first message; the others published all theirs.
+    assert len(publisher.published) == 6
+    assert str(batches[1][1].id) not in publisher.published
+    assert marks.statements == 1
     assert await _unpublished(engine) == 2
 
 

@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from jobrail.batching import Coalescer
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -86,7 +87,12 @@ class SqlaOutboxMarks:
 
 
 class OutboxPublisher:
-    """Fast path: publish just-committed rows, then mark them published."""
+    """Fast path: publish just-committed rows, then mark them published.
+
+    The messages of one dispatch are published in order, stopping at the first that
+    fails (the relay publishes the rest). Dispatches made in the same loop turn travel
+    together: their messages are published side by side, their publisher confirms
+    awaited together, and the rows they published are marked in one statement."""
 
     def __init__(
         self, marks: OutboxMarks, publisher: EnvelopePublisher, clock: Clock, timeout: timedelta
@@ -95,6 +101,7 @@ class OutboxPublisher:
         self._publisher = publisher
         self._clock = clock
         self._timeout = timeout.total_seconds()
+        self._batches: Coalescer[Sequence[Envelope], list[Any]] = Coalescer(self._publish_many)
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         await self.dispatch_envelopes([encode(message) for message in messages])
@@ -103,17 +110,29 @@ class OutboxPublisher:
         if not envelopes:
             return
         if not trace.get_current_span().is_recording():
-            await self._publish(envelopes)  # an unsampled trace: no child span either
+            await self._batches.submit(envelopes)  # an unsampled trace: no child span either
             return
         with _tracer.start_as_current_span(
             "outbox publish",
             kind=SpanKind.CLIENT,
             attributes={"messaging.batch.message_count": len(envelopes)},
         ) as span:
-            published = await self._publish(envelopes)
+            published = await self._batches.submit(envelopes)
             span.set_attribute("outbox.published", len(published))
 
-    async def _publish(self, envelopes: Sequence[Envelope]) -> list[Any]:
+    async def _publish_many(self, batches: Sequence[Sequence[Envelope]]) -> list[list[Any]]:
+        results = await asyncio.gather(*(self._publish_in_order(b) for b in batches))
+        published = [row_id for ids in results for row_id in ids]
+        if published:
+            try:
+                await self._marks.mark_published(published, self._clock.now())
+            except Exception as exc:  # noqa: BLE001 - nothing is lost: see below
+                # Published but not marked: the relay will publish them again, and the
+                # consumers' claim makes the duplicates harmless.
+                log.warning("could not mark %d outbox rows published: %s", len(published), exc)
+        return results
+
+    async def _publish_in_order(self, envelopes: Sequence[Envelope]) -> list[Any]:
         published = []
         for envelope in envelopes:
             try:
@@ -127,14 +146,6 @@ class OutboxPublisher:
                 log.exception("fast path failed to publish %s", envelope.id)
                 break
             published.append(envelope.id)
-        if not published:
-            return published
-        try:
-            await self._marks.mark_published(published, self._clock.now())
-        except Exception as exc:  # noqa: BLE001 - nothing is lost: see below
-            # Published but not marked: the relay will publish them again, and the
-            # consumers' claim makes the duplicates harmless.
-            log.warning("could not mark %d outbox rows published: %s", len(published), exc)
         return published
 
 
