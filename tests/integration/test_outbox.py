@@ -177,6 +177,30 @@ async def test_fast_path_dispatches_made_together_mark_in_one_statement_and_fail
     assert await _unpublished(engine) == 2
 
 
+async def test_a_publish_that_hangs_leaves_its_row_to_the_relay_and_the_rest_marked(
+    engine: AsyncEngine,
+) -> None:
+    envelopes = [Envelope(queue="jobs.default", body=b"{}") for _ in range(3)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, envelopes, START)
+
+    class HangsOnFirst(SlowCountingPublisher):
+        async def publish(self, envelope: Envelope) -> None:
+            if envelope.id == envelopes[0].id:
+                await asyncio.Event().wait()  # no confirm, ever
+            await super().publish(envelope)
+
+    publisher = HangsOnFirst()
+    fast_path = OutboxPublisher(
+        SqlaOutboxMarks(engine), publisher, FixedClock(), timedelta(seconds=0.2)
+    )
+
+    await asyncio.gather(*(fast_path.dispatch_envelopes([e]) for e in envelopes))
+
+    assert set(publisher.published) == {str(envelopes[1].id), str(envelopes[2].id)}
+    assert await _unpublished(engine) == 1
+
+
 async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone(
     engine: AsyncEngine,
 ) -> None:

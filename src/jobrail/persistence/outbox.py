@@ -121,32 +121,37 @@ class OutboxPublisher:
             span.set_attribute("outbox.published", len(published))
 
     async def _publish_many(self, batches: Sequence[Sequence[Envelope]]) -> list[list[Any]]:
-        results = await asyncio.gather(*(self._publish_in_order(b) for b in batches))
-        published = [row_id for ids in results for row_id in ids]
-        if published:
+        published: list[list[Any]] = [[] for _ in batches]
+        try:
+            # One deadline for the whole batch: the dispatches publish side by side.
+            async with asyncio.timeout(self._timeout):
+                pairs = zip(batches, published, strict=True)
+                await asyncio.gather(*(self._publish_in_order(b, ids) for b, ids in pairs))
+        except TimeoutError:
+            waiting = sum(len(b) for b in batches) - sum(len(ids) for ids in published)
+            log.info("fast path could not publish %d messages in time; the relay will", waiting)
+        ids = [row_id for batch in published for row_id in batch]
+        if ids:
             try:
-                await self._marks.mark_published(published, self._clock.now())
+                await self._marks.mark_published(ids, self._clock.now())
             except Exception as exc:  # noqa: BLE001 - nothing is lost: see below
                 # Published but not marked: the relay will publish them again, and the
                 # consumers' claim makes the duplicates harmless.
-                log.warning("could not mark %d outbox rows published: %s", len(published), exc)
-        return results
+                log.warning("could not mark %d outbox rows published: %s", len(ids), exc)
+        return published
 
-    async def _publish_in_order(self, envelopes: Sequence[Envelope]) -> list[Any]:
-        published = []
+    async def _publish_in_order(self, envelopes: Sequence[Envelope], published: list[Any]) -> None:
         for envelope in envelopes:
             try:
-                async with asyncio.timeout(self._timeout):
-                    await self._publisher.publish(envelope)
-            except (BrokerUnavailableError, TimeoutError) as exc:
+                await self._publisher.publish(envelope)
+            except BrokerUnavailableError as exc:
                 log.info("fast path could not publish %s (%s); the relay will", envelope.id, exc)
-                break
+                return
             except Exception:
                 # The rows are committed: whatever this is, the relay tries them again.
                 log.exception("fast path failed to publish %s", envelope.id)
-                break
+                return
             published.append(envelope.id)
-        return published
 
 
 class OutboxRelay:
