@@ -132,17 +132,31 @@ class PlatformProvider(Provider):
         await pool.close()
 
     @provide(scope=Scope.APP)
-    def outbox_marks(self, pool: PgPool | None, engine: AsyncEngine) -> OutboxMarks:
-        return PgOutboxMarks(pool) if pool is not None else SqlaOutboxMarks(engine)
+    async def pg_outbox_marks(self, pool: PgPool | None) -> AsyncIterator[PgOutboxMarks | None]:
+        """Marks that ride along with the next enqueue statement (None on SQLite)."""
+        if pool is None:
+            yield None
+            return
+        marks = PgOutboxMarks(pool)
+        yield marks
+        await marks.close()  # before the pool closes
+
+    @provide(scope=Scope.APP)
+    def outbox_marks(self, pg_marks: PgOutboxMarks | None, engine: AsyncEngine) -> OutboxMarks:
+        return pg_marks if pg_marks is not None else SqlaOutboxMarks(engine)
 
     @provide(scope=Scope.APP)
     def job_intake(
         self,
         pool: PgPool | None,
+        pg_marks: PgOutboxMarks | None,
         sessionmaker: async_sessionmaker[AsyncSession],
         metrics: Metrics,
     ) -> JobIntake:
-        intake = PgJobIntake(pool) if pool is not None else SqlaJobIntake(sessionmaker)
+        if pool is not None:
+            intake: JobIntake = PgJobIntake(pool, marks=pg_marks)
+        else:
+            intake = SqlaJobIntake(sessionmaker)
         return CountingJobIntake(intake, metrics.jobs)
 
     @provide(scope=Scope.APP)

@@ -1,17 +1,19 @@
 """Group commit on Postgres: enqueues made together share one statement, and each
-keeps its own answer."""
+keeps its own answer; the marks of published outbox rows ride along with it."""
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any
 
 import pytest
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.errors import InvalidInputError
-from jobrail.persistence.pg import PgJobIntake, _Intake, create_pool
+from jobrail.persistence.pg import PgJobIntake, PgOutboxMarks, _Intake, create_pool
 from jobrail.settings import DatabaseSettings
-from tests.fakes import make_job
+from tests.fakes import START, make_job
 
 
 class CountingIntake(PgJobIntake):
@@ -79,3 +81,91 @@ async def test_a_key_reused_with_another_payload_in_one_statement_returns_the_fi
     assert [job.id for job in stored] == [first.id, first.id]
     assert stored[1].payload == {"n": 1}
     assert intake.statements == 1
+
+
+class CountingMarks(PgOutboxMarks):
+    statements = 0
+
+    async def _flush(self, marks: Sequence[tuple[Any, datetime]]) -> None:
+        self.statements += 1
+        await super()._flush(marks)
+
+
+async def _unmarked(intake: PgJobIntake) -> int:
+    query = "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+    return int(await intake._pool.fetchval(query))
+
+
+async def _wait_marked(intake: PgJobIntake) -> None:
+    for _ in range(500):
+        if await _unmarked(intake) == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the outbox rows were never marked published")
+
+
+async def test_marks_ride_along_with_the_next_enqueue_statement(
+    intake: CountingIntake,
+) -> None:
+    marks = CountingMarks(intake._pool, delay_s=60)
+    with_marks = CountingIntake(intake._pool, marks=marks)
+    first = make_job()
+    await _add(with_marks, first)
+    (row_id,) = await intake._pool.fetchval("SELECT array_agg(id) FROM outbox")
+
+    await marks.mark_published([row_id], START)
+    await _add(with_marks, make_job())
+
+    assert (
+        await intake._pool.fetchval("SELECT published_at FROM outbox WHERE id = $1", row_id)
+        == START
+    )
+    assert marks.statements == 0
+    await marks.close()
+
+
+async def test_marks_with_no_enqueue_to_ride_along_go_on_their_own(
+    intake: CountingIntake,
+) -> None:
+    marks = CountingMarks(intake._pool, delay_s=0.01)
+    await _add(intake, make_job())
+    await _add(intake, make_job())
+    ids = await intake._pool.fetchval("SELECT array_agg(id) FROM outbox")
+
+    await marks.mark_published(ids, START)
+
+    await _wait_marked(intake)
+    assert marks.statements == 1
+    await marks.close()
+
+
+async def test_marks_still_waiting_are_written_on_close(intake: CountingIntake) -> None:
+    marks = CountingMarks(intake._pool, delay_s=60)
+    await _add(intake, make_job())
+    ids = await intake._pool.fetchval("SELECT array_agg(id) FROM outbox")
+    await marks.mark_published(ids, START)
+
+    await marks.close()
+
+    assert await _unmarked(intake) == 0
+
+
+async def test_marks_carried_by_a_statement_the_server_refused_are_written_later(
+    intake: CountingIntake,
+) -> None:
+    marks = CountingMarks(intake._pool, delay_s=60)
+    with_marks = CountingIntake(intake._pool, marks=marks)
+    await _add(intake, make_job())
+    ids = await intake._pool.fetchval("SELECT array_agg(id) FROM outbox")
+    await marks.mark_published(ids, START)
+
+    results = await asyncio.gather(
+        _add(with_marks, make_job(entity_id="a\x00b")),
+        _add(with_marks, make_job()),
+        return_exceptions=True,
+    )
+
+    assert isinstance(results[0], Exception)
+    assert isinstance(results[1], Job)
+    assert await _unmarked(intake) == 1  # only the new job's row, published by nobody
+    await marks.close()

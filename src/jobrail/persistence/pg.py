@@ -7,7 +7,9 @@ store (``persistence/jobs.py``) has the same behaviour for SQLite; the contract 
 in ``tests/contracts`` hold both, and the fakes, to the same rules.
 """
 
+import asyncio
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +29,8 @@ from jobrail.persistence import json_codec
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.tables import jobs
 from jobrail.settings import DatabaseSettings
+
+log = logging.getLogger("jobrail.outbox")
 
 COLUMNS = ", ".join(column.name for column in jobs.columns)
 # ENQUEUE binds values in this order.
@@ -112,7 +116,8 @@ RETURNING id
 # Enqueue: the jobs of every request in the batch and their messages, in one statement.
 # JSON documents arrive as text, encoded per request (a NUL is refused for that request
 # alone, before any statement runs). A row whose key is taken (by an earlier row of the
-# same batch too) is left out, and so is its message.
+# same batch too) is left out, and so is its message. The marks of rows published since
+# the last statement ride along (see PgOutboxMarks).
 ENQUEUE = f"""
 WITH added AS (
     INSERT INTO jobs ({COLUMNS})
@@ -136,13 +141,21 @@ WITH added AS (
                   $26::timestamptz[], $27::timestamptz[])
            AS m(job_id, id, queue, body, headers, not_before, created_at)
      WHERE m.job_id IN (SELECT id FROM added)
+), marked AS (
+    UPDATE outbox SET published_at = p.at
+      FROM unnest($28::uuid[], $29::timestamptz[]) AS p(id, at)
+     WHERE outbox.id = p.id
 )
 SELECT id FROM added
 """
 
 BY_KEY = f"SELECT {COLUMNS} FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
 
-MARK_PUBLISHED = "UPDATE outbox SET published_at = $1 WHERE id = ANY($2::uuid[])"
+MARK_PUBLISHED = """
+UPDATE outbox SET published_at = p.at
+  FROM unnest($1::uuid[], $2::timestamptz[]) AS p(id, at)
+ WHERE outbox.id = p.id
+"""
 
 PgPool = asyncpg.Pool
 
@@ -405,9 +418,12 @@ class PgJobIntake(_Pg):
     still gets its own answer: its job, the job an earlier request made with its key,
     a conflict, or its own refusal."""
 
-    def __init__(self, pool: asyncpg.Pool, window_s: float = 0.0) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, window_s: float = 0.0, marks: "PgOutboxMarks | None" = None
+    ) -> None:
         super().__init__(pool)
         self._adds: Coalescer[_Intake, bool] = Coalescer(self._add_many, window_s)
+        self._marks = marks
 
     async def add(self, job: Job, message: JobMessage) -> Job:
         if await self._adds.submit(_Intake.of(job, message)):
@@ -436,8 +452,24 @@ class PgJobIntake(_Pg):
     async def _insert(self, adds: Sequence[_Intake]) -> list[bool]:
         jobs_ = [add.job for add in adds]
         messages = [add.message for add in adds]
-        rows = await self._fetch(
-            ENQUEUE,
+        marks = self._marks.take() if self._marks is not None else []
+        try:
+            rows = await self._fetch(ENQUEUE, *self._arguments(adds, jobs_, messages, marks))
+        except BaseException:
+            if self._marks is not None:
+                self._marks.give_back(marks)
+            raise
+        added = {row["id"] for row in rows}
+        return [job.id in added for job in jobs_]
+
+    @staticmethod
+    def _arguments(
+        adds: Sequence[_Intake],
+        jobs_: Sequence[Job],
+        messages: Sequence[Envelope],
+        marks: Sequence[tuple[Any, datetime]],
+    ) -> list[Any]:
+        return [
             [job.id for job in jobs_],
             [job.tenant_id for job in jobs_],
             [job.type for job in jobs_],
@@ -465,11 +497,67 @@ class PgJobIntake(_Pg):
             [add.headers for add in adds],
             [m.not_before for m in messages],
             [job.created_at for job in jobs_],
-        )
-        added = {row["id"] for row in rows}
-        return [job.id in added for job in jobs_]
+            [row_id for row_id, _ in marks],
+            [at for _, at in marks],
+        ]
 
 
 class PgOutboxMarks(_Pg):
+    """Marks outbox rows published, a moment later: the marks wait for the next enqueue
+    statement, which carries them (PgJobIntake), or at most `delay_s` before going in
+    a statement of their own. So an enqueue costs one statement, not two.
+
+    A mark is a hint, never a promise: one that is lost (the process ends first, the
+    database is down) leaves its row to the relay, which publishes it again, and the
+    consumers' claim makes the duplicate harmless. The delay is far below the age at
+    which the relay takes a row (``outbox.relay_min_age_s``)."""
+
+    def __init__(self, pool: asyncpg.Pool, delay_s: float = 0.05) -> None:
+        super().__init__(pool)
+        self._delay_s = delay_s
+        self._pending: list[tuple[Any, datetime]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing: set[asyncio.Task[None]] = set()
+
     async def mark_published(self, ids: Sequence[Any], at: datetime) -> None:
-        await self._execute(MARK_PUBLISHED, at, list(ids))
+        self._pending.extend((row_id, at) for row_id in ids)
+        if self._timer is None and self._pending:
+            self._timer = asyncio.get_running_loop().call_later(self._delay_s, self._flush_soon)
+
+    def take(self) -> list[tuple[Any, datetime]]:
+        """The marks waiting, for a statement that carries them."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def give_back(self, marks: Sequence[tuple[Any, datetime]]) -> None:
+        """Marks whose statement failed: they wait for the next one."""
+        if marks:
+            self._pending.extend(marks)
+            if self._timer is None:
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(self._delay_s, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._timer = None
+        marks = self.take()
+        if marks:
+            task = asyncio.ensure_future(self._flush(marks))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _flush(self, marks: Sequence[tuple[Any, datetime]]) -> None:
+        try:
+            await self._execute(MARK_PUBLISHED, [i for i, _ in marks], [at for _, at in marks])
+        except Exception as exc:  # noqa: BLE001 - the relay publishes these rows again
+            log.warning("could not mark %d outbox rows published: %s", len(marks), exc)
+
+    async def close(self) -> None:
+        """Write the marks still waiting (at shutdown, before the pool closes)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        marks = self.take()
+        if marks:
+            await self._flush(marks)
+        if self._flushing:
+            await asyncio.gather(*self._flushing, return_exceptions=True)
