@@ -31,6 +31,7 @@ from jobrail.jobs.ports import (
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.jobs.transactional import AfterCommit, IntakeUnitOfWork
 from jobrail.jobs.use_cases import (
     CancelJob,
     EnqueueJob,
@@ -60,7 +61,7 @@ from jobrail.persistence.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPoo
 from jobrail.persistence.tenants import SqlaTenantDirectory
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
-from jobrail.telemetry.metrics import Backlog, CountingJobIntake, Metrics
+from jobrail.telemetry.metrics import Backlog, Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 
@@ -151,13 +152,15 @@ class PlatformProvider(Provider):
         pool: PgPool | None,
         pg_marks: PgOutboxMarks | None,
         sessionmaker: async_sessionmaker[AsyncSession],
-        metrics: Metrics,
     ) -> JobIntake:
+        """The store EnqueueJob's own transactions write to: one statement each."""
         if pool is not None:
-            intake: JobIntake = PgJobIntake(pool, marks=pg_marks)
-        else:
-            intake = SqlaJobIntake(sessionmaker)
-        return CountingJobIntake(intake, metrics.jobs)
+            return PgJobIntake(pool, marks=pg_marks)
+        return SqlaJobIntake(sessionmaker)
+
+    @provide(scope=Scope.APP)
+    def after_commit(self, dispatcher: OutboxDispatcher, metrics: Metrics) -> AfterCommit:
+        return AfterCommit(dispatcher, metrics.jobs)
 
     @provide(scope=Scope.APP)
     def metrics(
@@ -328,12 +331,17 @@ class PlatformProvider(Provider):
     def enqueue_job(
         self,
         intake: JobIntake,
-        dispatcher: OutboxDispatcher,
+        after_commit: AfterCommit,
         catalog: JobCatalog,
         clock: Clock,
         settings: Settings,
     ) -> EnqueueJob:
-        return EnqueueJob(intake, dispatcher, catalog, clock, settings.retry.max_attempts)
+        return EnqueueJob(
+            lambda: IntakeUnitOfWork(intake, after_commit),
+            catalog,
+            clock,
+            settings.retry.max_attempts,
+        )
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

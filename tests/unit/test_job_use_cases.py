@@ -6,6 +6,7 @@ from pydantic import BaseModel
 
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.registry import JobRegistry, job
+from jobrail.jobs.transactional import intake_units
 from jobrail.jobs.use_cases import (
     CancelJob,
     CancelJobCommand,
@@ -61,7 +62,8 @@ def dispatcher() -> FakeDispatcher:
 def enqueue(
     uow: FakeUnitOfWork, registry: JobRegistry, clock: FixedClock, dispatcher: FakeDispatcher
 ) -> EnqueueJob:
-    return EnqueueJob(FakeJobIntake(uow.store), dispatcher, registry, clock, default_max_attempts=5)
+    units = intake_units(FakeJobIntake(uow.store), dispatcher)
+    return EnqueueJob(units, registry, clock, default_max_attempts=5)
 
 
 def greet_cmd(**overrides: object) -> EnqueueJobCommand:

@@ -16,12 +16,12 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
+from jobrail.jobs.transactional import intake_units
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.settings import MetricsSettings
 from jobrail.telemetry.metrics import (
     Backlog,
-    CountingJobIntake,
     JobMetrics,
     Metrics,
     bearer_matches,
@@ -146,13 +146,15 @@ def test_known_job_types_are_exported_at_zero_before_any_job_runs() -> None:
 async def test_an_idempotent_replay_is_not_counted_as_a_new_enqueue() -> None:
     registry = CollectorRegistry()
     metrics = JobMetrics(registry)
-    intake = CountingJobIntake(FakeJobIntake({}), metrics)
+    units = intake_units(FakeJobIntake({}), FakeDispatcher(), metrics)
     first = make_job(idempotency_key="k1")
     replay = make_job(idempotency_key="k1")
     other_type = make_job(type="billing.pay")
 
     for job in (first, replay, other_type):
-        await intake.add(job, _message())
+        async with units() as uow:
+            await uow.intake.add(job, _message())
+            await uow.commit()
 
     assert registry.get_sample_value("jobrail_jobs_enqueued_total", {"job_type": "demo.echo"}) == 1
     assert (

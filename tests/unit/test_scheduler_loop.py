@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from jobrail.jobs.domain import Job
 from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.jobs.registry import JobRegistry, job
+from jobrail.jobs.transactional import intake_units
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.codec import Envelope
@@ -59,7 +60,9 @@ class Fleet:
         self.jobs: dict[JobId, Job] = {}
         self.intake = FlakyIntake(self.jobs)
         registry = JobRegistry([heartbeat], queues=["jobs.default"], default_timeout_s=10)
-        self.enqueue = EnqueueJob(self.intake, FakeDispatcher(), registry, self.timeline, 3)
+        self.enqueue = EnqueueJob(
+            intake_units(self.intake, FakeDispatcher()), registry, self.timeline, 3
+        )
         self.schedules = schedules
         self.alive: dict[str, Scheduler] = {}
         self.created_by: dict[str, list[Fired]] = {}

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from jobrail.demo.jobs import echo
 from jobrail.jobs.gating import Deferred
 from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.transactional import intake_units
 from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.counters import LimitCounters
@@ -72,7 +73,7 @@ def named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
 async def enqueue_echo(**cmd: Any) -> FakeDispatcher:
     dispatcher = FakeDispatcher()
     registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=10)
-    enqueue = EnqueueJob(FakeJobIntake({}), dispatcher, registry, FixedClock(), 5)
+    enqueue = EnqueueJob(intake_units(FakeJobIntake({}), dispatcher), registry, FixedClock(), 5)
     await enqueue(
         EnqueueJobCommand(
             tenant_id=TenantId("acme"), type="demo.echo", payload={"message": "hi"}, **cmd

@@ -85,6 +85,22 @@ class JobIntake(Protocol):
         ...
 
 
+class EnqueueUnitOfWork(Protocol):
+    """A transaction EnqueueJob records jobs in. `intake` adds a job and its message to
+    it; `commit` makes them durable and then, in one place (AfterCommit), hands the new
+    messages to the outbox's fast path and counts the new jobs. Nothing leaves, and
+    nothing is counted, unless it commits."""
+
+    @property
+    def intake(self) -> JobIntake: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def commit(self) -> None: ...
+
+
 class OutboxMarks(Protocol):
     async def mark_published(self, ids: Sequence[Any], at: datetime) -> None: ...
 

@@ -1,44 +1,132 @@
-"""What a unit of work offers besides repositories: enqueueing jobs and publishing
-integration events, both in the caller's transaction (through the outbox)."""
+"""Enqueueing in a transaction, and what happens once it commits.
 
+- ``AfterCommit`` is the one place where what a committed transaction enqueued
+  leaves: its messages go to the outbox's fast path, its new jobs are counted.
+- ``RecordingIntake`` and ``TransactionIntake`` note what a unit of work enqueued,
+  for its commit.
+- ``IntakeUnitOfWork`` is the unit of work of one statement that ``EnqueueJob`` uses
+  on its own (routes, the scheduler).
+- ``TransactionJobQueue`` and ``OutboxEventPublisher`` are what a unit of work
+  offers its use cases besides repositories: enqueueing jobs and publishing
+  integration events in the caller's transaction.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Self
+
+from jobrail.jobs.domain import Job
 from jobrail.jobs.events import EventCatalog
-from jobrail.jobs.ports import JobCatalog, JobRepository, Outbox
-from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult, record_job
-from jobrail.kernel.clock import Clock
+from jobrail.jobs.messages import JobMessage, Outgoing
+from jobrail.jobs.ports import (
+    EnqueueCounter,
+    EnqueueUnitOfWork,
+    JobIntake,
+    JobRepository,
+    Outbox,
+    OutboxDispatcher,
+)
+from jobrail.jobs.use_cases.enqueue import EnqueueJob, EnqueueJobCommand, EnqueueResult
 from jobrail.kernel.events import IntegrationEvent
 
 
-class OutboxJobQueue:
-    """Enqueue a job as part of the caller's transaction (see EnqueueJob for the rules)."""
+class AfterCommit:
+    """Runs once a transaction that enqueued has committed: publishes its messages
+    (the fast path; the relay publishes what it misses) and counts its new jobs."""
 
-    def __init__(
-        self,
-        jobs: JobRepository,
-        outbox: Outbox,
-        job_types: JobCatalog,
-        clock: Clock,
-        default_max_attempts: int,
-    ) -> None:
+    def __init__(self, dispatcher: OutboxDispatcher, counter: EnqueueCounter | None = None) -> None:
+        self._dispatcher = dispatcher
+        self._counter = counter
+
+    async def __call__(self, messages: Sequence[Outgoing], created: Sequence[str]) -> None:
+        if self._counter is not None:
+            for job_type in created:
+                self._counter.enqueued(job_type)
+        if messages:
+            await self._dispatcher.dispatch(messages)
+
+
+class RecordingIntake:
+    """Adds through `store` and notes what was new, for the commit: a new job's type
+    (it is counted) and its message (it is dispatched)."""
+
+    def __init__(self, store: JobIntake) -> None:
+        self._store = store
+        self.messages: list[Outgoing] = []
+        self.created: list[str] = []
+
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        stored = await self._store.add(job, message)
+        if stored.id == job.id:  # otherwise an idempotent replay: nothing new to send
+            self.created.append(job.type)
+            self.messages.append(message)
+        return stored
+
+    def take(self) -> tuple[list[Outgoing], list[str]]:
+        messages, self.messages = self.messages, []
+        created, self.created = self.created, []
+        return messages, created
+
+
+class TransactionIntake:
+    """The intake of a unit of work over repositories: the job through its
+    repository, its message through its outbox (dispatched with the outbox's other
+    messages after the commit), in the unit's transaction."""
+
+    def __init__(self, jobs: JobRepository, outbox: Outbox) -> None:
         self._jobs = jobs
         self._outbox = outbox
-        self._job_types = job_types
-        self._clock = clock
-        self._default_max_attempts = default_max_attempts
         self.created: list[str] = []
-        """Types of the jobs this transaction created (idempotent replays excluded)."""
+
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        stored = await self._jobs.add(job)
+        if stored.id == job.id:
+            await self._outbox.add(message)
+            self.created.append(job.type)
+        return stored
+
+    def take_created(self) -> list[str]:
+        created, self.created = self.created, []
+        return created
+
+
+class IntakeUnitOfWork:
+    """A unit of work of one statement: the store's `add` writes the job and its
+    message atomically on its own (on Postgres in one statement, shared with the
+    enqueues made at the same moment), so it is the commit point, and `commit` runs
+    what follows a commit. It holds nothing else: a use case that writes more uses
+    its context's unit of work and `EnqueueJob.into`."""
+
+    def __init__(self, store: JobIntake, after_commit: AfterCommit) -> None:
+        self._after_commit = after_commit
+        self.intake = RecordingIntake(store)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def commit(self) -> None:
+        await self._after_commit(*self.intake.take())
+
+
+def intake_units(
+    store: JobIntake, dispatcher: OutboxDispatcher, counter: EnqueueCounter | None = None
+) -> Callable[[], IntakeUnitOfWork]:
+    """Units of work of one statement over `store`, for `EnqueueJob`."""
+    after_commit = AfterCommit(dispatcher, counter)
+    return lambda: IntakeUnitOfWork(store, after_commit)
+
+
+class TransactionJobQueue:
+    """Enqueue a job in an open unit of work (EnqueueJob's rules; the caller commits)."""
+
+    def __init__(self, enqueue: EnqueueJob, uow: EnqueueUnitOfWork) -> None:
+        self._enqueue = enqueue
+        self._uow = uow
 
     async def enqueue(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        result = await record_job(
-            self._jobs,
-            self._outbox,
-            self._job_types,
-            cmd,
-            now=self._clock.now(),
-            default_max_attempts=self._default_max_attempts,
-        )
-        if result.created:
-            self.created.append(result.job.type)
-        return result
+        return await self._enqueue.into(self._uow, cmd)
 
 
 class OutboxEventPublisher:
@@ -46,7 +134,7 @@ class OutboxEventPublisher:
     transaction. The job's idempotency key is the event id and the consumer, so
     publishing the same event twice records each consumer's job once."""
 
-    def __init__(self, queue: OutboxJobQueue, events: EventCatalog) -> None:
+    def __init__(self, queue: TransactionJobQueue, events: EventCatalog) -> None:
         self._queue = queue
         self._events = events
 

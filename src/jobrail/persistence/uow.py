@@ -4,7 +4,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
-from jobrail.jobs.transactional import OutboxEventPublisher, OutboxJobQueue
+from jobrail.jobs.transactional import (
+    AfterCommit,
+    OutboxEventPublisher,
+    TransactionIntake,
+    TransactionJobQueue,
+)
+from jobrail.jobs.use_cases.enqueue import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.inbox import SqlaInbox
@@ -16,7 +22,8 @@ U = TypeVar("U", bound="SqlaUnitOfWork")
 
 class SqlaUnitOfWork:
     """One session, one transaction. Rolls back unless `commit()` is called; after the
-    commit, the messages the transaction added to the outbox are dispatched.
+    commit, AfterCommit dispatches the messages the transaction added to the outbox
+    and counts the jobs it created.
 
     Contexts extend it with their repositories on the same session, so that their
     changes, the jobs they enqueue and the events they publish commit together."""
@@ -24,27 +31,24 @@ class SqlaUnitOfWork:
     jobs: SqlaJobRepository
     outbox: SqlaOutbox
     inbox: SqlaInbox
-    queue: OutboxJobQueue
+    intake: TransactionIntake
+    queue: TransactionJobQueue
     events: OutboxEventPublisher
     session: AsyncSession
 
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        dispatcher: OutboxDispatcher,
+        after_commit: AfterCommit,
         clock: Clock,
         event_catalog: EventCatalog,
-        job_types: JobCatalog,
-        default_max_attempts: int,
-        enqueued: EnqueueCounter | None = None,
+        enqueue: EnqueueJob,
     ) -> None:
         self._sessionmaker = sessionmaker
-        self._enqueued = enqueued
-        self._dispatcher = dispatcher
+        self._after_commit = after_commit
         self._clock = clock
         self._event_catalog = event_catalog
-        self._job_types = job_types
-        self._default_max_attempts = default_max_attempts
+        self._enqueue = enqueue
         self.committed = False
 
     async def __aenter__(self) -> Self:
@@ -52,9 +56,8 @@ class SqlaUnitOfWork:
         self.jobs = SqlaJobRepository(self.session)
         self.outbox = SqlaOutbox(self.session, self._clock)
         self.inbox = SqlaInbox(self.session, self._clock)
-        self.queue = OutboxJobQueue(
-            self.jobs, self.outbox, self._job_types, self._clock, self._default_max_attempts
-        )
+        self.intake = TransactionIntake(self.jobs, self.outbox)
+        self.queue = TransactionJobQueue(self._enqueue, self)
         self.events = OutboxEventPublisher(self.queue, self._event_catalog)
         self.committed = False
         return self
@@ -70,17 +73,14 @@ class SqlaUnitOfWork:
         with database_errors():
             await self.session.commit()
         self.committed = True
-        created, self.queue.created = self.queue.created, []
-        if self._enqueued is not None:
-            for job_type in created:
-                self._enqueued.enqueued(job_type)
         pending, self.outbox.pending = self.outbox.pending, []
-        if pending:
-            await self._dispatcher.dispatch(pending)
+        await self._after_commit(pending, self.intake.take_created())
 
 
 class UnitOfWorkFactory:
-    """Makes units of work (the platform's or a context's subclass) with the shared wiring."""
+    """Makes units of work (the platform's or a context's subclass) with the shared
+    wiring: one AfterCommit, and an EnqueueJob whose own transactions are units of
+    work of this factory."""
 
     def __init__(
         self,
@@ -92,14 +92,13 @@ class UnitOfWorkFactory:
         default_max_attempts: int,
         enqueued: EnqueueCounter | None = None,
     ) -> None:
+        enqueue = EnqueueJob(lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts)
         self._args = (
             sessionmaker,
-            dispatcher,
+            AfterCommit(dispatcher, enqueued),
             clock,
             event_catalog,
-            job_types,
-            default_max_attempts,
-            enqueued,
+            enqueue,
         )
 
     def __call__(self, kind: type[U]) -> U:

@@ -43,8 +43,7 @@ from prometheus_client import make_wsgi_app as make_exposition_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import JobIntake, QueueDepth, QueueStats
+from jobrail.jobs.ports import QueueDepth, QueueStats
 from jobrail.kernel.clock import Clock
 from jobrail.limits.counters import LimitCounters
 from jobrail.settings import MetricsSettings
@@ -195,21 +194,6 @@ class JobMetrics:
 def _seconds(start: datetime, end: datetime) -> float:
     # Clocks of the API and of workers differ a little: never a negative duration.
     return max(0.0, (end - start).total_seconds())
-
-
-class CountingJobIntake:
-    """A JobIntake that counts the jobs it records by type. Every enqueue through
-    EnqueueJob (the API, a scheduler, a context's route) passes here."""
-
-    def __init__(self, intake: JobIntake, metrics: JobMetrics) -> None:
-        self._intake = intake
-        self._metrics = metrics
-
-    async def add(self, job: Job, message: JobMessage) -> Job:
-        stored = await self._intake.add(job, message)
-        if stored.id == job.id:  # otherwise an idempotent replay: the job made before
-            self._metrics.enqueued(job.type)
-        return stored
 
 
 _LIMIT_SERIES = {

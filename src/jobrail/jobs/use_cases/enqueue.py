@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 
@@ -6,15 +7,7 @@ from opentelemetry.trace import SpanKind
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import (
-    EnqueueJobCommand,
-    EnqueueResult,
-    JobCatalog,
-    JobIntake,
-    JobRepository,
-    Outbox,
-    OutboxDispatcher,
-)
+from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult, EnqueueUnitOfWork, JobCatalog
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, new_id
@@ -22,7 +15,7 @@ from jobrail.kernel.ids import JobId, new_id
 _tracer = trace.get_tracer("jobrail.jobs")
 
 
-__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueResult", "message_for", "record_job"]
+__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueResult", "message_for"]
 
 
 class EnqueueJob:
@@ -34,33 +27,47 @@ class EnqueueJob:
     - Every job belongs to the tenant that asked for it.
     - The job keeps the trace context of its enqueue: its messages carry it, and the
       worker's spans join the caller's trace.
+
+    Called on its own, it enqueues in a unit of work of its own (`units`: for routes
+    and the scheduler, one statement); `into` enqueues in a unit of work the caller
+    has open, so that the job commits with the caller's other writes or not at all.
     """
 
     def __init__(
         self,
-        intake: JobIntake,
-        dispatcher: OutboxDispatcher,
+        units: Callable[[], EnqueueUnitOfWork],
         catalog: JobCatalog,
         clock: Clock,
         default_max_attempts: int,
     ) -> None:
-        self._intake = intake
-        self._dispatcher = dispatcher
+        self._units = units
         self._catalog = catalog
         self._clock = clock
         self._default_max_attempts = default_max_attempts
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
+        # The span covers the commit too: the fast-path publish is its child.
         with _enqueue_span(cmd) as span:
-            candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
-            message = message_for(candidate, self._catalog)
-            job = await self._intake.add(candidate, message)
-            _traced(span, job, created=job.id == candidate.id)
-            if job.id != candidate.id:
-                _ensure_same_request(job, candidate)
-                return EnqueueResult(job=job, created=False)
-            await self._dispatcher.dispatch([message])
-            return EnqueueResult(job=job, created=True)
+            async with self._units() as uow:
+                result = await self._record(uow, cmd, span)
+                await uow.commit()
+        return result
+
+    async def into(self, uow: EnqueueUnitOfWork, cmd: EnqueueJobCommand) -> EnqueueResult:
+        """Enqueue in `uow`'s open transaction; the caller commits."""
+        with _enqueue_span(cmd) as span:
+            return await self._record(uow, cmd, span)
+
+    async def _record(
+        self, uow: EnqueueUnitOfWork, cmd: EnqueueJobCommand, span: trace.Span
+    ) -> EnqueueResult:
+        candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
+        job = await uow.intake.add(candidate, message_for(candidate, self._catalog))
+        created = job.id == candidate.id
+        _traced(span, job, created=created)
+        if not created:
+            _ensure_same_request(job, candidate)
+        return EnqueueResult(job=job, created=created)
 
 
 def new_job(
@@ -116,27 +123,6 @@ def message_for(job: Job, catalog: JobCatalog, not_before: datetime | None = Non
         limit_keys=catalog.limit_keys(job.type, job.payload, job.tenant_id),
         not_before=not_before or job.run_after,
     )
-
-
-async def record_job(
-    jobs: JobRepository,
-    outbox: Outbox,
-    catalog: JobCatalog,
-    cmd: EnqueueJobCommand,
-    *,
-    now: datetime,
-    default_max_attempts: int,
-) -> EnqueueResult:
-    """Add a job and its message to the caller's transaction (the caller commits)."""
-    with _enqueue_span(cmd) as span:
-        candidate = new_job(catalog, cmd, now, default_max_attempts)
-        job = await jobs.add(candidate)
-        _traced(span, job, created=job.id == candidate.id)
-        if job.id != candidate.id:
-            _ensure_same_request(job, candidate)
-            return EnqueueResult(job=job, created=False)
-        await outbox.add(message_for(job, catalog))
-        return EnqueueResult(job=job, created=True)
 
 
 def _ensure_same_request(existing: Job, candidate: Job) -> None:
