@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.common import (
     AMQP_URL,
@@ -64,19 +65,34 @@ async def _client(
         writer.close()
 
 
-async def load(port: int, request: bytes, concurrency: int, seconds: float) -> dict[str, float]:
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def load(
+    port: int, request: bytes, concurrency: int, seconds: float, pid: int | None = None
+) -> dict[str, float]:
+    """Requests/s and latencies at `concurrency`; with the server's `pid`, also the CPU
+    time it spent per request (user + system): on a machine other work shares, the
+    figure that moves least with the load of others."""
     latencies: list[float] = []
     statuses: list[int] = []
     warm_stop = time.perf_counter() + 1.0
     await asyncio.gather(*(_client(port, request, warm_stop, [], []) for _ in range(concurrency)))
     started = time.perf_counter()
+    cpu_before = _cpu_s(pid)
     stop_at = started + seconds
     await asyncio.gather(
         *(_client(port, request, stop_at, latencies, statuses) for _ in range(concurrency))
     )
     elapsed = time.perf_counter() - started
+    cpu = _cpu_s(pid) - cpu_before
     latencies.sort()
     return {
+        "cpu_ms_per_request": round(1000 * cpu / len(latencies), 3),
         "rps": round(len(latencies) / elapsed),
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
@@ -142,9 +158,10 @@ async def _jobrail(
     stack: Stack, concurrency: int, seconds: float
 ) -> tuple[dict[str, float], dict[str, float]]:
     """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own h11 protocol)."""
-    async with jobrail_api(stack) as (_, port, key):
-        enqueue = await load(port, echo_request(key), concurrency, seconds)
-        health = await load(port, _request("GET", "/health"), concurrency, seconds)
+    async with jobrail_api(stack) as (server, port, key):
+        pid = server.popen.pid
+        enqueue = await load(port, echo_request(key), concurrency, seconds, pid)
+        health = await load(port, _request("GET", "/health"), concurrency, seconds, pid)
     return enqueue, health
 
 
@@ -176,10 +193,10 @@ async def _peers(
     )
     try:
         await wait_until(lambda: _ready(port, "/health"), 60, "the peer API", interval=0.2)
-        insert_kiq = await load(
-            port, _request("POST", "/insert-kiq", ECHO_BODY), concurrency, seconds
-        )
-        kiq = await load(port, _request("POST", "/kiq", ECHO_BODY), concurrency, seconds)
+        pid = server.popen.pid
+        insert_request = _request("POST", "/insert-kiq", ECHO_BODY)
+        insert_kiq = await load(port, insert_request, concurrency, seconds, pid)
+        kiq = await load(port, _request("POST", "/kiq", ECHO_BODY), concurrency, seconds, pid)
     finally:
         server.stop()
         await delete_queues([queue, f"{queue}.dlq"], [f"{queue}.exchange"])

@@ -73,13 +73,20 @@ def api_ratios(api: dict[str, Any]) -> dict[str, float]:
         "enqueue_p50_vs_health_p50": round(enqueue["p50_ms"] / api["health"]["p50_ms"], 2),
         "enqueue_vs_insert_kiq_peer": round(enqueue["rps"] / api["peer_insert_kiq"]["rps"], 2),
         "enqueue_vs_kiq_peer": round(enqueue["rps"] / api["peer_kiq"]["rps"], 2),
+        # The same comparisons in CPU time per request (the peer's over jobrail's).
+        "enqueue_cpu_vs_insert_kiq_peer": round(
+            api["peer_insert_kiq"]["cpu_ms_per_request"] / enqueue["cpu_ms_per_request"], 2
+        ),
+        "enqueue_cpu_vs_health": round(
+            enqueue["cpu_ms_per_request"] / api["health"]["cpu_ms_per_request"], 2
+        ),
     }
 
 
 def api_figures(api: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, Any] = {"concurrency": api["concurrency"]}
     for name in ("enqueue", "health", "peer_insert_kiq", "peer_kiq"):
-        for measure in ("rps", "p50_ms", "p99_ms", "errors"):
+        for measure in ("rps", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request"):
             figures[f"{name}_{measure}"] = api[name][measure]
     return figures
 
@@ -91,7 +98,7 @@ def api_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         errors = f", {a[f'{name}_errors']} errors" if a[f"{name}_errors"] else ""
         return (
             f"{a[f'{name}_rps']} req/s, p50 {a[f'{name}_p50_ms']} ms, "
-            f"p99 {a[f'{name}_p99_ms']} ms{errors}"
+            f"p99 {a[f'{name}_p99_ms']} ms, CPU {a[f'{name}_cpu_ms_per_request']} ms/req{errors}"
         )
 
     return [
@@ -105,6 +112,11 @@ def api_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         ("ratio jobrail enqueue / .kiq()-only peer (req/s)", f"{ratios['enqueue_vs_kiq_peer']}"),
         ("enqueue p50 / health p50", f"{ratios['enqueue_p50_vs_health_p50']} (target <= 3)"),
+        (
+            "CPU per request: insert-then-.kiq() peer / jobrail enqueue",
+            f"{ratios['enqueue_cpu_vs_insert_kiq_peer']}",
+        ),
+        ("CPU per request: jobrail enqueue / health", f"{ratios['enqueue_cpu_vs_health']}"),
     ]
 
 
