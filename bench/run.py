@@ -9,6 +9,7 @@ import asyncio
 import datetime
 import json
 import re
+import statistics
 import sys
 import time
 from typing import Any
@@ -185,13 +186,22 @@ async def measure_api(seconds: float) -> dict[str, Any]:
 
 
 def main_api_only() -> None:
-    """`python -m bench.run --api-only [--quick]`: jobrail's API and its peers alone."""
-    started = time.time()
-    results = asyncio.run(measure_api(4 if "--quick" in sys.argv else 8))
-    results["seconds"] = round(time.time() - started)
-    write_json(RESULTS / f"api-{results['date'][:19].replace(':', '')}.json", results)
-    print("\n".join(render(api_rows(results))))
-    print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
+    """`python -m bench.run --api-only [--quick] [--rounds N]`: jobrail's API and its
+    peers alone, N times back to back (the machine's noise shows in the spread); the
+    last line gives the median of each ratio."""
+    rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
+    all_ratios: list[dict[str, float]] = []
+    for _ in range(rounds):
+        started = time.time()
+        results = asyncio.run(measure_api(4 if "--quick" in sys.argv else 8))
+        results["seconds"] = round(time.time() - started)
+        write_json(RESULTS / f"api-{results['date'][:19].replace(':', '')}.json", results)
+        print("\n".join(render(api_rows(results))), flush=True)
+        print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
+        all_ratios.append(results["ratios"])
+    if rounds > 1:
+        medians = {name: statistics.median(r[name] for r in all_ratios) for name in all_ratios[0]}
+        print("median of", rounds, "rounds:", json.dumps(medians))
 
 
 def main() -> None:
