@@ -61,10 +61,3 @@ def job_envelope(
             outages=outages,
         )
     )
-
-
-def with_task_id(body: bytes, task_id: str) -> bytes:
-    """A job message's body under another task id."""
-    data = json.loads(body)
-    data["task_id"] = task_id
-    return json.dumps(data, separators=(",", ":")).encode()

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import DeadLetterMessage, JobMessage
 from jobrail.jobs.use_cases import (
     PurgeDeadLetters,
     PurgeDeadLettersCommand,
@@ -18,12 +19,11 @@ from jobrail.jobs.use_cases import (
 )
 from jobrail.jobs.use_cases.redrive import CLEAN_UP_LIMIT, NOT_SCANNED
 from jobrail.kernel.errors import InvalidInputError
-from jobrail.kernel.ids import JobId, new_id
+from jobrail.kernel.ids import JobId
 from jobrail.messaging.brokers import EmbeddedJobBroker
-from jobrail.messaging.codec import Envelope, dead_letter
+from jobrail.messaging.codec import Envelope, dead_letter, encode
 from jobrail.settings import RabbitSettings
 from tests.fakes import NO_TYPES, FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
-from tests.support.wire import job_envelope, with_task_id
 
 
 @pytest.fixture
@@ -51,17 +51,16 @@ def failed_job(uow: FakeUnitOfWork, clock: FixedClock, **overrides: object) -> J
 
 def letter_of(job: Job, failed_at: datetime | None, reason: str = "boom") -> Envelope:
     """The dead letter the runner makes for a failure of `job` that ended at `failed_at`."""
-    message_id = str(new_id())
-    message = job_envelope(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="t")
-    return dead_letter(
-        body=with_task_id(message.body, message_id),
-        reason=reason,
-        source_queue=job.queue,
-        dead_letter_queue="jobs.dlq",
-        at=failed_at or datetime.now().astimezone(),
-        headers=message.headers,
-        message_id=message_id,
-        job_failed_at=failed_at,
+    message = JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="t")
+    return encode(
+        DeadLetterMessage(
+            message=message,
+            reason=reason,
+            source_queue=job.queue,
+            dead_letter_queue="jobs.dlq",
+            at=failed_at or datetime.now().astimezone(),
+            job_failed_at=failed_at,
+        )
     )
 
 

@@ -65,7 +65,6 @@ class JobRoutes:
         self, registry: JobRegistry, default_queue: str, *, batch_window_s: float = 0.0
     ) -> None:
         self.registry = registry
-        self._registry = registry
         self.default_queue = default_queue
         self.batch_window_s = batch_window_s
         """How long the worker's receiver waits for more deliveries to start together."""
@@ -76,7 +75,7 @@ class JobRoutes:
     def use(self, container: AsyncContainer) -> None:
         """Bind every handler to `container` (its request scopes are the attempts')."""
         self._container = container
-        self._routes = {spec.name: self._route(spec, container) for spec in self._registry}
+        self._routes = {spec.name: self._route(spec, container) for spec in self.registry}
 
     async def start(self) -> None:
         """Resolve the runner once, so that a delivery awaits nothing before its first
@@ -87,7 +86,7 @@ class JobRoutes:
             self._runner = await self._container.get(JobRunner)
 
     def knows(self, job_type: str) -> bool:
-        return self._registry.spec(job_type) is not None
+        return self.registry.spec(job_type) is not None
 
     def delivery(self, body: bytes) -> JobMessage | None:
         """The job message in `body` if it is one of a type routed here, else None."""
@@ -180,7 +179,7 @@ class JobRoutes:
 
         job_run = JobRun(
             handler=bound,
-            timeout=self._registry.timeout(spec.name),
+            timeout=self.registry.timeout(spec.name),
             limits=spec.limits,
             retry_base_s=spec.retry_base_s,
             retry_cap_s=spec.retry_cap_s,
