@@ -1,6 +1,7 @@
 """The runner's parts on their own: the backoff, the error classification, the retry
-decision's limits, and where a message goes that cannot run now."""
+decision's limits, where a message goes that cannot run now, and the watchdog."""
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.registry import JobSpec
 from jobrail.jobs.rerouting import ComeBack, Done, Refuse, leased_elsewhere, unclaimed, when_due
 from jobrail.jobs.retry import RetryPolicy, backoff
-from jobrail.jobs.watchdog import LeaseLostError
+from jobrail.jobs.watchdog import LeaseLostError, Watchdog
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.limits.model import LimitsUnavailableError
 from tests.fakes import START, make_job
@@ -152,3 +153,85 @@ def test_a_job_not_due_yet_is_looked_at_when_it_is_due() -> None:
     assert unclaimed(message, job, START) == ComeBack(START + timedelta(minutes=5))
     due = make_job()
     assert unclaimed(message, due, START) == ComeBack(START + timedelta(seconds=1))
+
+
+class Held:
+    """A hold of a running attempt, as the watchdog sees it: renewals answer from
+    `answers` (True: held, False: gone, an exception: unconfirmed)."""
+
+    def __init__(self, name: str, every_s: float, life_s: float, answers: list[object]) -> None:
+        self.name = name
+        self.renew_every_s = every_s
+        self._life_s = life_s
+        self._answers = answers
+        self.renewals = 0
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._until = loop.time() + life_s
+
+    def left_s(self) -> float:
+        return self._until - self._loop.time()
+
+    async def renew(self) -> bool:
+        self.renewals += 1
+        answer = self._answers.pop(0) if self._answers else True
+        if isinstance(answer, Exception):
+            raise answer
+        if answer:
+            self._until = self._loop.time() + self._life_s
+        return bool(answer)
+
+    def taken(self) -> Exception:
+        return LookupError(f"{self.name} taken")
+
+    def lapsed(self, late_s: float) -> Exception:
+        return TimeoutError(f"{self.name} lapsed")
+
+
+async def test_one_watchdog_renews_every_hold_and_stops_the_attempt_when_one_is_gone() -> None:
+    lease = Held("lease", 0.02, 1.0, [])
+    lock = Held("lock", 0.05, 1.0, [True, False])  # gone at its second renewal
+
+    with pytest.raises(LookupError, match="lock taken"):
+        await Watchdog([lease, lock], "j1").run(lambda: asyncio.sleep(5))
+
+    assert lock.renewals == 2
+    assert lease.renewals >= 2  # renewed on its own cadence meanwhile
+
+
+async def test_the_watchdog_stops_an_attempt_whose_renewals_are_not_confirmed_in_time() -> None:
+    loop = asyncio.get_running_loop()
+    lease = Held("lease", 0.02, 0.06, [OSError("database away")] * 100)
+    began = loop.time()
+
+    with pytest.raises(TimeoutError, match="lease lapsed"):
+        await Watchdog([lease], "j1").run(lambda: asyncio.sleep(5))
+
+    assert lease.renewals >= 2
+    assert loop.time() - began < 1  # at its deadline, not at the attempt's end
+
+
+async def test_an_attempt_that_ends_before_its_first_renewal_renews_nothing() -> None:
+    lease = Held("lease", 0.05, 0.15, [])
+
+    assert await Watchdog([lease], "j1").run(lambda: _value(7)) == 7
+    await asyncio.sleep(0.1)  # past the renewal that would have been due
+
+    assert lease.renewals == 0
+
+
+async def test_a_cancellation_from_outside_the_watchdog_stays_a_cancellation() -> None:
+    lease = Held("lease", 0.02, 0.06, [])
+    attempt = asyncio.ensure_future(Watchdog([lease], "j1").run(lambda: asyncio.sleep(5)))
+    await asyncio.sleep(0.05)
+    attempt.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await attempt
+    renewed = lease.renewals
+    await asyncio.sleep(0.05)
+    assert lease.renewals == renewed  # nothing renews after the attempt ended
+
+
+async def _value(value: int) -> int:
+    return value

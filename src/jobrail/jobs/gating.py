@@ -1,19 +1,19 @@
 """The gate port: what the runner asks of the job rate limits and locks before an attempt.
 
 ``JobGate.enter`` admits a job on everything its type declares, in one round trip,
-or says how long to wait (`Deferred`). Admitted, the job runs inside the `Admitted`
-hold, which keeps its lock and slots while it runs and releases them at the end. The
+or says how long to wait (`Deferred`). Admitted, the job runs holding the `Admitted`
+admission, whose lock and slots the attempt's watchdog keeps renewed while it runs
+(``jobrail.jobs.watchdog``), and which releases them at the end. The
 Redis and in-memory implementation is ``jobrail.limits.gate``.
 """
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import Protocol
 
+from jobrail.jobs.watchdog import Kept
 from jobrail.limits.model import JobLimits
-
-T = TypeVar("T")
 
 
 def job_owner(job_id: object) -> str:
@@ -47,8 +47,10 @@ class Admitted(Protocol):
         """The lock's fencing token, for writes guarded by it (None: no lock)."""
         ...
 
-    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run `work` while keeping the lock and slots; a hold that is lost stops it."""
+    @property
+    def kept(self) -> Kept | None:
+        """What the attempt's watchdog must keep renewed while the job runs (the lock and
+        slot leases), or None if nothing held lapses."""
         ...
 
     async def release(self, *, refund: bool = False) -> None:

@@ -7,7 +7,7 @@ delivery, so a crash at any point means redelivery, never loss.
 
 A claim is a lease on the job: until it ends no other worker may start the job.
 Every claim is short: `RunnerConfig.lease` (a few seconds), renewed every third of
-it while the job runs (`_LeaseRenewal`), or the job's timeout + grace when that is
+it while the job runs (``jobrail.jobs.watchdog``), or the job's timeout + grace when that is
 shorter. A job that ends before its first renewal (most do) costs one claim and one
 record, nothing more; a job that runs long keeps its claim for as long as its worker
 renews it, and stops itself shortly before its lease would end if no renewal is
@@ -78,7 +78,7 @@ from jobrail.jobs.ports import (
 from jobrail.jobs.rerouting import Done, Refuse, leased_elsewhere, unclaimed, when_due
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.jobs.waiting import hold
-from jobrail.jobs.watchdog import LeaseWatchdog
+from jobrail.jobs.watchdog import Kept, KeptClaim, Watchdog
 from jobrail.kernel.clock import Clock
 from jobrail.limits.model import JobLimits
 
@@ -383,7 +383,8 @@ class JobRunner:
         delivery: JobMessage,
     ) -> Sequence[Outgoing]:
         """Run the handler once and apply the outcome to `job`; return the messages to
-        send. With `renew`, the claim's lease is renewed while the handler runs."""
+        send. One watchdog keeps what the attempt holds while the handler runs: with
+        `renew`, the claim's lease; the admission's lock and slots, if any."""
         ctx = JobContext(
             job_id=job.id,
             job_type=job.type,
@@ -397,18 +398,18 @@ class JobRunner:
         if job.cancel_requested:  # asked while its previous worker was dying
             job.stop_cancelled(self._clock.now())
             return ()
+        holds: list[Kept] = []
+        if renew is not None:
+            holds.append(KeptClaim(self._store, job, renew, self._clock))
+        if hold is not None and (kept := hold.kept) is not None:
+            holds.append(kept)
         try:
             async with asyncio.timeout(timeout.total_seconds()):
-
-                def work() -> Awaitable[Any]:
-                    if hold is None:
-                        return job_run.handler(job.payload, ctx)
-                    return hold.run(lambda: job_run.handler(job.payload, ctx))
-
-                if renew is None:
-                    result = await work()
+                if holds:
+                    watchdog = Watchdog(holds, job.id)
+                    result = await watchdog.run(lambda: job_run.handler(job.payload, ctx))
                 else:
-                    result = await LeaseWatchdog(self._store, job, renew, self._clock).run(work)
+                    result = await job_run.handler(job.payload, ctx)
             stored = stored_result(result, self._config.max_result_bytes)
         except Exception as exc:  # every ending has its verdict (jobrail.jobs.outcomes)
             verdict = classify(exc, timeout)

@@ -1,17 +1,24 @@
-"""The watchdog of a running attempt: it keeps the attempt's claim, or stops it.
+"""The watchdog of a running attempt: it keeps what the attempt holds, or stops it.
 
-A claim is a lease on the job (see ``jobrail.jobs.runner``): `LeaseWatchdog` renews it
-every third of the lease while the attempt runs, and stops the attempt when a renewal
-finds the claim gone, or when no renewal has been confirmed by RENEWAL_MARGIN of a
-lease before the last confirmed lease ends: from that moment another worker may take
-the job over, and the two must not run it at once.
+An attempt may hold things that lapse unless renewed: its claim's lease on the job (see
+``jobrail.jobs.runner``) and the lock and concurrency slots its admission took (see
+``jobrail.jobs.gating``). One `Watchdog` keeps them all: it renews each every third of
+its lifetime, and stops the attempt when a renewal finds the hold gone, or when no
+renewal has been confirmed by a margin before the last confirmed one runs out. From
+that moment another worker may take the job (or the lock) over, and the two must not
+run at once.
+
+The watchdog runs the attempt in the caller's task and renews on one timer (the earliest
+of its holds' renewals and deadlines), not in tasks of its own: most jobs end before the
+first renewal is due and pay for one timer, nothing more.
 """
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.ports import ClaimToken, JobStore
@@ -33,116 +40,161 @@ class LeaseLostError(TransientError):
 
     `unconfirmed`: no one took the job over, the database just did not confirm a
     renewal in time, and the attempt stopped on time (before its lease ended). That
-    attempt is given back rather than spent (see `JobRunner._attempt`)."""
+    attempt is given back rather than spent (see ``jobrail.jobs.outcomes``)."""
 
     def __init__(self, message: str, *, unconfirmed: bool = False) -> None:
         super().__init__(message)
         self.unconfirmed = unconfirmed
 
 
-class LeaseWatchdog:
-    """Runs an attempt while renewing its claim's lease every third of it. The renewals
-    are timers, not a task: most jobs end before the first one is due, and pay nothing.
+class Kept(Protocol):
+    """Something a running attempt holds that lapses unless renewed."""
 
-    The attempt is stopped when a renewal finds the claim gone (another worker took the
-    job over), and when no renewal has been confirmed by RENEWAL_MARGIN of a lease
-    before the last confirmed lease ends, whether the renewals failed or hang: from
-    that moment another worker may take the job over, and the two must not run it at
-    once. (A renewal the database confirms late cannot help: the attempt has stopped.)
-    The latter stop is `unconfirmed` (the attempt is not counted) only if it came on
-    time: a deadline that fires a whole margin late means the event loop was blocked
-    (by the handler, most likely), which no retry will cure.
-    """
+    @property
+    def renew_every_s(self) -> float:
+        """How often to renew it."""
+        ...
+
+    def left_s(self) -> float:
+        """Seconds from now until the attempt must stop unless a renewal is confirmed
+        (the last confirmed end, less a safety margin)."""
+        ...
+
+    async def renew(self) -> bool:
+        """Renew it: True if still held, False if it is gone (someone else has it).
+        An exception means the renewal is not confirmed: the deadline then decides."""
+        ...
+
+    def taken(self) -> Exception:
+        """The error that stops the attempt when a renewal found the hold gone."""
+        ...
+
+    def lapsed(self, late_s: float) -> Exception:
+        """The error that stops the attempt when no renewal was confirmed in time; the
+        deadline fired `late_s` late (a blocked event loop, when that is large)."""
+        ...
+
+
+class Watchdog:
+    """Runs an attempt while keeping its holds (see the module)."""
+
+    def __init__(self, holds: Sequence[Kept], job_id: object) -> None:
+        self._holds = holds
+        self._job_id = job_id
+        self._renew_at = [math.inf] * len(holds)
+        self._deadline = [math.inf] * len(holds)
+        self._renewals: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._lost: Exception | None = None
+        self._running = False
+
+    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Await `work` in this task; a lost hold cancels this task, and the cancellation
+        becomes the hold's error."""
+        loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        now = loop.time()
+        for i, hold in enumerate(self._holds):
+            self._renew_at[i] = now + hold.renew_every_s
+            self._deadline[i] = now + hold.left_s()
+        self._running = True
+        self._arm()
+        try:
+            return await work()
+        except asyncio.CancelledError:
+            if self._lost is not None:
+                task.uncancel()  # this cancellation was ours, and ends here
+                raise self._lost from None
+            raise
+        finally:
+            self._running = False
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        at = min(min(self._renew_at), min(self._deadline))
+        self._timer = self._loop.call_at(at, self._tick) if at < math.inf else None
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self._running or self._lost is not None:
+            return
+        now = self._loop.time()
+        for i, hold in enumerate(self._holds):
+            if self._deadline[i] <= now:
+                self._lose(hold.lapsed(now - self._deadline[i]))
+                return
+            if self._renew_at[i] <= now:
+                self._renew_at[i] = math.inf  # the renewal sets the next one when it ends
+                renewal = asyncio.ensure_future(self._renew(i, hold))
+                self._renewals.add(renewal)
+                renewal.add_done_callback(self._renewals.discard)
+        self._arm()
+
+    async def _renew(self, i: int, hold: Kept) -> None:
+        try:
+            held = await hold.renew()
+        except Exception as exc:  # noqa: BLE001 - unconfirmed, whatever the cause
+            # Not renewed, not known lost: the deadline stops the attempt in time if no
+            # later renewal is confirmed.
+            log.warning("job %s: cannot renew what its attempt holds (%s)", self._job_id, exc)
+            held = True
+        else:
+            if held:
+                self._deadline[i] = self._loop.time() + hold.left_s()
+        if not self._running or self._lost is not None:
+            return
+        if not held:
+            self._lose(hold.taken())
+            return
+        self._renew_at[i] = self._loop.time() + hold.renew_every_s
+        self._arm()
+
+    def _lose(self, error: Exception) -> None:
+        log.warning("job %s: %s; stopping the attempt", self._job_id, error)
+        self._lost = error
+        self._task.cancel()
+
+
+class KeptClaim:
+    """The claim's lease on the job, renewed every third of the lease. It must be given
+    up RENEWAL_MARGIN of a lease before the last confirmed lease ends."""
 
     def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
+        assert job.lease_until is not None
         self._store = store
         self._job = job
         self._token = ClaimToken.of(job)
         self._lease = lease
         self._clock = clock
-        self._lost = False
-        self._running = False
-        self._renewals: set[asyncio.Task[None]] = set()
-        self._deadline: asyncio.TimerHandle | None = None
-        self._unconfirmed = False
+        self._until: datetime = job.lease_until
+        self._margin = lease * RENEWAL_MARGIN
+        self.renew_every_s = lease.total_seconds() / 3
 
-    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Await `work` in this task (no task of its own: it would cost every job); a
-        lapsed claim cancels this task, and the cancellation becomes LeaseLostError."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        assert self._job.lease_until is not None
-        self._task = task
-        self._running = True
-        self._watch(self._job.lease_until)
-        self._timer = loop.call_later(self._lease.total_seconds() / 3, self._renew)
-        try:
-            return await work()
-        except asyncio.CancelledError:
-            if self._lost:
-                task.uncancel()  # this cancellation was ours, and ends here
-                if self._unconfirmed:
-                    raise LeaseLostError(
-                        "the database did not confirm the job's claim in time",
-                        unconfirmed=True,
-                    ) from None
-                raise LeaseLostError("the job's claim lapsed while it ran") from None
-            raise
-        finally:
-            self._running = False
-            self._timer.cancel()
-            if self._deadline is not None:
-                self._deadline.cancel()
+    def left_s(self) -> float:
+        return (self._until - self._margin - self._clock.now()).total_seconds()
 
-    def _watch(self, lease_until: datetime) -> None:
-        """Stop the attempt RENEWAL_MARGIN before `lease_until`, unless a renewal
-        confirmed in the meantime moves the deadline on."""
-        margin = self._lease * RENEWAL_MARGIN
-        left = (lease_until - margin - self._clock.now()).total_seconds()
-        if self._deadline is not None:
-            self._deadline.cancel()
-        loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(max(left, 0.0), self._lapse, loop.time() + left)
-
-    def _lapse(self, due: float) -> None:
-        """The deadline: no renewal confirmed in time. On time (less than the margin
-        late, so before the lease ended), the database is to blame, not the job."""
-        if not self._running or self._lost:
-            return
-        late = asyncio.get_running_loop().time() - due
-        self._unconfirmed = late < (self._lease * RENEWAL_MARGIN).total_seconds()
-        self._lose("no renewal of its claim was confirmed in time")
-
-    def _lose(self, why: str) -> None:
-        if self._running and not self._lost:
-            log.warning("job %s: %s; stopping the attempt", self._job.id, why)
-            self._lost = True
-            self._task.cancel()
-
-    def _renew(self) -> None:
-        if self._running:
-            renewal = asyncio.ensure_future(self._extend())
-            self._renewals.add(renewal)
-            renewal.add_done_callback(self._renewals.discard)
-
-    async def _extend(self) -> None:
+    async def renew(self) -> bool:
         until = self._clock.now() + self._lease
-        try:
-            held = await self._store.extend_lease(self._job.id, self._token, until)
-        except Exception as exc:  # noqa: BLE001 - unconfirmed, whatever the cause
-            # Not renewed, not known lost: the deadline stops the attempt in time if no
-            # later renewal is confirmed.
-            log.warning("job %s: cannot renew its claim (%s)", self._job.id, exc)
-            held = True
-        else:
-            if held:
-                self._watch(until)
-        if not self._running:
-            return
-        if not held:
-            self._lose("another worker took the job over")
-            return
-        self._timer = asyncio.get_running_loop().call_later(
-            self._lease.total_seconds() / 3, self._renew
-        )
+        held = await self._store.extend_lease(self._job.id, self._token, until)
+        if held:
+            self._until = until
+        return held
+
+    def taken(self) -> Exception:
+        return LeaseLostError("the job's claim lapsed while it ran (another worker took it over)")
+
+    def lapsed(self, late_s: float) -> Exception:
+        # On time (less than the margin late, so before the lease ended), the database
+        # is to blame, not the job: the attempt is not counted. A whole margin late
+        # means the event loop was blocked (by the handler, most likely), which no
+        # retry will cure.
+        if late_s < self._margin.total_seconds():
+            return LeaseLostError(
+                "the database did not confirm the job's claim in time", unconfirmed=True
+            )
+        return LeaseLostError("the job's claim lapsed while it ran")

@@ -3,9 +3,9 @@ hook, where an exception would leave the RabbitMQ message unacknowledged).
 
 ``JobGate.enter`` acquires everything the job type declares in one round trip. Denied:
 the caller defers the message by ``retry_after`` plus jitter, spending no attempt.
-Admitted: the ``Pass`` runs the handler with a watchdog that renews the lock and the
-slot leases every third of their TTL, cancels the handler if they were lost, and
-releases everything in one round trip at the end.
+Admitted: the ``Pass`` is kept by the attempt's watchdog (``jobrail.jobs.watchdog``),
+which renews the lock and the slot leases every third of their TTL and stops the
+attempt if they were lost; it releases everything in one round trip at the end.
 
 Holder tokens name the job they were made for (``job_owner``): a denial only by the
 job's own earlier admissions (a dead attempt's lock or slot) is ``Deferred.own``, and
@@ -30,15 +30,15 @@ import asyncio
 import logging
 import random
 import string
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
 
 from opentelemetry import trace
 
 from jobrail.jobs.gating import Deferred
 from jobrail.jobs.retry import backoff
+from jobrail.jobs.watchdog import RENEWAL_MARGIN
 from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.model import (
@@ -51,8 +51,6 @@ from jobrail.limits.model import (
 
 log = logging.getLogger("jobrail.limits")
 _tracer = trace.get_tracer("jobrail.limits")
-
-T = TypeVar("T")
 
 
 def holder_token(owner: str = "") -> str:
@@ -95,69 +93,53 @@ def reservations(labels: Sequence[str]) -> dict[str, str]:
 
 
 class Pass:
-    """An admission: hold it while the job runs, release it when the job ends."""
+    """An admission: kept while the job runs (its lock and slot leases, renewed by the
+    attempt's watchdog, ``jobrail.jobs.watchdog``), released when the job ends."""
 
     def __init__(self, backend: LimitsBackend, grant: Grant, counters: LimitCounters) -> None:
         self._backend = backend
         self._grant = grant
         self._counters = counters
         ttls = [ttl for item in grant.items if (ttl := item.limit.hold_ttl_s) is not None]
-        self._renew_every = min(ttls) / 3 if ttls else None
         self._ttl = min(ttls) if ttls else None
-        self._renewals: set[asyncio.Task[None]] = set()
+        self._confirmed = asyncio.get_running_loop().time()
 
     @property
     def fence(self) -> int | None:
         return self._grant.fence
 
-    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run `work` while renewing the hold every third of its TTL. The renewals are
-        timers, not a task: most jobs end before the first one is due."""
-        if self._renew_every is None:
-            return await work()
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(work())
-        self._lost = False
-        self._confirmed = loop.time()
-        self._timer = loop.call_later(self._renew_every, self._renew, task)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if self._lost:
-                raise LockLostError("the job's lock was lost while it ran") from None
-            raise
-        finally:
-            self._timer.cancel()
-            task.cancel()
+    @property
+    def kept(self) -> "Pass | None":
+        """Itself if it holds a lock or slots (which lapse unless renewed), else None."""
+        return self if self._ttl is not None else None
 
-    def _renew(self, task: "asyncio.Future[Any]") -> None:
-        if not task.done():
-            renewal = asyncio.ensure_future(self._extend(task))
-            self._renewals.add(renewal)
-            renewal.add_done_callback(self._renewals.discard)
-
-    async def _extend(self, task: "asyncio.Future[Any]") -> None:
-        assert self._renew_every is not None
+    @property
+    def renew_every_s(self) -> float:
         assert self._ttl is not None
-        loop = asyncio.get_running_loop()
-        try:
-            held = await self._backend.extend(self._grant)
-        except LimitsUnavailableError as exc:
-            # Cannot confirm; the lock is as good as lost once its TTL has passed.
-            held = loop.time() - self._confirmed < self._ttl
-            log.warning("cannot renew the job's lock (%s)", exc)
-        else:
-            if held:
-                self._confirmed = loop.time()
-        if task.done():
-            return
-        if not held:
-            self._counters.lock_lost += 1
-            log.warning("lock lost while the job ran; stopping the attempt")
-            self._lost = True
-            task.cancel()
-            return
-        self._timer = loop.call_later(self._renew_every, self._renew, task)
+        return self._ttl / 3
+
+    def left_s(self) -> float:
+        # Given up a margin before the shortest TTL since the last confirmed renewal
+        # ends: from then on another job may take the lock.
+        assert self._ttl is not None
+        until = self._confirmed + self._ttl * (1 - RENEWAL_MARGIN)
+        return until - asyncio.get_running_loop().time()
+
+    async def renew(self) -> bool:
+        """Renew the lock and slot leases (raises LimitsUnavailableError: unconfirmed)."""
+        sent = asyncio.get_running_loop().time()
+        held = await self._backend.extend(self._grant)
+        if held:
+            self._confirmed = sent
+        return held
+
+    def taken(self) -> Exception:
+        self._counters.lock_lost += 1
+        return LockLostError("the job's lock was lost while it ran")
+
+    def lapsed(self, late_s: float) -> Exception:
+        self._counters.lock_lost += 1
+        return LockLostError("the job's lock was lost while it ran (no renewal was confirmed)")
 
     async def release(self, *, refund: bool = False) -> None:
         try:
