@@ -36,10 +36,10 @@ async def run(tasks: int = 10_000) -> float:
             "--workers",
             "1",
             "--max-async-tasks",
-            "64",
+            os.environ.get("BENCH_MAX_ASYNC", "64"),
             "--no-configure-logging",
         ],
-        {"BENCH_QUEUE": queue},
+        {"BENCH_QUEUE": queue, **{k: v for k, v in os.environ.items() if k.startswith("BENCH_")}},
         "taskiq",
     )
     try:

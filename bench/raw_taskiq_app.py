@@ -10,7 +10,7 @@ QUEUE = os.environ.get("BENCH_QUEUE", "bench.taskiq")
 
 broker = AioPikaBroker(
     os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-    qos=32,
+    qos=int(os.environ.get("BENCH_PREFETCH", "32")),
     exchange=Exchange(name=f"{QUEUE}.exchange"),
     task_queues=[Queue(name=QUEUE)],
     dead_letter_queue=Queue(name=f"{QUEUE}.dlq"),

@@ -84,7 +84,12 @@ class RabbitSettings(BaseModel):
         600_000,
         3_600_000,
     ]
-    prefetch: PositiveInt = 32
+    prefetch: PositiveInt = 128
+    """Unacknowledged deliveries a worker process holds: as many as it runs at once
+    (``worker.max_async_tasks``), so that none waits in the process for a slot while
+    another worker is idle, and enough for the worker's batches (``jobrail.batching``):
+    with 32 its batches were smaller and it ran far fewer jobs per second (figures in
+    bench/README.md)."""
     connect_timeout_s: PositiveFloat = 5.0
     publish_timeout_s: PositiveFloat = 5.0
     quorum_queues: bool = True
@@ -339,10 +344,11 @@ class WorkerSettings(BaseModel):
         default_factory=list, description="Queues this worker consumes; empty means all."
     )
     processes: PositiveInt = 1
-    max_async_tasks: PositiveInt = 64
+    max_async_tasks: PositiveInt = 128
     batch_window_ms: Annotated[float, Field(ge=0, le=50)] = Field(
-        default=1.0,
-        description="How long a worker gathers Redis and Postgres calls into one batch.",
+        default=2.0,
+        description="How long a worker gathers Redis and Postgres calls into one batch "
+        "(each of a job's four calls waits at most this long; 0: no wait).",
     )
     shutdown_grace_s: PositiveFloat = 30.0
 
