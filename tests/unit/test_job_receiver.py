@@ -1,13 +1,19 @@
 """The worker's receiver: job messages run through their route in batches, each delivery
-acknowledged only after its outcome is recorded; anything else takes Taskiq's path."""
+acknowledged only after its outcome is recorded, in the trace of their enqueue; anything
+else takes Taskiq's path."""
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from dishka import Provider, Scope, make_async_container, provide
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 from taskiq import AckableMessage, InMemoryBroker, TaskiqMessage
 from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
@@ -23,6 +29,9 @@ from jobrail.jobs.runner import JobRunner, RunnerConfig
 from jobrail.messaging.codec import encode
 from jobrail.messaging.receiver import JobReceiver
 from jobrail.messaging.tasks import JobRoutes, register_job_tasks
+from jobrail.settings import TelemetrySettings
+from jobrail.telemetry.propagation import current_trace_context
+from jobrail.telemetry.tracing import configure_tracing, use_tracer_provider
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 
@@ -60,7 +69,9 @@ class BatchCountingStore(FakeJobStore):
         return recorded
 
 
-def _receiver(store: FakeJobStore, window_s: float) -> tuple[JobReceiver, InMemoryBroker]:
+def _receiver(
+    store: FakeJobStore, window_s: float, jobs: Sequence[Any] = (echo,)
+) -> tuple[JobReceiver, InMemoryBroker]:
     clock = FixedClock()
     runner = JobRunner(
         store,
@@ -81,7 +92,7 @@ def _receiver(store: FakeJobStore, window_s: float) -> tuple[JobReceiver, InMemo
             return runner
 
     broker = InMemoryBroker()
-    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=10)
+    registry = JobRegistry(list(jobs), queues=["jobs.default"], default_timeout_s=10)
     routes = JobRoutes(registry, "jobs.default", batch_window_s=window_s)
     register_job_tasks(broker, routes)
     routes.use(make_async_container(Runner()))
@@ -188,3 +199,54 @@ async def test_a_delivery_the_consumer_decoded_is_not_decoded_again() -> None:
 
     assert store.jobs[job_.id].status is JobStatus.SUCCEEDED
     assert acked == [True]
+
+
+seen_traces: list[int] = []
+
+
+@job("test.traced", payload=Echo)
+async def traced(payload: Echo, ctx: JobContext) -> None:
+    seen_traces.append(trace.get_current_span().get_span_context().trace_id)
+
+
+async def _run_traced(labels: dict[str, str]) -> None:
+    store = FakeJobStore()
+    job_ = make_job(type="test.traced", payload={"message": "hi"})
+    store.jobs[job_.id] = job_
+    receiver, _broker = _receiver(store, window_s=0.0, jobs=[traced])
+    routes = receiver._routes
+    assert routes is not None
+    await routes.run(dataclasses.replace(JobMessage.of(job_), trace_context=labels))
+    assert store.jobs[job_.id].status is JobStatus.SUCCEEDED
+
+
+async def test_without_an_exporter_a_job_runs_in_its_enqueues_trace_without_a_span() -> None:
+    configure_tracing(TelemetrySettings())  # no endpoint: nothing is recorded
+    seen_traces.clear()
+    try:
+        with trace.get_tracer("tests").start_as_current_span("enqueue") as enqueue:
+            labels = current_trace_context()
+        await _run_traced(labels)
+    finally:
+        use_tracer_provider(None)
+
+    assert seen_traces == [enqueue.get_span_context().trace_id]
+
+
+async def test_with_an_exporter_a_job_runs_in_a_span_of_its_own() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use_tracer_provider(provider)
+    seen_traces.clear()
+    try:
+        with trace.get_tracer("tests").start_as_current_span("enqueue") as enqueue:
+            labels = current_trace_context()
+        await _run_traced(labels)
+    finally:
+        use_tracer_provider(None)
+
+    [run] = [span for span in exporter.get_finished_spans() if span.name == "run test.traced"]
+    assert run.parent is not None
+    assert run.parent.span_id == enqueue.get_span_context().span_id
+    assert seen_traces == [enqueue.get_span_context().trace_id]

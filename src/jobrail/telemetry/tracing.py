@@ -73,6 +73,14 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
         old.shutdown()
 
 
+def spans_sampled() -> bool:
+    """Whether this process may record any span at all. Without an exporter (the
+    always-off sampler) no span is ever recorded, and a hot path may skip making one:
+    it passes the trace context it was given on instead (see ``JobRoutes.run``)."""
+    provider = _FORWARDING.sdk_provider
+    return provider is not None and provider.sampler is not ALWAYS_OFF
+
+
 def flush_tracing(timeout_ms: int = 5_000) -> bool:
     """Export the spans that have ended so far; False if that did not finish in time."""
     provider = _FORWARDING.sdk_provider
