@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from redis.asyncio import Redis
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -167,6 +168,15 @@ async def cleanup(stack: Stack) -> None:
         [*topology.queues.values(), topology.dead_letter_queue, *topology.delay_queues.values()],
         [topology.exchange, topology.delay_exchange],
     )
+    # The run's limit keys: every bench job has a lock of its own, whose fencing counter
+    # Redis would otherwise keep for its whole TTL (days), a key per job of every run.
+    redis = Redis.from_url(stack.redis_url)
+    try:
+        keys = [key async for key in redis.scan_iter(match=f"{stack.prefix}jobrail:*", count=1000)]
+        for first in range(0, len(keys), 1000):
+            await redis.delete(*keys[first : first + 1000])
+    finally:
+        await redis.aclose()
 
 
 async def run(count: int = 5000, processes: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:

@@ -80,7 +80,7 @@ async def test_fences_keep_growing_across_a_redis_restart_that_lost_everything(
         assert await after.holders(lock) == []  # the lock, and its fence counter, are gone
         second = await after.admit([lock], "second")
     finally:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
         if keys:
             await redis.delete(*keys)
         await after.close()

@@ -147,7 +147,9 @@ async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[li
                     if isinstance(backend, MemoryLimits):
                         backend.clear()
                     else:
-                        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+                        keys = [
+                            key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)
+                        ]
                         if keys:
                             await redis.delete(*keys)
                     results[b].append(("lost",))

@@ -52,7 +52,7 @@ def recorder() -> Iterator[Recorder]:
 async def _delete(prefix: str) -> None:
     redis = Redis.from_url(REDIS_URL)
     try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=1000)]
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
         if keys:
             await redis.delete(*keys)
     finally:
