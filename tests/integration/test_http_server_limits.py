@@ -284,6 +284,30 @@ def test_an_unparseable_request_is_a_json_400_with_a_request_id(
     assert body["error"]["code"] == "bad_request"  # type: ignore[index]
 
 
+def test_a_request_with_both_content_length_and_chunked_is_refused_and_closed(
+    server: tuple[str, int],
+) -> None:
+    # A proxy that went by Content-Length would forward the whole thing as one request;
+    # read as chunked, its tail would be a second request (smuggled past the proxy).
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b"0\r\n\r\n" + smuggled
+    sock = socket.create_connection(server, timeout=10)
+    try:
+        sock.sendall(
+            b"POST /demo/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-key\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        response = _read_until_closed(sock)
+    finally:
+        sock.close()
+
+    status, headers, error = _parse(response)  # one response, whole JSON: nothing after it
+    assert status == 400
+    assert headers["connection"] == "close"
+    assert error["error"]["code"] == "bad_request"  # type: ignore[index]
+
+
 def test_a_body_the_server_cannot_parse_is_a_json_400_and_nothing_else(
     server: tuple[str, int],
 ) -> None:

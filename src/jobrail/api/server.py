@@ -29,7 +29,10 @@ holds it to its behaviour across uvicorn upgrades):
   a second. The deadline waits while the client is still waiting for its
   ``100 Continue`` (uvicorn sends it when the app first reads the body);
 - a request it cannot parse gets JSON, with h11's status (431 for headers over the
-  limit, else 400), an ``X-Request-Id`` and ``Connection: close``;
+  limit, else 400), an ``X-Request-Id`` and ``Connection: close``; so does one that
+  carries both ``Content-Length`` and ``Transfer-Encoding`` (h11 would let the latter
+  win and keep the connection, a request-smuggling gap behind a proxy that reads the
+  former);
 - after such a refusal the connection is closed for writing and what the client still
   sends is read and dropped for a short while before the socket is closed ("lingering
   close", as nginx does): closing a socket with unread data makes the kernel reset the
@@ -63,10 +66,25 @@ class _Connection(h11.Connection):
 
     def next_event(self) -> Any:
         try:
-            return super().next_event()
+            event = super().next_event()
+            if isinstance(event, h11.Request) and _both_framings(event.headers):
+                raise h11.RemoteProtocolError(
+                    "a request may not carry both Content-Length and Transfer-Encoding",
+                    error_status_hint=400,
+                )
+            return event
         except h11.RemoteProtocolError as exc:
             self.error = exc
             raise
+
+
+def _both_framings(headers: Any) -> bool:
+    """A request that says its length twice (RFC 9112 6.1): h11 lets Transfer-Encoding
+    win and keeps the connection open, so a proxy in front that went by Content-Length
+    would see a different request boundary than jobrail does (request smuggling). Such
+    a request is refused and the connection closed."""
+    names = {name for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
 
 
 class JobrailH11Protocol(H11Protocol):
