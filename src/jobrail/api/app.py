@@ -56,7 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs" if docs else None,
         redoc_url=None,
         # The server span is RequestTelemetry's: FastAPI's own would record query strings.
-        telemetry={"tracing": False},
+        # Metrics are Prometheus's (jobrail.telemetry.metrics) and logs jobrail's JSON
+        # ones; FastAPI's own would otherwise look for their OpenTelemetry providers in
+        # the environment on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     # Middlewares run outermost last-added first: telemetry, CORS, 500s, size, NUL. The
     # JSON 500 is made inside CORS, so that a browser page sees it (and its request id).
