@@ -37,10 +37,18 @@ _bearer = HTTPBearer(
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-async def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def _principal(request: Request, credentials: BearerCredentials) -> Principal:
+    return await authenticated(request, credentials)
+
+
+async def authenticated(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
+    """The principal of the request's key; a 401 without a live key (a 429 past the
+    client's budget of failed authentications)."""
     if credentials is None:
         raise HTTPException(401, "send an API key: Authorization: Bearer <key>", headers=_CHALLENGE)
     key = credentials.credentials

@@ -3,9 +3,8 @@ from typing import Annotated
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Response
 
-from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import RateLimitEnqueue
+from jobrail.api.rate_limits import EnqueueTenant
 from jobrail.api.schemas import JobAccepted, accepted
 from jobrail.demo.jobs import EchoPayload
 from jobrail.demo.jobs import echo as echo_job
@@ -21,12 +20,11 @@ router = APIRouter(
     status_code=202,
     summary="Enqueue a demo job that echoes a message",
     description="Poll `GET /jobs/{job_id}` for its status and result.",
-    dependencies=[RateLimitEnqueue],
 )
 async def echo(
     body: EchoPayload,
     response: Response,
-    tenant: CurrentTenant,
+    tenant: EnqueueTenant,
     enqueue: FromDishka[EnqueueJob],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> JobAccepted:
