@@ -16,6 +16,13 @@ braces, a Redis Cluster hash tag (``vendor:{acme}``; see
 script's keys are then on one slot (a job type whose keys would not be is refused at
 start-up), and the calls batched together go to each node as a pipeline of their own.
 
+On a plain Redis, the calls of one event-loop turn are one batch, and the calls of one
+script in a batch (the admissions of many jobs, say) are one command: the batched form
+of the script (``jobrail.limits.scripts``), which runs each call as it would run alone
+and answers each with its own result or error. The client then packs one command and
+parses one reply where it would handle one per call, which is most of what a call costs
+the worker. A cluster cannot take that: a batch's keys lie on many slots.
+
 Redis may lose everything (the compose file runs it without persistence). Two things
 must survive that, and neither may rely on a key having survived:
 
@@ -125,8 +132,16 @@ class RedisLimits:
         self._extend = redis.register_script(built.extend)
         self._holders = redis.register_script(built.holders)
         self._fenced = redis.register_script(FENCED_WRITE)
-        # Scripts called in the same loop turn go out as one pipeline: still one
-        # command per call, one write and one read for them all.
+        # The batched form of a script, by the script (see _send).
+        self._batched: dict[Any, Any] = {}
+        if self._cluster is None:
+            self._batched = {
+                self._admit: redis.register_script(built.admit_batch),
+                self._release: redis.register_script(built.release_batch),
+                self._extend: redis.register_script(built.extend_batch),
+            }
+        # Scripts called in the same loop turn go out together: one command per script
+        # called (see _send), one write and one read for them all.
         self._calls: Coalescer[tuple[Any, list[str], list[str]], Any] = Coalescer(
             self._send, window_s
         )
@@ -138,7 +153,7 @@ class RedisLimits:
         """Load every script now (EVALSHA would otherwise load each on first use)."""
         try:
             scripts = (self._admit, self._release, self._extend, self._holders, self._fenced)
-            for script in scripts:
+            for script in (*scripts, *self._batched.values()):
                 script.sha = await self._redis.script_load(script.script)
         except _UNREACHABLE as exc:
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
@@ -189,7 +204,7 @@ class RedisLimits:
         self, cluster: RedisCluster, calls: Sequence[tuple[Any, list[str], list[str]]]
     ) -> list[Any]:
         try:
-            results = await self._send(calls)
+            results = await self._send_each(calls)
         except RedisCluster.ERRORS_ALLOW_RETRY:
             await self._layout_changed(cluster)
             raise
@@ -210,6 +225,36 @@ class RedisLimits:
             await cluster.nodes_manager.initialize()  # fails again while no node answers
 
     async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
+        """Send a batch of calls to a plain Redis: the calls of a script that has a
+        batched form go as one command of that form when there are several of them."""
+        by_script: dict[Any, list[int]] = {}
+        for i, (script, _, _) in enumerate(calls):
+            by_script.setdefault(script, []).append(i)
+        commands: list[tuple[Any, list[str], list[str]]] = []
+        answers: list[list[int] | int] = []  # per command: its calls, or its one call
+        for script, indexes in by_script.items():
+            batched = self._batched.get(script)
+            if batched is None or len(indexes) == 1:
+                commands += [calls[i] for i in indexes]
+                answers += indexes
+            else:
+                keys, args = scripts.batch_args([(calls[i][1], calls[i][2]) for i in indexes])
+                commands.append((batched, keys, args))
+                answers.append(indexes)
+        results: list[Any] = [None] * len(calls)
+        for answer, result in zip(answers, await self._send_each(commands), strict=True):
+            if isinstance(answer, int):
+                results[answer] = result
+            elif isinstance(result, BaseException):  # the whole command failed
+                for i in answer:
+                    results[i] = result
+            else:
+                for i, one in zip(answer, result, strict=True):
+                    results[i] = one
+        return results
+
+    async def _send_each(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
+        """Send each call as a command of its own, in one pipeline."""
         if len(calls) == 1:  # alone in its turn: a plain call costs less than a pipeline
             script, keys, args = calls[0]
             try:

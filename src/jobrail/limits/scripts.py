@@ -8,6 +8,10 @@ one of them allowed it (or, when one said no, the reservations of those that res
 
 Per item, the arguments are its kind, the number of its keys (``LimitKind.redis_keys``,
 which come in KEYS in the same order) and the kind's own arguments.
+
+The admit, release and extend scripts also come batched (``batched``): one script runs
+many calls of the same script, each as it would run alone, so that a batch of calls is
+one command for the client to pack and one reply for it to parse.
 """
 
 from collections.abc import Sequence
@@ -120,12 +124,49 @@ return kind.holders({}, keys_of(#KEYS))
 """
 
 
+# The batched form of a driver, which is `call` here, a function of its own ARGV.
+# ARGV: the number of calls, then per call: its key count, its argument count, its
+# arguments. KEYS: the calls' keys, call after call. Out: per call, what the driver
+# returns, or the error it raised.
+# A call that raises (WRONGTYPE on one of its keys, say) fails alone: its effects so
+# far stay, as they would in a script of its own, and the next call starts at its own
+# keys whatever the failed one consumed of KEYS. Errors keep their code (WRONGTYPE,
+# OOM...) so that the client raises what it would raise for the call alone.
+_BATCH = """
+local results, a = {}, 2
+for i = 1, tonumber(ARGV[1]) do
+  local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local own = {}
+  for j = 1, na do own[j] = ARGV[a + 1 + j] end
+  local first = ki
+  local ok, result = pcall(call, own)
+  if not ok then
+    if type(result) == 'table' then result = result.err or tostring(result) end
+    result = tostring(result)
+    if not string.match(result, '^%u+ ') then result = 'ERR ' .. result end
+    result = {err = result}
+  end
+  results[i] = result
+  ki = first + nk
+  a = a + 2 + na
+end
+return results
+"""
+
+
+def _batched(driver: str) -> str:
+    return "local function call(ARGV)\n" + driver + "end\n" + _BATCH
+
+
 @dataclass(frozen=True, slots=True)
 class Scripts:
     admit: str
     release: str
     extend: str
     holders: str
+    admit_batch: str
+    release_batch: str
+    extend_batch: str
 
 
 def build(kinds: Sequence[type[LimitKind[Any]]]) -> Scripts:
@@ -135,4 +176,18 @@ def build(kinds: Sequence[type[LimitKind[Any]]]) -> Scripts:
         release=fragments + _RELEASE,
         extend=fragments + _EXTEND,
         holders=fragments + _HOLDERS,
+        admit_batch=fragments + _batched(_ADMIT),
+        release_batch=fragments + _batched(_RELEASE),
+        extend_batch=fragments + _batched(_EXTEND),
     )
+
+
+def batch_args(calls: Sequence[tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
+    """The keys and arguments of one batched script for `calls` (each call's keys and
+    arguments, as the unbatched script takes them)."""
+    keys: list[str] = []
+    args = [str(len(calls))]
+    for call_keys, call_args in calls:
+        keys += call_keys
+        args += [str(len(call_keys)), str(len(call_args)), *call_args]
+    return keys, args
