@@ -246,3 +246,22 @@ async def test_a_batch_whose_script_redis_does_not_know_is_loaded_and_sent_again
     assert sent == Counter({"EVALSHA": 4, "SCRIPT": 2})
     assert [a.allowed for a in admitted if isinstance(a, Admission)] == [True] * 3
     assert await asyncio.gather(*(limits.extend(grant) for grant in grants)) == [False, False]
+
+
+async def test_a_call_whose_arguments_hold_the_separator_is_sent_on_its_own(
+    counted: Counted,
+) -> None:
+    limits = counted.limits
+    jobs = [_job(n) for n in range(3)]
+    holders = ["job0/1", "job1/\x1fodd", "job2/1"]
+
+    before = counted.counter.snapshot()
+    admitted = await asyncio.gather(
+        *(limits.admit(items, holder) for items, holder in zip(jobs, holders, strict=True))
+    )
+    sent = counted.sent_since(before)
+
+    assert sent == Counter({"EVALSHA": 2})  # jobs 0 and 2 batched, job 1 alone
+    assert [a.allowed for a in admitted] == [True] * 3
+    seen = [(await limits.holders(items[0]))[0]["holder"] for items in jobs]
+    assert seen == holders

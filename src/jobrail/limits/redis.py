@@ -234,13 +234,20 @@ class RedisLimits:
         answers: list[list[int] | int] = []  # per command: its calls, or its one call
         for script, indexes in by_script.items():
             batched = self._batched.get(script)
-            if batched is None or len(indexes) == 1:
-                commands += [calls[i] for i in indexes]
-                answers += indexes
-            else:
-                keys, args = scripts.batch_args([(calls[i][1], calls[i][2]) for i in indexes])
+            joined: dict[int, str] = {}  # the calls that go in the batched command
+            if batched is not None and len(indexes) > 1:
+                for i in indexes:
+                    if (arguments := scripts.joined(calls[i][2])) is not None:
+                        joined[i] = arguments
+            if len(joined) > 1:
+                keys, args = scripts.batch_args([(calls[i][1], a) for i, a in joined.items()])
                 commands.append((batched, keys, args))
-                answers.append(indexes)
+                answers.append(list(joined))
+            else:
+                joined = {}
+            alone = [i for i in indexes if i not in joined]
+            commands += [calls[i] for i in alone]
+            answers += alone
         results: list[Any] = [None] * len(calls)
         for answer, result in zip(answers, await self._send_each(commands), strict=True):
             if isinstance(answer, int):

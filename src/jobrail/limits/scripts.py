@@ -125,9 +125,10 @@ return kind.holders({}, keys_of(#KEYS))
 
 
 # The batched form of a driver, which is `call` here, a function of its own ARGV.
-# ARGV: the number of calls, then per call: its key count, its argument count, its
-# arguments. KEYS: the calls' keys, call after call. Out: per call, what the driver
-# returns, or the error it raised.
+# ARGV: the number of calls, then per call: its key count and its arguments joined by
+# SEPARATOR (one argument per call: a client packs each argument of a command on its
+# own, and that, not the command, is most of what a call costs it). KEYS: the calls'
+# keys, call after call. Out: per call, what the driver returns, or the error it raised.
 # A call that raises (WRONGTYPE on one of its keys, say) fails alone: its effects so
 # far stay, as they would in a script of its own, and the next call starts at its own
 # keys whatever the failed one consumed of KEYS. Errors keep their code (WRONGTYPE,
@@ -135,9 +136,17 @@ return kind.holders({}, keys_of(#KEYS))
 _BATCH = """
 local results, a = {}, 2
 for i = 1, tonumber(ARGV[1]) do
-  local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local own = {}
-  for j = 1, na do own[j] = ARGV[a + 1 + j] end
+  local nk, joined = tonumber(ARGV[a]), ARGV[a + 1]
+  local own, from = {}, 1
+  while true do
+    local at = string.find(joined, '\\31', from, true)
+    if not at then
+      own[#own + 1] = string.sub(joined, from)
+      break
+    end
+    own[#own + 1] = string.sub(joined, from, at - 1)
+    from = at + 1
+  end
   local first = ki
   local ok, result = pcall(call, own)
   if not ok then
@@ -148,10 +157,11 @@ for i = 1, tonumber(ARGV[1]) do
   end
   results[i] = result
   ki = first + nk
-  a = a + 2 + na
+  a = a + 2
 end
 return results
 """
+SEPARATOR = "\x1f"
 
 
 def _batched(driver: str) -> str:
@@ -182,12 +192,19 @@ def build(kinds: Sequence[type[LimitKind[Any]]]) -> Scripts:
     )
 
 
-def batch_args(calls: Sequence[tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
-    """The keys and arguments of one batched script for `calls` (each call's keys and
-    arguments, as the unbatched script takes them)."""
+def joined(args: Sequence[str]) -> str | None:
+    """A call's arguments as the batched scripts take them, or None if one of them holds
+    the separator (that call is sent on its own)."""
+    text = SEPARATOR.join(args)
+    return text if text.count(SEPARATOR) == len(args) - 1 else None
+
+
+def batch_args(calls: Sequence[tuple[list[str], str]]) -> tuple[list[str], list[str]]:
+    """The keys and arguments of one batched script for `calls` (each call's keys, as the
+    unbatched script takes them, and its arguments `joined`)."""
     keys: list[str] = []
     args = [str(len(calls))]
     for call_keys, call_args in calls:
         keys += call_keys
-        args += [str(len(call_keys)), str(len(call_args)), *call_args]
+        args += [str(len(call_keys)), call_args]
     return keys, args
