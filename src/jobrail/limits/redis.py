@@ -20,8 +20,9 @@ On a plain Redis, the calls of one event-loop turn are one batch, and the calls 
 script in a batch (the admissions of many jobs, say) are one command: the batched form
 of the script (``jobrail.limits.scripts``), which runs each call as it would run alone
 and answers each with its own result or error. The client then packs one command and
-parses one reply where it would handle one per call, which is most of what a call costs
-the worker. A cluster cannot take that: a batch's keys lie on many slots.
+parses one reply where it would handle one per call, and packs a call's arguments as
+one (redis-py packs each argument in Python: that was most of what a call cost the
+worker). A cluster cannot take that: a batch's keys lie on many slots.
 
 Redis may lose everything (the compose file runs it without persistence). Two things
 must survive that, and neither may rely on a key having survived:
