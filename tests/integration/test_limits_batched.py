@@ -247,6 +247,14 @@ async def test_a_batch_whose_script_redis_does_not_know_is_loaded_and_sent_again
     assert [a.allowed for a in admitted if isinstance(a, Admission)] == [True] * 3
     assert await asyncio.gather(*(limits.extend(grant) for grant in grants)) == [False, False]
 
+    # A batch that is a single command (no pipeline) is loaded and sent again too.
+    admit.sha = "0" * 40
+    before = counted.counter.snapshot()
+    alone = await _admit_together(limits, [_job(n, OTHER_SLOTS) for n in range(5, 7)])
+    assert counted.sent_since(before) == Counter({"EVALSHA": 2, "SCRIPT": 1})
+    assert admit.sha == loaded[0]
+    assert [a.allowed for a in alone if isinstance(a, Admission)] == [False, False]  # 3 slots
+
 
 async def test_a_call_whose_arguments_hold_the_separator_is_sent_on_its_own(
     counted: Counted,

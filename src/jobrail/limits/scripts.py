@@ -9,9 +9,9 @@ one of them allowed it (or, when one said no, the reservations of those that res
 Per item, the arguments are its kind, the number of its keys (``LimitKind.redis_keys``,
 which come in KEYS in the same order) and the kind's own arguments.
 
-The admit, release and extend scripts also come batched (``batched``): one script runs
-many calls of the same script, each as it would run alone, so that a batch of calls is
-one command for the client to pack and one reply for it to parse.
+The admit, release and extend scripts also come batched (``Scripts.admit_batch``...):
+one script runs many calls of the same script, each as it would run alone, so that a
+batch of calls is one command for the client to pack and one reply for it to parse.
 """
 
 from collections.abc import Sequence
@@ -132,7 +132,8 @@ return kind.holders({}, keys_of(#KEYS))
 # A call that raises (WRONGTYPE on one of its keys, say) fails alone: its effects so
 # far stay, as they would in a script of its own, and the next call starts at its own
 # keys whatever the failed one consumed of KEYS. Errors keep their code (WRONGTYPE,
-# OOM...) so that the client raises what it would raise for the call alone.
+# OOM...) so that the client raises what it would raise for the call alone; one without
+# a code (a Lua runtime error) gets ERR, as Redis gives it to a script that fails.
 _BATCH = """
 local results, a = {}, 2
 for i = 1, tonumber(ARGV[1]) do
