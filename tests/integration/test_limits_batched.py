@@ -67,7 +67,7 @@ async def counted() -> AsyncIterator[Counted]:
 async def _forget(prefix: str) -> None:
     redis = Redis.from_url(REDIS_URL)
     try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
         if keys:
             await redis.delete(*keys)
     finally:
