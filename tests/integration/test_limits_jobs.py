@@ -88,7 +88,11 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     recorder: Recorder,
     engine: AsyncEngine,
 ) -> None:
-    rate, burst, jobs = 10.0, 5.0, 200
+    # 5 calls a second, not more: the spread allowed below (between a call's admission in
+    # Redis and its arrival here) stays half a call, yet wide enough for a machine whose
+    # cores are kept busy by other work (at 10/s and 50 ms, 1 run in 6 failed so at main
+    # 13eeaad under a CPU hog, by a tenth of a call).
+    rate, burst, jobs = 5.0, 5.0, 100
     env = {
         "JOBRAIL_TEST_RATE": str(rate),
         "JOBRAIL_TEST_BURST": str(burst),
@@ -122,9 +126,9 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     times = sorted(call.at for call in recorder.calls)
     assert len(times) == jobs
     # A call reaches the server some milliseconds after Redis admitted it (the claim in
-    # Postgres, scheduling on a loaded machine); allow 50 ms of spread in that delay,
+    # Postgres, scheduling on a loaded machine); allow 100 ms of spread in that delay,
     # which at this rate is half a call: one call too many still fails the test.
-    slack = 0.05
+    slack = 0.1
     worst = max(
         (j - i + 1) - (burst + rate * (times[j] - times[i] + slack))
         for i in range(len(times))
