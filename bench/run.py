@@ -148,13 +148,13 @@ def table(r: dict[str, Any]) -> str:
         ),
         (
             "ratio jobrail / Celery pipeline (1 process)",
-            f"{r['ratios']['jobrail_vs_celery']} (target >= 2)",
+            f"{r['ratios']['jobrail_vs_celery']} (target >= 2.5)",
         ),
         *api_rows(r),
         (
             "per job: Redis scripts / worker SQL statements / enqueue SQL round trips",
             f"{r['per_job']['redis_round_trips']} / {r['per_job']['worker_sql_statements']} / "
-            f"{r['per_job']['enqueue_sql_round_trips']} (targets <= 2 / 4 / 2)",
+            f"{r['per_job']['enqueue_sql_round_trips']} (targets <= 2 / 2 / 1)",
         ),
         (
             "per job: RabbitMQ publishes, enqueue / worker",

@@ -26,7 +26,7 @@ from jobrail.limits.model import (
 )
 from jobrail.limits.redis import RedisLimits
 from tests.support.redis_commands import CommandCounter
-from tests.support.services import REDIS_URL, require
+from tests.support.services import REDIS_URL, delete_redis_keys, require
 
 # What a client sends on a new connection, before its first command.
 HANDSHAKE = {"CLIENT", "HELLO", "AUTH", "SELECT"}
@@ -61,17 +61,7 @@ async def counted() -> AsyncIterator[Counted]:
             yield Counted(limits, counter, prefix)
         finally:
             await limits.close()
-            await _forget(prefix)
-
-
-async def _forget(prefix: str) -> None:
-    redis = Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
-        if keys:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
+            await delete_redis_keys(prefix)
 
 
 def _job(n: int, *limits: LimitKind[object]) -> list[Acquire]:

@@ -15,7 +15,7 @@ from jobrail.limits.redis import RedisLimits
 from tests.support import rate_after_loss
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
-from tests.support.services import REDIS_URL, require
+from tests.support.services import REDIS_URL, delete_redis_keys, require
 
 
 @pytest.fixture
@@ -49,16 +49,6 @@ def recorder() -> Iterator[Recorder]:
         yield running
 
 
-async def _delete(prefix: str) -> None:
-    redis = Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
-        if keys:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
-
-
 async def test_after_the_store_lost_its_data_no_second_starts_more_than_capacity_plus_rate(
     limits_api: ApiClient,
     workers: Callable[..., Any],
@@ -69,7 +59,7 @@ async def test_after_the_store_lost_its_data_no_second_starts_more_than_capacity
     prefix = limits_env["JOBRAIL_REDIS__KEY_PREFIX"]
 
     measured = await rate_after_loss.run(
-        limits_api, workers, recorder, engine, lambda: _delete(prefix)
+        limits_api, workers, recorder, engine, lambda: delete_redis_keys(prefix)
     )
 
     ceiling = rate_after_loss.CAPACITY + rate_after_loss.RATE
@@ -88,10 +78,10 @@ async def test_fences_keep_growing_after_the_store_lost_its_data() -> None:
     lock = Acquire(Lock(key="account:{account_id}", ttl_s=30), "account:1")
     try:
         first = await limits.admit([lock], "first")
-        await _delete(prefix)  # the lock and its fencing counter are gone
+        await delete_redis_keys(prefix)  # the lock and its fencing counter are gone
         second = await limits.admit([lock], "second")
     finally:
-        await _delete(prefix)
+        await delete_redis_keys(prefix)
         await limits.close()
 
     assert first.grant is not None

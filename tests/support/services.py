@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 PG_SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -161,3 +162,14 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path, *truncate
             for tables in truncate:
                 await conn.execute(text(f"TRUNCATE {tables}"))
     return engine
+
+
+async def delete_redis_keys(prefix: str) -> None:
+    """Delete a test's own Redis keys (those under its unique `prefix`)."""
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=10_000)]
+        if keys:
+            await redis.delete(*keys)
+    finally:
+        await redis.aclose()

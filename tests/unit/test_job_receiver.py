@@ -220,8 +220,9 @@ async def _run_traced(labels: dict[str, str]) -> None:
     assert store.jobs[job_.id].status is JobStatus.SUCCEEDED
 
 
-async def test_without_an_exporter_a_job_runs_in_its_enqueues_trace_without_a_span() -> None:
-    configure_tracing(TelemetrySettings())  # no endpoint: nothing is recorded
+async def _enqueued_and_run() -> trace.Span:
+    """Run a job whose message carries the trace context of an `enqueue` span (returned),
+    with the tracer provider set beforehand; then set none."""
     seen_traces.clear()
     try:
         with trace.get_tracer("tests").start_as_current_span("enqueue") as enqueue:
@@ -229,6 +230,12 @@ async def test_without_an_exporter_a_job_runs_in_its_enqueues_trace_without_a_sp
         await _run_traced(labels)
     finally:
         use_tracer_provider(None)
+    return enqueue
+
+
+async def test_without_an_exporter_a_job_runs_in_its_enqueues_trace_without_a_span() -> None:
+    configure_tracing(TelemetrySettings())  # no endpoint: nothing is recorded
+    enqueue = await _enqueued_and_run()
 
     assert seen_traces == [enqueue.get_span_context().trace_id]
 
@@ -238,13 +245,7 @@ async def test_with_an_exporter_a_job_runs_in_a_span_of_its_own() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     use_tracer_provider(provider)
-    seen_traces.clear()
-    try:
-        with trace.get_tracer("tests").start_as_current_span("enqueue") as enqueue:
-            labels = current_trace_context()
-        await _run_traced(labels)
-    finally:
-        use_tracer_provider(None)
+    enqueue = await _enqueued_and_run()
 
     [run] = [span for span in exporter.get_finished_spans() if span.name == "run test.traced"]
     assert run.parent is not None
