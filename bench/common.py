@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -124,3 +125,17 @@ def rss_mb(pid: int) -> float:
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def leaf_file(stack: str) -> str:
+    """Where a py-spy raw stack's innermost frame is: the package for a library, the
+    path for jobrail and the standard library."""
+    match = re.search(r"\((.*?):\d+\)", stack.split(";")[-1])
+    path = match.group(1) if match else "?"
+    if "site-packages/" in path:
+        return path.split("site-packages/")[1].split("/")[0]
+    if "jobrail/" in path:
+        return "jobrail/" + path.split("jobrail/")[-1]
+    if "python3.11/" in path:
+        return "stdlib/" + path.split("python3.11/")[-1]
+    return path

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.api_load import echo_request, jobrail_api, load
-from bench.common import unique
+from bench.common import leaf_file, unique
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.persistence.admin import drop_database
 
@@ -83,15 +83,7 @@ def summarize(raw: Path) -> str:
         for part, pattern in PARTS:
             if re.search(pattern, stack):
                 inclusive[part] += n
-        match = re.search(r"\((.*?):\d+\)", stack.split(";")[-1])
-        path = match.group(1) if match else "?"
-        if "site-packages/" in path:
-            path = path.split("site-packages/")[1].split("/")[0]
-        elif "jobrail/" in path:
-            path = "jobrail/" + path.split("jobrail/")[-1]
-        elif "python3.11/" in path:
-            path = "stdlib/" + path.split("python3.11/")[-1]
-        leaves[path] += n
+        leaves[leaf_file(stack)] += n
     lines = [f"{total} busy samples", "", "inclusive share by part:"]
     lines += [f"{100 * inclusive[part] / total:5.1f}%  {part}" for part, _ in PARTS]
     lines += ["", "self time by file (top 25):"]

@@ -5,7 +5,6 @@ python -m bench.profile_worker --raw out  # also keeps py-spy's raw stacks
 """
 
 import asyncio
-import re
 import subprocess
 import sys
 import tempfile
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import PYTHON, consumers, spawn, unique, wait_until
+from bench.common import PYTHON, consumers, leaf_file, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database, enqueue
 from jobrail.messaging.topology import Topology
 from jobrail.persistence.admin import drop_database
@@ -51,13 +50,7 @@ def summarize(raw: Path) -> str:
         if "start_listen" not in stack:
             continue  # idle threads
         total += int(count)
-        match = re.search(r"\((.*?):\d+\)", stack.split(";")[-1])
-        path = match.group(1) if match else "?"
-        if "site-packages/" in path:
-            path = path.split("site-packages/")[1].split("/")[0]
-        elif "jobrail/" in path:
-            path = "jobrail/" + path.split("jobrail/")[-1]
-        by_file[path] += int(count)
+        by_file[leaf_file(stack)] += int(count)
     return "\n".join(f"{100 * n / total:5.1f}%  {name}" for name, n in by_file.most_common(25))
 
 
