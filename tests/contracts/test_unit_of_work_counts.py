@@ -1,21 +1,13 @@
 """Jobs enqueued inside a unit of work (event deliveries, a context's own jobs) are
 counted once they commit, and only the ones the transaction created."""
 
-import asyncio
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import create_async_engine
-
-from jobrail.cli import migrate
-from jobrail.demo.jobs import echo
-from jobrail.jobs.events import EventCatalog
-from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.use_cases import EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.engine import create_sessionmaker
-from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
-from jobrail.settings import Settings
-from tests.fakes import FakeDispatcher, FixedClock
+from jobrail.persistence.uow import SqlaUnitOfWork
+from tests.fakes import FakeDispatcher
+from tests.support.units import sqlite_units
 
 
 class Counted:
@@ -27,20 +19,8 @@ class Counted:
 
 
 async def test_only_committed_new_jobs_are_counted(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path}/uow.db"
-    await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
-    engine = create_async_engine(url)
-    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=30)
     counted = Counted()
-    factory = UnitOfWorkFactory(
-        create_sessionmaker(engine),
-        FakeDispatcher(),
-        FixedClock(),
-        EventCatalog([]),
-        registry,
-        3,
-        enqueued=counted,
-    )
+    engine, factory = await sqlite_units(tmp_path, FakeDispatcher(), enqueued=counted)
 
     def command(key: str) -> EnqueueJobCommand:
         return EnqueueJobCommand(

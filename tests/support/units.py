@@ -1,0 +1,38 @@
+"""Units of work over a migrated SQLite database of a test's own, for the tests of what
+a context's transaction does with the jobs it enqueues."""
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from jobrail.cli import migrate
+from jobrail.demo.jobs import echo
+from jobrail.jobs.events import EventCatalog
+from jobrail.jobs.registry import JobRegistry
+from jobrail.persistence.engine import create_sessionmaker
+from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.settings import Settings
+from tests.fakes import FakeDispatcher, FixedClock
+
+
+async def sqlite_units(
+    tmp_path: Path, dispatcher: FakeDispatcher, **options: Any
+) -> tuple[AsyncEngine, UnitOfWorkFactory]:
+    """A migrated database in `tmp_path`, its engine, and a factory of units of work
+    that know `demo.echo` (`options`: the factory's own, such as `enqueued`)."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/uow.db"
+    await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    engine = create_async_engine(url)
+    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=30)
+    factory = UnitOfWorkFactory(
+        create_sessionmaker(engine),
+        dispatcher,
+        FixedClock(),
+        EventCatalog([]),
+        registry,
+        3,
+        **options,
+    )
+    return engine, factory
