@@ -254,7 +254,9 @@ class JobRunner:
                     return None
                 hold = taken
             self._observer.claimed(job)
-            outbox = await self._attempt(job, job_run, hold, lease if renewed else None, delivery)
+            outbox = await self._attempt(
+                job, token, job_run, hold, lease if renewed else None, delivery
+            )
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
             if hold is not None:
@@ -377,6 +379,7 @@ class JobRunner:
     async def _attempt(
         self,
         job: Job,
+        token: ClaimToken,
         job_run: JobRun,
         hold: Admitted | None,
         renew: timedelta | None,
@@ -400,7 +403,7 @@ class JobRunner:
             return ()
         holds: list[Kept] = []
         if renew is not None:
-            holds.append(KeptClaim(self._store, job, renew, self._clock))
+            holds.append(KeptClaim(self._store, job, token, renew, self._clock))
         if hold is not None and (kept := hold.kept) is not None:
             holds.append(kept)
         try:

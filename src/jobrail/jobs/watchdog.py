@@ -164,11 +164,13 @@ class KeptClaim:
     """The claim's lease on the job, renewed every third of the lease. It must be given
     up RENEWAL_MARGIN of a lease before the last confirmed lease ends."""
 
-    def __init__(self, store: JobStore, job: Job, lease: timedelta, clock: Clock) -> None:
+    def __init__(
+        self, store: JobStore, job: Job, token: ClaimToken, lease: timedelta, clock: Clock
+    ) -> None:
         assert job.lease_until is not None
         self._store = store
         self._job = job
-        self._token = ClaimToken.of(job)
+        self._token = token
         self._lease = lease
         self._clock = clock
         self._until: datetime = job.lease_until
