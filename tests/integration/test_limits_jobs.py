@@ -90,8 +90,8 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
 ) -> None:
     # 5 calls a second, not more: the spread allowed below (between a call's admission in
     # Redis and its arrival here) stays half a call, yet wide enough for a machine whose
-    # cores are kept busy by other work (at 10/s and 50 ms, 1 run in 6 failed so at main
-    # 13eeaad under a CPU hog, by a tenth of a call).
+    # cores are kept busy by other work (at 10/s and 50 ms, about 1 run in 6 failed so
+    # under a CPU hog, by a tenth of a call).
     rate, burst, jobs = 5.0, 5.0, 100
     env = {
         "JOBRAIL_TEST_RATE": str(rate),
