@@ -138,6 +138,15 @@ async def test_queues_lock_holders_and_overview(
     failed = await ops_api.echo(message="x", permanent=True)
     await ops_api.wait_status(done, "succeeded")
     await ops_api.wait_status(failed, "failed")
+
+    async def outbox_drained() -> bool:  # the failed job's dead letter is published
+        async with engine.connect() as conn:
+            waiting = await conn.scalar(
+                select(func.count()).select_from(outbox).where(outbox.c.published_at.is_(None))
+            )
+        return not waiting
+
+    await wait_for(outbox_drained, what="the dead letter to leave the outbox")
     backend = await runtime_of(ops_api.app).container.get(LimitsBackend)
     lock = Lock(key="resource:{resource}", ttl_s=30)
     await backend.admit([Acquire(lock, "resource:r1")], holder="holder-1")

@@ -88,11 +88,11 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     recorder: Recorder,
     engine: AsyncEngine,
 ) -> None:
-    # 5 calls a second, not more: the spread allowed below (between a call's admission in
+    # 2 calls a second, not more: the spread allowed below (between a call's admission in
     # Redis and its arrival here) stays half a call, yet wide enough for a machine whose
-    # cores are kept busy by other work (at 10/s and 50 ms, about 1 run in 6 failed so
-    # under a CPU hog, by a tenth of a call).
-    rate, burst, jobs = 5.0, 5.0, 100
+    # cores are kept busy by other work (with the whole suite and two CPU hogs beside it,
+    # calls came up to ~160 ms later than their admission's neighbours).
+    rate, burst, jobs = 2.0, 5.0, 45
     env = {
         "JOBRAIL_TEST_RATE": str(rate),
         "JOBRAIL_TEST_BURST": str(burst),
@@ -126,9 +126,9 @@ async def test_a_fleet_of_workers_keeps_to_the_rate_limit_without_starving(
     times = sorted(call.at for call in recorder.calls)
     assert len(times) == jobs
     # A call reaches the server some milliseconds after Redis admitted it (the claim in
-    # Postgres, scheduling on a loaded machine); allow 100 ms of spread in that delay,
+    # Postgres, scheduling on a loaded machine); allow 250 ms of spread in that delay,
     # which at this rate is half a call: one call too many still fails the test.
-    slack = 0.1
+    slack = 0.25
     worst = max(
         (j - i + 1) - (burst + rate * (times[j] - times[i] + slack))
         for i in range(len(times))
