@@ -34,7 +34,7 @@ PARTS = [
     ("API key check (auth)", r"api/auth\.py"),
     ("API rate limit (limits/api.py + redis)", r"limits/api\.py|api/rate_limits\.py"),
     ("Redis client", r"redis/"),
-    ("body/NUL/error middlewares", r"body_limit\.py|nul_guard\.py|api/errors\.py"),
+    ("request guard (size, NUL, 500s)", r"api/guard\.py|nul_guard\.py|api/errors\.py"),
     ("FastAPI dependency solving + validation", r"solve_dependencies|request_body_to_args"),
     ("pydantic", r"pydantic"),
     ("dishka", r"dishka/"),

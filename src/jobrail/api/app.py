@@ -10,9 +10,8 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from jobrail import __version__
 from jobrail.api import admin, health, jobs, metrics, ops
-from jobrail.api.body_limit import BodySizeLimit
-from jobrail.api.errors import JsonCORSMiddleware, UnhandledErrors, install_error_handlers
-from jobrail.api.nul_guard import NulGuard
+from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
+from jobrail.api.guard import RequestGuard
 from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs, seed_demo_tenant
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
@@ -61,11 +60,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # the environment on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    # Middlewares run outermost last-added first: telemetry, CORS, 500s, size, NUL. The
-    # JSON 500 is made inside CORS, so that a browser page sees it (and its request id).
-    app.add_middleware(NulGuard)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
-    app.add_middleware(UnhandledErrors)
+    # Middlewares run outermost last-added first: telemetry, CORS, the guard (size, NUL,
+    # 500s). The JSON 500 is made inside CORS, so that a browser page sees it (and its
+    # request id).
+    app.add_middleware(RequestGuard, max_body_bytes=settings.api.max_body_bytes)
     if settings.api.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,

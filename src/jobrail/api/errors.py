@@ -1,8 +1,9 @@
 """Every error leaves the API as JSON: ``{"error": {"code", "message", "details"}}``.
 
 That holds for the answers made outside FastAPI's handlers too: the ASGI middlewares'
-(BodySizeLimit, NulGuard, CORS preflight refusals), an unexpected exception's 500
-(``UnhandledErrors``, inside RequestTelemetry so that it carries the request id), and
+(``jobrail.api.guard.RequestGuard``'s size and NUL refusals, CORS preflight refusals),
+an unexpected exception's 500 (``RequestGuard``, inside RequestTelemetry so that it
+carries the request id), and
 the HTTP server's own refusals of a request it cannot parse (``jobrail.api.server``).
 """
 
@@ -17,9 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Send
 
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
@@ -181,54 +181,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "internal error")
-
-
-class UnhandledErrors:
-    """The JSON 500 of an unexpected exception, answered inside RequestTelemetry.
-
-    Starlette answers an exception that no handler took in ServerErrorMiddleware, the
-    outermost layer: outside RequestTelemetry, so that 500 had no ``X-Request-Id``.
-    And it raises the exception again to the server, which then drops the connection
-    (keep-alive, no ``Connection: close``) and fails the client's next request on it.
-    Here the error is logged and answered, and the connection stays usable.
-
-    A client that went away while the app read its body (Starlette's
-    ``ClientDisconnect``, from ``request.body()``) is no error: any client can do that
-    at will, so it is logged at DEBUG, without a traceback, and not answered (there is
-    nobody to answer).
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        tracked = TrackedSend(send)
-        try:
-            await self.app(scope, receive, tracked)
-        except ClientDisconnect:
-            log.debug("client went away on %s %s", scope.get("method"), scope.get("path"))
-        except Exception:
-            if tracked.started:  # half a response is out: only dropping the connection is left
-                raise
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            await asgi_error(send, 500, "internal_error", "internal error")
-
-
-class TrackedSend:
-    """An ASGI ``send`` that remembers whether the response has started: a middleware
-    that answers an error itself may do so only before that."""
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-        await self._send(message)
 
 
 class JsonCORSMiddleware(CORSMiddleware):

@@ -1,4 +1,5 @@
-"""Refuse a NUL character anywhere in a request with a JSON 422, before anything is done.
+"""Refuse a NUL character anywhere in a request with a JSON 422, before anything is done
+(``jobrail.api.guard.RequestGuard`` makes the checks below).
 
 Postgres cannot store U+0000 in ``text`` or ``jsonb`` (``UntranslatableCharacterError``):
 a NUL in a message, an invoice line or a customer id was a 500 halfway through a
@@ -13,16 +14,16 @@ text ``u0000``. Removing every escaped backslash (``\\\\``) first, left to right
 JSON reads them, leaves ``\\u0000`` only where it is the escape. Both searches run in C
 over the bytes: no second JSON parse of every body.
 
-The whole body is scanned once it has arrived (it is bounded by BodySizeLimit, and
+The whole body is scanned once it has arrived (it is bounded by the body size limit, and
 FastAPI holds it whole before it validates it): an escape split across two chunks is
 found, and the refusal comes before the route runs, so nothing is half-written.
 """
 
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope, Send
 
-from jobrail.api.errors import RequestRefused, TrackedSend, asgi_error
+from jobrail.api.errors import RequestRefused, asgi_error
 
 NUL_MESSAGE = "the request contains a NUL character (U+0000), which cannot be stored"
 
@@ -49,7 +50,7 @@ def json_has_nul(body: bytes) -> bool:
     return b"\\u0000" in body.replace(b"\\\\", b"")
 
 
-def _has_nul(scope: Scope) -> str | None:
+def nul_in_scope(scope: Scope) -> str | None:
     if "\x00" in scope["path"]:
         return "path"
     query: bytes = scope.get("query_string", b"")
@@ -61,41 +62,5 @@ def _has_nul(scope: Scope) -> str | None:
     return None
 
 
-class NulGuard:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        where = _has_nul(scope)
-        if where is not None:
-            await _refuse(send, where)
-            return
-
-        chunks: list[bytes] = []
-
-        async def scanning_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    body = b"".join(chunks)
-                    chunks.clear()
-                    if json_has_nul(body):
-                        raise NulCharacterError("body")
-            return message
-
-        tracked = TrackedSend(send)
-        try:
-            await self.app(scope, scanning_receive, tracked)
-        except NulCharacterError as exc:
-            # A route that read the body outside FastAPI's request handling.
-            if tracked.started:
-                raise
-            await _refuse(send, exc.where)
-
-
-async def _refuse(send: Send, where: str) -> None:
+async def refuse_nul(send: Send, where: str) -> None:
     await asgi_error(send, 422, "validation_error", NUL_MESSAGE, _details(where))
