@@ -252,6 +252,49 @@ async def test_an_incoming_traceparent_is_continued(spans: InMemorySpanExporter)
     assert format(server.parent.span_id, "016x") == "b7ad6b7169203331"
 
 
+def unrecorded_app() -> FastAPI:
+    """A route that reports the trace context a job it enqueued would carry."""
+    app = FastAPI(telemetry={"tracing": False})
+    log = logging.getLogger("tests.telemetry")
+
+    @app.get("/context")
+    async def context() -> dict[str, str]:
+        log.info("enqueueing")
+        return current_trace_context()
+
+    app.add_middleware(RequestTelemetry)
+    return app
+
+
+@pytest.mark.parametrize(
+    "upstream", [None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]
+)
+async def test_without_an_endpoint_a_request_still_passes_a_trace_id_to_its_jobs_and_logs(
+    upstream: str | None, log_lines: io.StringIO
+) -> None:
+    configure_tracing(TelemetrySettings())  # no endpoint: nothing is recorded
+    try:
+        transport = httpx.ASGITransport(app=unrecorded_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+            headers = {"traceparent": upstream} if upstream else {}
+            carried = (await api.get("/context", headers=headers)).json()
+            second = (await api.get("/context")).json()
+    finally:
+        use_tracer_provider(None)
+
+    version, trace_id, span_id, flags = carried["traceparent"].split("-")
+    assert version == "00"
+    assert int(trace_id, 16) != 0
+    assert int(span_id, 16) != 0
+    assert not int(flags, 16) & trace.TraceFlags.SAMPLED  # sampled out, as the SDK would
+    if upstream is not None:
+        assert trace_id == "0af7651916cd43dd8448eb211c80319c"  # the caller's trace goes on
+        assert span_id != "b7ad6b7169203331"  # under a span of this server's
+    assert second["traceparent"].split("-")[1] != trace_id  # each request its own trace
+    line = lines(log_lines)[0]
+    assert line["trace_id"] == trace_id
+
+
 async def test_a_limit_wait_is_a_span_with_its_outcome_and_reason(
     spans: InMemorySpanExporter,
 ) -> None:

@@ -18,16 +18,19 @@ import uuid
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import Any
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobrail.telemetry.logging import log_context
+from jobrail.telemetry.tracing import spans_sampled
 
 log = logging.getLogger("jobrail.api.access")
 _tracer = trace.get_tracer("jobrail.api")
+_ids = RandomIdGenerator()
 
 REQUEST_ID_HEADER = "X-Request-Id"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
@@ -65,6 +68,16 @@ class RequestTelemetry:
             await send(message)
 
         parent = propagate.extract(headers, context=Context(), getter=_HEADERS)
+        if not spans_sampled():
+            # Nothing is recorded: the span the SDK's always-off sampler would make is only
+            # its ids, made here for a fraction of the cost (see `unrecorded_span`).
+            token = context.attach(trace.set_span_in_context(unrecorded_span(parent), parent))
+            try:
+                with log_context(fields):
+                    await self.app(scope, receive, send_with_id)
+            finally:
+                context.detach(token)
+            return
         with (
             _tracer.start_as_current_span(
                 method,
@@ -94,6 +107,23 @@ class RequestTelemetry:
                         status,
                         extra={"duration_ms": round((time.perf_counter() - started) * 1000, 2)},
                     )
+
+
+def unrecorded_span(parent: Context) -> trace.Span:
+    """The server span where no span is recorded: what the SDK makes under its always-off
+    sampler, a span of ids alone (the parent's trace id or a new one, a new span id, not
+    sampled), so that trace ids still flow to the jobs and the logs."""
+    upstream = trace.get_current_span(parent).get_span_context()
+    trace_id = upstream.trace_id if upstream.is_valid else _ids.generate_trace_id()
+    return trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id,
+            _ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+            trace_state=upstream.trace_state,
+        )
+    )
 
 
 def sane_request_id(value: str | None) -> str:

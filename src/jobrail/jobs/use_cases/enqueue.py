@@ -1,5 +1,5 @@
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
 from opentelemetry import propagate, trace
@@ -101,6 +101,11 @@ def _current_trace_context() -> dict[str, str]:
 
 
 def _enqueue_span(cmd: EnqueueJobCommand) -> AbstractContextManager[trace.Span]:
+    current = trace.get_current_span()
+    if current.get_span_context().is_valid and not current.is_recording():
+        # An unsampled trace: its child would be sampled out too (jobrail's samplers
+        # follow the parent), and only its new span id would travel with the job.
+        return nullcontext(current)
     return _tracer.start_as_current_span(
         f"enqueue {cmd.type}",
         kind=SpanKind.PRODUCER,
