@@ -94,3 +94,31 @@ async def test_publishing_while_disconnected_fails_fast(stack_settings: Settings
     finally:
         await broker.shutdown()
     await asyncio.sleep(0)
+
+
+async def test_concurrent_publishes_are_each_confirmed_and_arrive_whole(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    sent = [
+        Envelope(queue="jobs.io", body=f"m{n}".encode(), headers={"x-jobrail-n": str(n)})
+        for n in range(200)
+    ]
+
+    await asyncio.gather(*(broker.publish(envelope) for envelope in sent))
+
+    queue = rabbit.topology.queues["jobs.io"]
+    assert (await rabbit.depth(queue))[0] == 200  # confirmed, so already on the queue
+    arrived = await rabbit.drain(queue)
+    assert sorted((m.body, m.headers["x-jobrail-n"]) for m in arrived) == sorted(
+        (e.body, e.headers["x-jobrail-n"]) for e in sent
+    )
+
+
+async def test_a_publish_rabbitmq_cannot_route_fails_instead_of_vanishing(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    await rabbit.channel.queue_delete(rabbit.topology.queues["jobs.io"])
+
+    with pytest.raises(BrokerUnavailableError, match=r"publish to .* failed"):
+        await broker.publish(Envelope(queue="jobs.io", body=b"nowhere"))
+    await broker.publish(Envelope(queue="jobs.high", body=b"still fine"))  # channel is usable

@@ -2,12 +2,14 @@
 in-memory dead letters, and the AMQP consumer's transport part."""
 
 import asyncio
+import inspect
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+import aiormq
 import pytest
 from taskiq import AckableMessage
 
@@ -117,6 +119,16 @@ def test_a_dead_letter_is_routed_to_the_dead_letter_queue_and_an_unknown_queue_n
     )
     with pytest.raises(ValueError, match="unknown queue"):
         route(Envelope(queue="jobs.nope", body=b"x"), TOPOLOGY, TIERS, now)
+
+
+def test_aiormq_still_publishes_without_waiting_for_the_socket_write() -> None:
+    """jobrail.messaging.publishing.publish_confirmed passes aiormq's `wait=False`."""
+    parameters = inspect.signature(aiormq.Channel.basic_publish).parameters
+
+    assert parameters["wait"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert parameters["wait"].default is True
+    for name in ("exchange", "routing_key", "properties", "mandatory"):
+        assert name in parameters, name
 
 
 async def test_the_amqp_publisher_refuses_to_publish_before_it_is_open() -> None:
