@@ -1,6 +1,7 @@
 """API keys: random, stored as digests, and cached for a short while per process."""
 
 import asyncio
+from typing import Any
 
 from jobrail.kernel.ids import TenantId
 from jobrail.tenants.domain import digest, new_api_key
@@ -75,3 +76,42 @@ async def test_a_flood_of_unknown_keys_never_evicts_a_live_one() -> None:
     assert authenticate.live(issued.api_key) is not None
     assert await authenticate(issued.api_key) is not None
     assert directory.lookups == lookups + 1000  # still cached: no lookup
+
+
+class SlowDirectory(FakeTenantDirectory):
+    """A lookup that takes a while, as a database's does."""
+
+    async def principal_for(self, key_digest: str) -> Any:
+        await asyncio.sleep(0.01)
+        return await super().principal_for(key_digest)
+
+
+async def test_requests_that_miss_the_cache_together_share_one_lookup() -> None:
+    directory = SlowDirectory()
+    issued = await CreateTenant(directory, FixedClock())("acme")
+    authenticate = Authenticate(directory, ttl_s=60)
+
+    answers = await asyncio.gather(
+        *(authenticate(issued.api_key) for _ in range(20)),
+        *(authenticate("jr_unknown-key") for _ in range(20)),
+    )
+
+    assert directory.lookups == 2  # one per key, not one per request
+    assert all(a is not None and a.tenant_id == TenantId("acme") for a in answers[:20])
+    assert answers[20:] == [None] * 20
+
+
+async def test_a_cancelled_request_does_not_cancel_the_lookup_others_wait_for() -> None:
+    directory = SlowDirectory()
+    issued = await CreateTenant(directory, FixedClock())("acme")
+    authenticate = Authenticate(directory, ttl_s=60)
+
+    first = asyncio.ensure_future(authenticate(issued.api_key))
+    second = asyncio.ensure_future(authenticate(issued.api_key))
+    await asyncio.sleep(0)
+    first.cancel()
+
+    principal = await second
+    assert principal is not None
+    assert first.cancelled()
+    assert authenticate.live(issued.api_key) == principal  # the lookup completed and cached

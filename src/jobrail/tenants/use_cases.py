@@ -1,5 +1,6 @@
 """Creating tenants, issuing and revoking keys, and authenticating a request's key."""
 
+import asyncio
 import time
 import uuid
 from collections import OrderedDict
@@ -127,6 +128,7 @@ class Authenticate:
         self._live = _TtlCache[Principal](max_entries)
         self._unknown = _TtlCache[None](max_unknown)
         self._seen = _TtlCache[None](max_entries)
+        self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
 
     async def __call__(self, key: str) -> Principal | None:
         return await self.by_digest(digest(key))
@@ -146,7 +148,19 @@ class Authenticate:
         principal = self._live.get(key_digest, now)
         if principal is not None or self._unknown.has(key_digest, now):
             return principal
+        # Requests that miss together share one lookup: when a busy key's entry expires,
+        # every request in flight with it would otherwise ask the database at once.
+        lookup = self._lookups.get(key_digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(key_digest))
+            self._lookups[key_digest] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(key_digest, None))
+        # Shielded: one caller's cancellation (its client went away) is not the others'.
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, key_digest: str) -> Principal | None:
         principal = await self._directory.principal_for(key_digest)
+        now = time.monotonic()
         if principal is None:
             self._unknown.put(key_digest, None, now + self._ttl_s)
             self._seen.discard(key_digest)
