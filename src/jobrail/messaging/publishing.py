@@ -98,6 +98,7 @@ class AmqpPublisher:
         self._clock = clock
         self._channel: AbstractChannel | None = None
         self._exchanges: tuple[AbstractExchange, AbstractExchange] | None = None
+        self._underlay_channel: aiormq.abc.AbstractChannel | None = None
 
     async def open(self, connection: AbstractConnection) -> None:
         """Open the confirming channel on `connection` (the topology is declared)."""
@@ -105,6 +106,7 @@ class AmqpPublisher:
         work = await channel.get_exchange(self._topology.exchange, ensure=False)
         delay = await channel.get_exchange(self._topology.delay_exchange, ensure=False)
         self._channel, self._exchanges = channel, (work, delay)
+        self._underlay_channel = None
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -129,14 +131,25 @@ class AmqpPublisher:
             delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
         )
         try:
-            # One deadline for both: a robust channel's underlay waits while it reconnects.
             async with asyncio.timeout(self._timeout_s):
-                channel = await opened.get_underlay_channel()
                 await publish_confirmed(
-                    channel, envelope.body, exchange.name, to.routing_key, properties
+                    await self._underlay(opened),
+                    envelope.body,
+                    exchange.name,
+                    to.routing_key,
+                    properties,
                 )
         except (*CHANNEL_GONE, TimeoutError) as exc:
             raise BrokerUnavailableError(f"publish to {to.routing_key} failed: {why(exc)}") from exc
+
+    async def _underlay(self, opened: AbstractChannel) -> aiormq.abc.AbstractChannel:
+        """The aiormq channel under `opened`. Kept between publishes: asking a robust
+        channel for it waits until its connection is ready, a lock and a future per
+        publish. A reconnect gives the robust channel a new one and closes the old."""
+        underlay = self._underlay_channel
+        if underlay is None or underlay.is_closed:
+            underlay = self._underlay_channel = await opened.get_underlay_channel()
+        return underlay
 
 
 class MemoryPublisher:
