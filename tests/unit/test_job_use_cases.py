@@ -97,6 +97,28 @@ async def test_the_payload_is_stored_as_validated(enqueue: EnqueueJob, uow: Fake
     assert uow.store[result.job.id].payload == {"name": "a"}
 
 
+async def test_a_payload_given_as_its_job_types_model_is_stored_as_it_dumps(
+    enqueue: EnqueueJob, uow: FakeUnitOfWork
+) -> None:
+    result = await enqueue(greet_cmd(payload=Greeting(name="b")))
+
+    assert uow.store[result.job.id].payload == {"name": "b"}
+
+
+class NotAGreeting(BaseModel):
+    name: int
+
+
+async def test_a_payload_given_as_another_model_is_refused_and_nothing_is_written(
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, dispatcher: FakeDispatcher
+) -> None:
+    with pytest.raises(InvalidInputError, match="is a Greeting or a mapping, not a NotAGreeting"):
+        await enqueue(greet_cmd(payload=NotAGreeting(name=3)))
+
+    assert uow.store == {}
+    assert dispatcher.dispatched == []
+
+
 async def test_an_invalid_payload_is_refused_and_nothing_is_written(
     enqueue: EnqueueJob, uow: FakeUnitOfWork, dispatcher: FakeDispatcher
 ) -> None:

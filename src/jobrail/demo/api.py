@@ -32,7 +32,7 @@ async def echo(
         EnqueueJobCommand(
             tenant_id=tenant,
             type=echo_job.name,
-            payload=body.model_dump(),
+            payload=body,
             idempotency_key=idempotency_key,
         )
     )

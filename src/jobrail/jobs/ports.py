@@ -61,11 +61,18 @@ class JobRepository(Protocol):
         ...
 
 
+class ValidatedPayload(Protocol):
+    """A payload already validated as its job type's model (a pydantic model of exactly
+    that class, e.g. a route's parsed body): it is stored as it dumps, not checked again."""
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueJobCommand:
     tenant_id: TenantId
     type: str
-    payload: Mapping[str, Any]
+    payload: Mapping[str, Any] | ValidatedPayload
     idempotency_key: str | None = None
     entity_id: str | None = None
     run_after: datetime | None = None
@@ -302,7 +309,9 @@ class JobType:
 class JobCatalog(Protocol):
     def get(self, name: str) -> JobType | None: ...
 
-    def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def validate_payload(
+        self, name: str, payload: Mapping[str, Any] | ValidatedPayload
+    ) -> dict[str, Any]:
         """The payload as it will be stored; raise InvalidInputError if it does not fit."""
         ...
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from jobrail.jobs.ports import JobType
+from jobrail.jobs.ports import JobType, ValidatedPayload
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 
@@ -158,10 +158,19 @@ class JobRegistry:
             return None
         return spec.limits.keys({**payload, "tenant_id": tenant_id})
 
-    def validate_payload(self, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def validate_payload(
+        self, name: str, payload: Mapping[str, Any] | ValidatedPayload
+    ) -> dict[str, Any]:
         spec = self._specs.get(name)
         if spec is None:
             raise InvalidInputError(f"unknown job type {name!r}")
+        if type(payload) is spec.payload:  # validated when it was made (a route's body)
+            return dump_payload(spec, payload)
+        if not isinstance(payload, Mapping):
+            raise InvalidInputError(
+                f"the payload of a {name!r} job is a {spec.payload.__name__} or a mapping, "
+                f"not a {type(payload).__name__}"
+            )
         return dump_payload(spec, parse_payload(spec, payload))
 
 
