@@ -99,11 +99,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.ready_router)
     app.include_router(metrics.router)
     app.include_router(jobs.router)
-    app.include_router(admin.router)
-    app.include_router(ops.router)
+    # Routes are matched in order, one by one: the product's before the operators'.
     for module in runtime.modules:
         for router in module.routers_for(settings):
             app.include_router(router)
+    app.include_router(admin.router)
+    app.include_router(ops.router)
     setup_dishka(runtime.container, app)
     return app
 
