@@ -1,54 +1,13 @@
-"""Alembic environment: the URL comes from jobrail's settings, never from alembic.ini."""
-
-import asyncio
+"""Alembic environment of the reference application's chain: the tables of billing,
+notifications and sync (see contexts.schema). `jobrail migrate` runs it after the
+platform's chain."""
 
 from alembic import context
-from sqlalchemy.engine import Connection
 
-from jobrail.modules import load_modules
-from jobrail.persistence.engine import create_engine
-from jobrail.persistence.tables import metadata
-from jobrail.settings import DatabaseSettings, Settings, load_settings
+import contexts.billing.adapters.persistence
+import contexts.notifications.adapters.persistence
+import contexts.sync.adapters.persistence  # noqa: F401 - their tables join the metadata
+from contexts.schema import SCHEMA, metadata
+from jobrail.persistence.schema import run_environment
 
-config = context.config
-
-# The contexts' tables join the platform's metadata when their modules are imported.
-load_modules(Settings.model_fields["modules"].get_default(call_default_factory=True))
-
-
-def _database_settings() -> DatabaseSettings:
-    url = config.attributes.get("database_url")
-    if url is not None:
-        return DatabaseSettings(url=url)
-    return load_settings().database
-
-
-def _run(connection: Connection) -> None:
-    context.configure(
-        connection=connection,
-        target_metadata=metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
-        compare_type=True,
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-
-
-async def _run_async() -> None:
-    engine = create_engine(_database_settings())
-    try:
-        async with engine.connect() as connection:
-            await connection.run_sync(_run)
-            await connection.commit()
-    finally:
-        await engine.dispose()
-
-
-if context.is_offline_mode():
-    raise SystemExit("offline migrations are not supported; run `make migrate`")
-
-connection = config.attributes.get("connection")
-if connection is not None:
-    _run(connection)
-else:
-    asyncio.run(_run_async())
+run_environment(context, metadata, SCHEMA.version_table)

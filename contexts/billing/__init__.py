@@ -7,6 +7,7 @@ Invoices created with ``auto_pay`` are paid by the scheduled ``billing-auto-pay`
 from contexts.billing.adapters.api import router
 from contexts.billing.adapters.ioc import BillingProvider
 from contexts.billing.adapters.tasks import auto_pay, pay_invoice
+from contexts.schema import SCHEMA
 from jobrail.modules import Module
 from jobrail.scheduling import Schedule
 
@@ -16,4 +17,5 @@ module = Module(
     routers=[router],
     providers=[BillingProvider()],
     schedules=[Schedule("billing-auto-pay", cron="*/10 * * * *", job_type=auto_pay.name)],
+    migrations=[SCHEMA],
 )

@@ -3,8 +3,13 @@
 from contexts.notifications.adapters.api import router
 from contexts.notifications.adapters.ioc import NotificationsProvider
 from contexts.notifications.adapters.tasks import send_receipt
+from contexts.schema import SCHEMA
 from jobrail.modules import Module
 
 module = Module(
-    name="notifications", jobs=[send_receipt], routers=[router], providers=[NotificationsProvider()]
+    name="notifications",
+    jobs=[send_receipt],
+    routers=[router],
+    providers=[NotificationsProvider()],
+    migrations=[SCHEMA],
 )

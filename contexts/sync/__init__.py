@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from fastapi import APIRouter
 
+from contexts.schema import SCHEMA
 from contexts.sync.adapters.api import router
 from contexts.sync.adapters.ioc import SyncProvider
 from contexts.sync.adapters.sandbox import SandboxState, sandbox_router
@@ -59,4 +60,5 @@ module = Module(
     routers=[router],
     router_factories=[_sandbox_routers],
     providers=[SyncProvider()],
+    migrations=[SCHEMA],
 )

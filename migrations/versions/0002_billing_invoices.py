@@ -1,7 +1,7 @@
 """billing: invoices and their lines
 
 Revision ID: 0002
-Revises: 0001
+Revises:
 Create Date: 2026-11-30
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0002"
-down_revision: str | None = "0001"
+down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

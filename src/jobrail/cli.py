@@ -21,25 +21,64 @@ from typing import Any, NoReturn
 from jobrail.settings import Settings, SettingsError, load_settings
 
 
-def _project_root() -> Path:
-    """Where alembic.ini and migrations/ are: the working directory, else the source tree."""
-    cwd = Path.cwd()
-    if (cwd / "alembic.ini").is_file():
-        return cwd
-    return Path(__file__).resolve().parents[2]
-
-
 def migrate(settings: Settings) -> None:
-    from alembic import command
-    from alembic.config import Config
+    """The platform's Alembic chain, then the chains the configured modules name (see
+    jobrail.persistence.schema)."""
+    from jobrail.modules import load_modules
+    from jobrail.persistence.schema import upgrade
 
     if settings.database.is_sqlite:
         _ensure_sqlite_dir(settings.database.url.get_secret_value())
-    root = _project_root()
-    config = Config(str(root / "alembic.ini"))
-    config.set_main_option("script_location", str(root / "migrations"))
-    config.attributes["database_url"] = settings.database.url
-    command.upgrade(config, "head")
+    modules = load_modules(settings.modules)
+    upgrade(settings.database, [chain for module in modules for chain in module.migrations])
+
+
+def _migrate_or_exit(settings: Settings, *, create_database: bool = False) -> None:
+    """`migrate` for a command (creating a Postgres database first if asked): an expected
+    failure (a module that does not load, a database that cannot be reached or is ahead
+    of this code) is one line and exit 1."""
+    from alembic.util import CommandError
+
+    from jobrail.jobs.ports import StoreUnavailableError
+    from jobrail.modules import ModuleLoadError
+    from jobrail.persistence.errors import database_errors
+    from jobrail.persistence.schema import MigrationError
+
+    try:
+        with database_errors():
+            if create_database and not settings.database.is_sqlite:
+                from jobrail.persistence.admin import create_database_if_missing
+
+                url = settings.database.url.get_secret_value()
+                asyncio.run(create_database_if_missing(url))
+            migrate(settings)
+    except StoreUnavailableError as exc:
+        print(f"jobrail: cannot migrate the database: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except (ModuleLoadError, MigrationError, CommandError) as exc:
+        print(f"jobrail: cannot migrate the database: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except Exception as exc:
+        refusal = _connection_refused(exc)
+        if refusal is None:
+            raise
+        print(f"jobrail: cannot migrate the database: {refusal}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _connection_refused(error: BaseException) -> str | None:
+    """Why Postgres refused the connection (no such database, role or password), if it
+    did: asyncpg's error is the cause of SQLAlchemy's."""
+    import asyncpg
+
+    refusals = (asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError)
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, refusals):
+            hint = " (`jobrail migrate --create-database` creates it)"
+            return f"{cause}{hint if isinstance(cause, asyncpg.InvalidCatalogNameError) else ''}"
+        cause = cause.__cause__
+    return None
 
 
 def _ensure_sqlite_dir(url: str) -> None:
@@ -235,11 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"jobrail: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if args.command == "migrate":
-        if args.create_database and not settings.database.is_sqlite:
-            from jobrail.persistence.admin import create_database_if_missing
-
-            asyncio.run(create_database_if_missing(settings.database.url.get_secret_value()))
-        migrate(settings)
+        _migrate_or_exit(settings, create_database=args.create_database)
     elif args.command == "run":
         if not settings.embedded:
             print(
@@ -248,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        migrate(settings)
+        _migrate_or_exit(settings)
         serve_api(settings)
     elif args.command == "api":
         serve_api(settings)

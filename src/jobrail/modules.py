@@ -2,8 +2,9 @@
 
 A module (``contexts.billing``, ``jobrail.demo``) exposes a ``module`` attribute:
 its job types, its HTTP routers, its dishka providers, (for the event catalog)
-the integration events it lists and the periodic jobs it declares (run by
-``jobrail scheduler``). The platform loads the
+the integration events it lists, the periodic jobs it declares (run by
+``jobrail scheduler``) and the Alembic chains of its tables (run by ``jobrail migrate``
+after the platform's own; modules may share one). The platform loads the
 modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
 """
 
@@ -17,6 +18,7 @@ from fastapi import APIRouter
 
 from jobrail.jobs.events import EventSpec
 from jobrail.jobs.registry import JobSpec
+from jobrail.persistence.schema import MigrationChain
 from jobrail.scheduling.schedule import Schedule
 from jobrail.settings import Settings
 
@@ -29,6 +31,7 @@ class Module:
     providers: Sequence[Provider] = field(default_factory=tuple)
     events: Sequence[EventSpec] = ()
     schedules: Sequence[Schedule] = ()
+    migrations: Sequence[MigrationChain] = ()
     # Routers that depend on the app's settings (served in some modes only): a module is
     # imported once per process, while each app is built from its own Settings.
     router_factories: Sequence[Callable[[Settings], Sequence[APIRouter]]] = ()

@@ -1,4 +1,7 @@
-"""Alembic is the only schema path: migrations go up and down, and match the tables in code."""
+"""Alembic is the only schema path: migrations go up and down, and match the tables in code.
+
+Two chains: the platform's (inside the package) and the reference contexts' (migrations/),
+each with its own version table."""
 
 import asyncio
 from collections.abc import Iterator
@@ -10,21 +13,54 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from sqlalchemy import MetaData, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from contexts.schema import SCHEMA
+from contexts.schema import metadata as contexts_metadata
+from jobrail.cli import migrate
 from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.persistence.schema import PLATFORM, MigrationChain, alembic_config
 from jobrail.persistence.tables import metadata
+from jobrail.settings import Settings
 from tests.support.services import PG_SERVER, require
 
-ROOT = Path(__file__).resolve().parents[2]
+PLATFORM_TABLES = {"jobs", "outbox", "inbox", "tenants", "api_keys", "ops_sessions"}
 
 
-def _config(url: str) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
-    config.attributes["database_url"] = url
-    return config
+def _config(url: str, chain: MigrationChain = PLATFORM) -> Config:
+    return alembic_config(chain, url)
+
+
+def _not_a_version_table(name: str | None, type_: str, parent_names: object) -> bool:
+    return type_ != "table" or not (name or "").endswith("alembic_version")
+
+
+def _differences(url: str, *metadatas: MetaData) -> list[object]:
+    async def run() -> list[object]:
+        engine = create_async_engine(url)
+        async with engine.connect() as conn:
+            diff = await conn.run_sync(
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts={"include_name": _not_a_version_table}),
+                    list(metadatas),
+                )
+            )
+        await engine.dispose()
+        return list(diff)
+
+    return asyncio.run(run())
+
+
+def _tables(url: str) -> set[str]:
+    async def run() -> set[str]:
+        engine = create_async_engine(url)
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda sync: inspect(sync).get_table_names())
+        await engine.dispose()
+        return set(names)
+
+    return asyncio.run(run())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -41,27 +77,56 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 
 
 def test_every_migration_goes_up_down_and_up_again(empty_database: str) -> None:
-    config = _config(empty_database)
-    revisions = list(ScriptDirectory.from_config(config).walk_revisions("base", "heads"))
-    for revision in reversed(revisions):
-        command.upgrade(config, revision.revision)
-        command.downgrade(config, revision.down_revision or "base")
-        command.upgrade(config, revision.revision)
+    for chain in (PLATFORM, SCHEMA):  # the contexts' chain runs on a migrated platform
+        config = _config(empty_database, chain)
+        revisions = list(ScriptDirectory.from_config(config).walk_revisions("base", "heads"))
+        for revision in reversed(revisions):
+            command.upgrade(config, revision.revision)
+            command.downgrade(config, revision.down_revision or "base")
+            command.upgrade(config, revision.revision)
 
 
 def test_the_migrated_schema_matches_the_tables_in_code(empty_database: str) -> None:
-    command.upgrade(_config(empty_database), "head")
+    migrate(Settings(database={"url": empty_database}))  # type: ignore[arg-type]
 
-    async def differences() -> list[object]:
-        engine = create_async_engine(empty_database)
-        async with engine.connect() as conn:
-            diff = await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
-            )
-        await engine.dispose()
-        return list(diff)
+    assert _differences(empty_database, metadata, contexts_metadata) == []
 
-    assert asyncio.run(differences()) == []
+
+def test_the_platform_chain_holds_the_platform_tables_alone(empty_database: str) -> None:
+    command.upgrade(_config(empty_database), "heads")
+
+    assert _tables(empty_database) == {*PLATFORM_TABLES, "jobrail_alembic_version"}
+    assert set(metadata.tables) == PLATFORM_TABLES
+    assert _differences(empty_database, metadata) == []
+
+
+def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platform(
+    empty_database: str,
+) -> None:
+    migrate(Settings(database={"url": empty_database}))  # type: ignore[arg-type]
+    contexts_tables = set(contexts_metadata.tables)
+    assert contexts_tables == {
+        "billing_invoices",
+        "billing_invoice_lines",
+        "notifications",
+        "sync_accounts",
+        "sync_items",
+    }
+    assert _tables(empty_database) == {
+        *PLATFORM_TABLES,
+        *contexts_tables,
+        "jobrail_alembic_version",
+        "contexts_alembic_version",
+    }
+
+    command.downgrade(_config(empty_database, SCHEMA), "base")
+
+    assert _tables(empty_database) == {
+        *PLATFORM_TABLES,
+        "jobrail_alembic_version",
+        "contexts_alembic_version",
+    }
+    assert _differences(empty_database, metadata) == []
 
 
 def test_hints_stored_by_the_old_rule_are_cut_unless_shaped_like_a_generated_key(

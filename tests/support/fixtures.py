@@ -44,12 +44,12 @@ def database_url() -> Iterator[str]:
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
-        # Every table but Alembic's: the platform's and every context's.
+        # Every table but the chains' version tables: the platform's and every context's.
         tables = (
             await conn.execute(
                 text(
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                    "AND tablename <> 'alembic_version'"
+                    "AND tablename NOT LIKE '%alembic_version'"
                 )
             )
         ).scalars()

@@ -29,10 +29,11 @@ from contexts.billing.domain.invoice import (
     InvoiceLine,
     InvoiceStatus,
 )
+from contexts.schema import metadata
 from jobrail.kernel.ids import TenantId
 from jobrail.kernel.money import Money
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime, metadata
+from jobrail.persistence.tables import UtcDateTime
 from jobrail.persistence.uow import SqlaUnitOfWork
 
 AUTO_PAY_DUE = "status = 'issued' AND auto_pay"

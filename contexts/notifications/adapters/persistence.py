@@ -20,9 +20,10 @@ from contexts.notifications.domain.notification import (
     NotificationId,
     NotificationStatus,
 )
+from contexts.schema import metadata
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime, metadata
+from jobrail.persistence.tables import UtcDateTime
 from jobrail.persistence.uow import SqlaUnitOfWork
 
 notifications = Table(

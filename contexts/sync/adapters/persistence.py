@@ -15,13 +15,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contexts.schema import metadata
 from contexts.sync.application.ports import VendorItem
 from contexts.sync.domain.account import Account, AccountStatus
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime, metadata
+from jobrail.persistence.tables import UtcDateTime
 from jobrail.persistence.uow import SqlaUnitOfWork
 
 accounts = Table(

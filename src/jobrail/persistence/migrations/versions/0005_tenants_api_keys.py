@@ -1,7 +1,7 @@
 """tenants and their API keys (stored as SHA-256 digests)
 
 Revision ID: 0005
-Revises: 0004
+Revises: 0001
 Create Date: 2026-11-30
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0004"
+down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """the ops page's sign-in sessions, kept on the server (see jobrail.api.ops)
 
 Revision ID: 0007
-Revises: 0006
+Revises: 0005
 Create Date: 2026-12-01
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,198 @@
+"""The database schema: Alembic chains, the platform's first, each with its own version table.
+
+The platform's chain ships inside the package (``persistence/migrations``) and records its
+revision in ``jobrail_alembic_version``, so it shares a database with a host application's
+own Alembic chain, which keeps Alembic's default ``alembic_version``. An application adds
+chains of its own (the reference application's is the repository's ``migrations/``), named
+by its modules; `jobrail migrate` runs the platform's chain and then theirs. No alembic.ini
+is read: each chain's Config is built here.
+
+jobrail 0.1 had one chain, in ``alembic_version``, for the platform's tables and the
+reference contexts' together. Its revisions kept their numbers when it was split, each in
+the chain that now owns its tables. A database it migrated is adopted: a chain that has no
+version table yet, in a database whose ``alembic_version`` holds one of those revisions and
+which has the platform's tables, is stamped at its equivalent revision and upgraded from
+there. ``alembic_version`` itself is left as it was: an older jobrail started against the
+database (a rollback) still finds its revision there and migrates nothing, and the chains
+never read it again once their own version tables exist.
+"""
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import MetaData, inspect, text
+from sqlalchemy.engine import Connection
+
+from jobrail.persistence.engine import create_engine
+from jobrail.settings import DatabaseSettings, load_settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.runtime.environment import EnvironmentContext
+
+LEGACY_VERSION_TABLE = "alembic_version"
+# What tells a database of jobrail 0.1 from one where a host's own chain keeps
+# `alembic_version` (perhaps with revisions numbered like these).
+LEGACY_TABLES = ("jobs", "outbox", "inbox")
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationChain:
+    """An Alembic script directory and the table where its revision is recorded.
+
+    `adopts` maps revisions of jobrail 0.1's single chain to this chain's equivalent
+    (None: none of its revisions had run yet)."""
+
+    name: str
+    location: Path
+    version_table: str
+    adopts: Mapping[str, str | None] = field(default_factory=dict)
+
+
+PLATFORM = MigrationChain(
+    name="jobrail",
+    location=Path(__file__).resolve().parent / "migrations",
+    version_table="jobrail_alembic_version",
+    adopts={
+        "0001": "0001",
+        "0002": "0001",
+        "0003": "0001",
+        "0004": "0001",
+        "0005": "0005",
+        "0006": "0005",
+        "0007": "0007",
+        "0008": "0008",
+        "0009": "0009",
+    },
+)
+
+
+class MigrationError(Exception):
+    """A chain that cannot run: its script directory is missing, or two chains share a
+    version table."""
+
+
+def alembic_config(chain: MigrationChain, database_url: str | None = None) -> "Config":
+    """The Config of `chain`, built in code (no alembic.ini)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(chain.location))
+    config.set_main_option("path_separator", "os")
+    config.attributes["version_table"] = chain.version_table
+    if database_url is not None:
+        config.attributes["database_url"] = database_url
+    return config
+
+
+def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -> None:
+    """Bring the platform's chain and then each of `chains` to their heads, adopting a
+    database of jobrail 0.1's single chain first."""
+    from alembic import command
+
+    ordered = _in_order(chains)
+    url = database.url.get_secret_value()
+    for chain in ordered:
+        config = alembic_config(chain, url)
+        adopted = asyncio.run(_adoptable_revision(database, chain))
+        if adopted is not None:
+            command.stamp(config, adopted)
+        command.upgrade(config, "heads")
+
+
+def _in_order(chains: Sequence[MigrationChain]) -> list[MigrationChain]:
+    ordered: list[MigrationChain] = []
+    for chain in (PLATFORM, *chains):
+        if chain in ordered:
+            continue
+        if any(chain.version_table == other.version_table for other in ordered):
+            raise MigrationError(
+                f"migration chains {chain.name!r} and another share the version table "
+                f"{chain.version_table!r}"
+            )
+        if not (chain.location / "env.py").is_file():
+            raise MigrationError(
+                f"migration chain {chain.name!r}: no Alembic environment at {chain.location}"
+            )
+        ordered.append(chain)
+    return ordered
+
+
+async def _adoptable_revision(database: DatabaseSettings, chain: MigrationChain) -> str | None:
+    if not chain.adopts:
+        return None
+    engine = create_engine(database)
+    try:
+        async with engine.connect() as connection:
+            legacy = await connection.run_sync(_legacy_revision, chain.version_table)
+    finally:
+        await engine.dispose()
+    return chain.adopts.get(legacy) if legacy is not None else None
+
+
+def _legacy_revision(connection: Connection, version_table: str) -> str | None:
+    """The revision of jobrail 0.1's chain in this database, if `version_table` is not
+    there yet."""
+    tables = set(inspect(connection).get_table_names())
+    if version_table in tables or LEGACY_VERSION_TABLE not in tables:
+        return None
+    if not tables.issuperset(LEGACY_TABLES):
+        return None
+    rows = connection.execute(text(f"SELECT version_num FROM {LEGACY_VERSION_TABLE}")).all()  # noqa: S608 - a constant
+    return str(rows[0][0]) if len(rows) == 1 else None
+
+
+def run_environment(
+    context: "EnvironmentContext", metadata: MetaData | Sequence[MetaData], version_table: str
+) -> None:
+    """The body of a chain's env.py: run its migrations on the connection or URL the
+    Config carries (else the settings' database), recording them in its version table.
+
+    Autogenerate looks only at the tables of `metadata`: the database holds other chains'
+    tables too, which are not this chain's to drop."""
+    config = context.config
+    if context.is_offline_mode():
+        raise SystemExit("offline migrations are not supported; run `jobrail migrate`")
+    version_table = config.attributes.get("version_table", version_table)
+    own = _table_names(metadata)
+
+    def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+        return type_ != "table" or name in own
+
+    def run(connection: Connection) -> None:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            version_table=version_table,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+            include_name=include_name,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run(connection)
+        return
+    url = config.attributes.get("database_url")
+    database = DatabaseSettings(url=url) if url is not None else load_settings().database
+    asyncio.run(_run_async(database, run))
+
+
+async def _run_async(database: DatabaseSettings, run: Callable[[Connection], None]) -> None:
+    engine = create_engine(database)
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(run)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def _table_names(metadata: MetaData | Sequence[MetaData]) -> set[str]:
+    metadatas = [metadata] if isinstance(metadata, MetaData) else list(metadata)
+    return {name for each in metadatas for name in each.tables}
