@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
 from alembic.config import Config
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import MetaData, inspect, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from contexts.schema import SCHEMA
@@ -23,44 +21,12 @@ from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.persistence.schema import PLATFORM, MigrationChain, alembic_config
 from jobrail.persistence.tables import metadata
 from jobrail.settings import Settings
+from tests.support.schema import PLATFORM_TABLES, differences, tables
 from tests.support.services import PG_SERVER, require
-
-PLATFORM_TABLES = {"jobs", "outbox", "inbox", "tenants", "api_keys", "ops_sessions"}
 
 
 def _config(url: str, chain: MigrationChain = PLATFORM) -> Config:
     return alembic_config(chain, url)
-
-
-def _not_a_version_table(name: str | None, type_: str, parent_names: object) -> bool:
-    return type_ != "table" or not (name or "").endswith("alembic_version")
-
-
-def _differences(url: str, *metadatas: MetaData) -> list[object]:
-    async def run() -> list[object]:
-        engine = create_async_engine(url)
-        async with engine.connect() as conn:
-            diff = await conn.run_sync(
-                lambda sync: compare_metadata(
-                    MigrationContext.configure(sync, opts={"include_name": _not_a_version_table}),
-                    list(metadatas),
-                )
-            )
-        await engine.dispose()
-        return list(diff)
-
-    return asyncio.run(run())
-
-
-def _tables(url: str) -> set[str]:
-    async def run() -> set[str]:
-        engine = create_async_engine(url)
-        async with engine.connect() as conn:
-            names = await conn.run_sync(lambda sync: inspect(sync).get_table_names())
-        await engine.dispose()
-        return set(names)
-
-    return asyncio.run(run())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -89,15 +55,15 @@ def test_every_migration_goes_up_down_and_up_again(empty_database: str) -> None:
 def test_the_migrated_schema_matches_the_tables_in_code(empty_database: str) -> None:
     migrate(Settings(database={"url": empty_database}))  # type: ignore[arg-type]
 
-    assert _differences(empty_database, metadata, contexts_metadata) == []
+    assert differences(empty_database, metadata, contexts_metadata) == []
 
 
 def test_the_platform_chain_holds_the_platform_tables_alone(empty_database: str) -> None:
     command.upgrade(_config(empty_database), "heads")
 
-    assert _tables(empty_database) == {*PLATFORM_TABLES, "jobrail_alembic_version"}
+    assert tables(empty_database) == {*PLATFORM_TABLES, "jobrail_alembic_version"}
     assert set(metadata.tables) == PLATFORM_TABLES
-    assert _differences(empty_database, metadata) == []
+    assert differences(empty_database, metadata) == []
 
 
 def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platform(
@@ -112,7 +78,7 @@ def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platf
         "sync_accounts",
         "sync_items",
     }
-    assert _tables(empty_database) == {
+    assert tables(empty_database) == {
         *PLATFORM_TABLES,
         *contexts_tables,
         "jobrail_alembic_version",
@@ -121,12 +87,12 @@ def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platf
 
     command.downgrade(_config(empty_database, SCHEMA), "base")
 
-    assert _tables(empty_database) == {
+    assert tables(empty_database) == {
         *PLATFORM_TABLES,
         "jobrail_alembic_version",
         "contexts_alembic_version",
     }
-    assert _differences(empty_database, metadata) == []
+    assert differences(empty_database, metadata) == []
 
 
 def test_hints_stored_by_the_old_rule_are_cut_unless_shaped_like_a_generated_key(
