@@ -66,9 +66,9 @@ async def publish_confirmed(
     What aio-pika's ``Exchange.publish`` does, less its ``Message`` object, and with
     aiormq's ``wait=False``: by default aiormq holds the channel's lock until a
     message's frames are on the socket, so concurrent publishes (the API's, the
-    worker's) went out one write at a time, each waiting for the last, and this
-    costs a third less CPU per publish (`python -m bench.publish_cost`). The confirm is awaited all the same, and an
-    unroutable message still raises. ``wait`` is not on aiormq's abstract channel, so
+    worker's) went out one write at a time, each waiting for the last; this costs a
+    third less CPU per publish (`python -m bench.publish_cost`). The confirm is awaited
+    all the same, and an unroutable message still raises. ``wait`` is not on aiormq's abstract channel, so
     the call is typed here once; tests/unit/test_broker_adapters.py fails if an upgrade
     drops it, tests/integration/test_amqp_broker.py if the confirm is no longer awaited.
     """
