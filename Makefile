@@ -11,11 +11,11 @@ QUEUES ?=
 
 install-bench: $(VENV)/.installed-bench
 
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+$(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -31,12 +31,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+# The reference application (contexts/) needs the examples extra.
+$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[examples]'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -94,6 +95,12 @@ test-unit: install-dev
 
 bench: install-bench
 	$(BIN)/python -m bench.run
+
+# requirements.lock: the versions every install here is held to (pip constraints), as
+# installed and tested; `make lock` writes it again from the bench environment.
+lock: install-bench
+	{ echo "# Written by make lock: pip freeze of .venv with the dev and bench extras."; \
+	  $(BIN)/pip freeze --exclude-editable | grep -v '^jobrail=='; } > requirements.lock
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import jobrail
 from jobrail.persistence.admin import create_database_if_missing, drop_database
 from tests.support.schema import PLATFORM_TABLES, tables
 from tests.support.services import PG_SERVER, require
@@ -153,3 +154,23 @@ def test_the_built_wheel_carries_the_platform_chain(installed: Path) -> None:
     for revision in chain.glob("*.py"):
         assert f"jobrail/persistence/migrations/versions/{revision.name}" in names
     assert not any(name.startswith("migrations/") for name in names)
+
+
+def test_the_built_wheel_is_typed_licensed_and_needs_no_example_dependency(
+    installed: Path,
+) -> None:
+    (wheel,) = (installed.parents[1] / "dist").glob("jobrail-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    (metadata,) = (name for name in names if name.endswith(".dist-info/METADATA"))
+    fields = archive.read(metadata).decode()
+
+    assert "jobrail/py.typed" in names
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
+    assert f"Version: {jobrail.__version__}\n" in fields  # one version, the package's
+    assert "License-Expression: MIT\n" in fields
+    requires = [line for line in fields.splitlines() if line.startswith("Requires-Dist:")]
+    core = [line for line in requires if "extra ==" not in line]
+    for example_only in ("aiosmtplib", "httpx", "email"):
+        assert not any(example_only in line for line in core), example_only
+    assert any("aiosmtplib" in line and "extra == 'examples'" in line for line in requires)
