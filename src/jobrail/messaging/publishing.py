@@ -68,9 +68,10 @@ async def publish_confirmed(
     message's frames are on the socket, so concurrent publishes (the API's, the
     worker's) went out one write at a time, each waiting for the last; this costs a
     third less CPU per publish (`python -m bench.publish_cost`). The confirm is awaited
-    all the same, and an unroutable message still raises. ``wait`` is not on aiormq's abstract channel, so
-    the call is typed here once; tests/unit/test_broker_adapters.py fails if an upgrade
-    drops it, tests/integration/test_amqp_broker.py if the confirm is no longer awaited.
+    all the same, and an unroutable message still raises. ``wait`` is not on aiormq's
+    abstract channel, so the call is typed here once; tests/unit/test_broker_adapters.py
+    fails if an upgrade drops it, tests/integration/test_amqp_broker.py if the confirm is
+    no longer awaited.
     """
     publish: Any = channel.basic_publish
     await publish(
