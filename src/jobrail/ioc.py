@@ -15,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from jobrail.jobs.admission import LimitsAndLock
 from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.ports import (
     DeadLetterQueue,
@@ -298,8 +299,11 @@ class PlatformProvider(Provider):
             lease=timedelta(seconds=settings.jobs.lease_s),
             max_result_bytes=settings.jobs.max_result_bytes,
         )
+        # The attempt's middleware, in order: each lets the delivery in before the claim
+        # after those before it, and is told the attempt is over before them.
+        middleware = (LimitsAndLock(gate, clock),)
         return JobRunner(
-            store, dispatcher, publisher, clock, retry, config, gate, observer=metrics.jobs
+            store, dispatcher, publisher, clock, retry, config, middleware, observer=metrics.jobs
         )
 
     @provide(scope=Scope.APP)

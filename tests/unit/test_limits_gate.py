@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from jobrail.jobs.admission import LimitsAndLock
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.gating import Deferred
@@ -81,7 +82,7 @@ class Worker:
                 lease_grace=timedelta(seconds=10),
                 store_retry_max=timedelta(milliseconds=1),
             ),
-            self.gate,
+            [LimitsAndLock(self.gate, self.clock)],
         )
 
     def add(self) -> Job:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobrail.jobs.admission import LimitsAndLock
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.gating import job_owner
@@ -61,7 +62,7 @@ class Harness:
                 store_retry_max=timedelta(milliseconds=1),
                 lease=lease,
             ),
-            self.gate,
+            [LimitsAndLock(self.gate, self.clock)],
             sleep=self.sleep,
         )
         self.calls = 0

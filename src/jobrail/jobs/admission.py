@@ -1,30 +1,119 @@
-"""The admission stage: a job's rate limits and its lock, asked of the gate before the
-claim (``jobrail.jobs.gating``, implemented on Redis by ``jobrail.limits.gate``).
+"""The job's rate limits and its lock, as one middleware of the attempt's chain
+(``jobrail.jobs.middleware``): asked of the gate (``jobrail.jobs.gating``, implemented on
+Redis by ``jobrail.limits.gate``) before the claim, held while the job runs, released
+after.
 
-Admitted, the job runs inside the hold the gate gave (which renews the lock and slots
-while it runs and releases them at the end). Turned away, the message goes round again
-(`deferred_message`): no attempt spent, the tokens reserved for it carried, and the
-outage backoff counting only the deferrals in a row while the limits store was away.
+Before the claim, the job's limits and lock are acquired in one round trip (the gate
+coalesces the admissions of the deliveries that start in the same event-loop turn).
+Turned away, the message goes round again (`deferred_message`): no attempt spent, the
+tokens reserved for it carried, and the outage backoff counting only the deferrals in a
+row while the limits store was away.
+
+Turned away only by locks or slots the job's own earlier admissions hold (a dead
+attempt's: ``Deferred.own``), the job is let in without them and, once claimed, takes
+them over (see ``jobrail.jobs.runner``): a claim means no other attempt of the job is
+alive. Turned away at that point (by a rate limit), the job gives its claim and attempt
+back (`GiveBack`).
+
+Admitted, the lock's fence goes to the handler and the lock and slot leases to the
+attempt's watchdog, which keeps them renewed while the handler runs; after the attempt
+everything is released in one more round trip, and the tokens refunded if the job never
+started (another worker claimed it first).
 """
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from jobrail.jobs.attempt import Attempt, JobRun
 from jobrail.jobs.gating import Admitted, Deferred, JobGate, job_owner
 from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.middleware import Defer, GiveBack, NotStartable
 from jobrail.kernel.clock import Clock
 from jobrail.limits.model import JobLimits
+
+log = logging.getLogger("jobrail.runner")
 
 # How late a job may come back and still use the token reserved for it.
 RESERVATION_GRACE = timedelta(milliseconds=25)
 
 
-class Admission:
-    def __init__(self, gate: JobGate | None, clock: Clock) -> None:
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one attempt holds of its limits: `admitted` is None while only the job's own
+    earlier admissions hold them (taken over after the claim)."""
+
+    keys: tuple[str, ...]
+    admitted: Admitted | None
+
+
+class LimitsAndLock:
+    """The attempt middleware of the job's rate limits, concurrency slots and lock."""
+
+    def __init__(self, gate: JobGate, clock: Clock) -> None:
         self._gate = gate
         self._clock = clock
 
-    async def enter(
+    def applies_to(self, run: JobRun) -> bool:
+        return bool(run.limits)
+
+    async def before_claim(self, attempt: Attempt) -> Held | Defer | NotStartable:
+        delivery, limits = attempt.delivery, attempt.run.limits
+        keys = delivery.limit_keys
+        if keys is None or len(keys) != len(limits.all()):
+            # An older message without its keys: read the job to fill them in.
+            now = self._clock.now()
+            current = await attempt.read()
+            if current is None or not current.can_start(now):
+                return NotStartable(current, now)
+            keys = tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
+        verdict = await self._enter(delivery, limits, keys)
+        if not isinstance(verdict, Deferred):
+            return Held(keys, verdict)
+        if verdict.own:
+            return Held(keys, None)  # held by the job's own earlier admissions: claim first
+        log.info(
+            "job %s deferred %.3fs: %s",
+            delivery.job_id,
+            verdict.delay.total_seconds(),
+            verdict.reason,
+        )
+        # From the clock after Redis answered: never earlier than the reserved token.
+        return Defer(deferred_message(delivery, verdict, self._clock.now() + verdict.delay))
+
+    async def after_claim(self, attempt: Attempt, state: Held) -> Held | GiveBack:
+        admitted = state.admitted
+        if admitted is None:
+            # The claim succeeded, so no other attempt of this job is alive (the one
+            # before stopped itself before its lease ended): the locks and slots the
+            # job's earlier admissions hold are a dead attempt's, or a duplicate
+            # delivery's whose claim will fail. Take them over; the lock's fence grows,
+            # so the dead attempt's fenced writes are refused.
+            delivery = attempt.delivery
+            taken = await self._enter(delivery, attempt.run.limits, state.keys, take_over=True)
+            if isinstance(taken, Deferred):
+                log.info(
+                    "job %s deferred %.3fs after its claim: %s",
+                    delivery.job_id,
+                    taken.delay.total_seconds(),
+                    taken.reason,
+                )
+                now = self._clock.now()
+                message = deferred_message(delivery, taken, now + taken.delay)
+                return GiveBack(message, taken.reason, now)
+            admitted = taken
+            state = Held(state.keys, taken)
+        attempt.fence = admitted.fence
+        if (kept := admitted.kept) is not None:
+            attempt.kept += (kept,)
+        return state
+
+    async def after_attempt(self, attempt: Attempt, state: Held) -> None:
+        if state.admitted is not None:
+            await state.admitted.release(refund=attempt.job is None)
+
+    async def _enter(
         self,
         delivery: JobMessage,
         limits: JobLimits,
@@ -32,11 +121,9 @@ class Admission:
         *,
         take_over: bool = False,
     ) -> Admitted | Deferred:
-        """Ask the gate for the job's limits and lock (`keys` filled in). With
-        `take_over`, the locks and slots the job's own earlier admissions hold are taken
-        from them (the caller has claimed the job: none of those attempts is alive)."""
-        if self._gate is None:
-            raise RuntimeError(f"job type {delivery.job_type} declares limits but no gate is set")
+        """Ask the gate for the job's limits and lock. With `take_over`, the locks and
+        slots the job's own earlier admissions hold are taken from them (the job is
+        claimed: none of those attempts is alive)."""
         now = self._clock.now()
         # A reserved token must be used on time: a job that comes back late competes
         # again, so that late jobs cannot bunch their calls together.

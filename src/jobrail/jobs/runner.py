@@ -1,4 +1,12 @@
-"""The worker side of every job: claim, run, record the outcome.
+"""The worker side of every job: admit → claim → attempt → record.
+
+The runner is the orchestrator: the attempt's middleware (``jobrail.jobs.middleware``,
+in the order the composition root gives them; the job's limits and lock are one,
+``jobrail.jobs.admission``) let the delivery in before the claim and say what the
+attempt holds after it; the parts beside it classify the outcome and decide the retry
+(``jobrail.jobs.outcomes``), keep the attempt's holds (``jobrail.jobs.watchdog``),
+route messages that cannot run now (``jobrail.jobs.rerouting``) and wait out outages
+(``jobrail.jobs.waiting``).
 
 A delivery is acknowledged only after the runner returns. The runner returns once
 the outcome is in the database (or the message was safely re-published); while
@@ -39,14 +47,14 @@ does not hold a worker slot for a long job's whole run.
 
 A job with a lock or concurrency slots: the dead attempt's lock (its TTL often far
 longer than the lease) would turn the delivery away. The holder tokens of a job's
-admissions name the job (``limits.gate.job_owner``), so the admission says when only
-the job's own earlier admissions hold what it needs (``Deferred.own``). The runner
-then claims the job first (holding the delivery while the old lease lasts, as above)
-and, claimed, takes the lock and slots over: a claim means no other attempt of the job
-is alive (the dead one stopped itself before its lease ended; a duplicate delivery's
-admission will fail its claim). The lock's fence grows, so the dead attempt's fenced
-writes are refused. Turned away at that point (a rate limit), the job gives its claim
-and attempt back and is deferred.
+admissions name the job (``jobs.gating.job_owner``), so the admission says when only
+the job's own earlier admissions hold what it needs (``Deferred.own``). The limits
+middleware then lets the job be claimed first (holding the delivery while the old lease
+lasts, as above) and, claimed, takes the lock and slots over: a claim means no other
+attempt of the job is alive (the dead one stopped itself before its lease ended; a
+duplicate delivery's admission will fail its claim). The lock's fence grows, so the dead
+attempt's fenced writes are refused. Turned away at that point (a rate limit), the job
+gives its claim and attempt back and is deferred (``GiveBack``).
 
 Worker heartbeats would detect a death about as fast, but need a table, a writer per
 process and a second liveness rule beside the lease; the short lease is the one rule,
@@ -55,16 +63,16 @@ and only jobs longer than a third of it write anything more.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from jobrail.jobs.admission import Admission, deferred_message
+from jobrail.jobs.attempt import Attempt, JobRun
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.gating import Admitted, Deferred, JobGate
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
+from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
 from jobrail.jobs.outcomes import Next, Verdict, classify, retry_limit, stored_result
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -82,6 +90,8 @@ from jobrail.jobs.watchdog import Kept, KeptClaim, Watchdog
 from jobrail.kernel.clock import Clock
 from jobrail.limits.model import JobLimits
 
+__all__ = ["JobObserver", "JobRun", "JobRunner", "RunnerConfig"]
+
 log = logging.getLogger("jobrail.runner")
 
 T = TypeVar("T")
@@ -91,20 +101,6 @@ T = TypeVar("T")
 TAKEOVER_POLL = timedelta(seconds=1)
 # ...for at most this many of the job's leases: longer, and the holder is alive.
 HOLD_LEASES = 2
-
-Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class JobRun:
-    """What the runner needs of a job type."""
-
-    handler: Handler
-    timeout: timedelta
-    limits: JobLimits = field(default_factory=JobLimits)
-    retry_base_s: float | None = None
-    """The type's own retry backoff base and cap (None: the platform's policy)."""
-    retry_cap_s: float | None = None
 
 
 class JobObserver(Protocol):
@@ -156,12 +152,13 @@ class JobRunner:
         clock: Clock,
         retry: RetryPolicy,
         config: RunnerConfig,
-        gate: JobGate | None = None,
+        middleware: Sequence[AttemptMiddleware[Any]] = (),
         observer: JobObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """`middleware`: the attempt's chain, in order (see ``jobrail.jobs.middleware``)."""
         self._sleep = sleep
-        self._admission = Admission(gate, clock)
+        self._middleware = tuple(middleware)
         self._observer = observer or _NoObserver()
         self._store = store
         self._dispatcher = dispatcher
@@ -201,25 +198,25 @@ class JobRunner:
             # once the lease ends (see OutboxRelay).
 
     async def _run(self, delivery: JobMessage, job_run: JobRun, claimed: list[Job]) -> Job | None:
-        """Admit, claim, attempt, record. Returns the job, as read, when another attempt
-        holds its lease (having given back what the limits granted); otherwise None."""
-        hold: Admitted | None = None
-        keys: tuple[str, ...] = ()
-        own_held = False
-        if job_run.limits:
-            found = await self._limit_keys(delivery, job_run.limits)
-            if found is None:
-                return None
-            keys = found
-            admitted = await self._admit(delivery, job_run.limits, keys)
-            if admitted is None:
-                return None
-            if isinstance(admitted, Deferred):
-                own_held = True  # held by the job's own earlier admissions: claim first
-            else:
-                hold = admitted
-        started = False
+        """Admit, claim, attempt, record, through the middleware that apply to the job
+        (``jobrail.jobs.middleware``). Returns the job, as read, when another attempt
+        holds its lease (the middleware having given back what they took); else None."""
+        attempt = Attempt(
+            delivery, job_run, lambda: self._hold_store(lambda: self._store.get(delivery.job_id))
+        )
+        entered: list[tuple[AttemptMiddleware[Any], Any]] = []
         try:
+            for middleware in self._middleware:
+                if not middleware.applies_to(job_run):
+                    continue
+                state = await middleware.before_claim(attempt)
+                if isinstance(state, Defer):
+                    await self._hold_broker(state.message)
+                    return None
+                if isinstance(state, NotStartable):
+                    await self._not_claimed(delivery, state.current, state.now)
+                    return None
+                entered.append((middleware, state))
             lease, renewed = self._config.lease_of(job_run.timeout)
             # The clock is read when the claim is made, not before the waits above:
             # a lease computed from an old "now" could already have ended.
@@ -237,30 +234,20 @@ class JobRunner:
                     return claim.current
                 await self._not_claimed(delivery, claim.current, now)
                 return None
-            started = True
-            job = claim.job
+            job = attempt.job = claim.job
             claimed.append(job)
-            token = ClaimToken.of(job)
-            if own_held:
-                # The claim succeeded, so no other attempt of this job is alive (the one
-                # before stopped itself before its lease ended): the locks and slots the
-                # job's earlier admissions hold are a dead attempt's, or a duplicate
-                # delivery's whose claim will fail. Take them over; the lock's fence grows,
-                # so the dead attempt's fenced writes are refused.
-                taken = await self._admit(delivery, job_run.limits, keys, take_over=True)
-                if isinstance(taken, Deferred) or taken is None:
-                    assert taken is not None
-                    await self._give_back(job, token, delivery, taken)
+            token = attempt.token = ClaimToken.of(job)
+            for i, (middleware, state) in enumerate(entered):
+                after = await middleware.after_claim(attempt, state)
+                if isinstance(after, GiveBack):
+                    await self._give_back(job, token, after)
                     return None
-                hold = taken
+                entered[i] = (middleware, after)
             self._observer.claimed(job)
-            outbox = await self._attempt(
-                job, token, job_run, hold, lease if renewed else None, delivery
-            )
+            outbox = await self._attempt(job, token, attempt, lease if renewed else None)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
-            if hold is not None:
-                await hold.release(refund=not started)
+            await self._leave(attempt, entered)
         if not recorded:
             log.warning(
                 "job %s attempt %d finished after another worker took it over; "
@@ -275,24 +262,26 @@ class JobRunner:
             await self._dispatcher.dispatch(outbox)
         return None
 
-    async def _give_back(
-        self, job: Job, token: ClaimToken, delivery: JobMessage, verdict: Deferred
+    async def _leave(
+        self, attempt: Attempt, entered: list[tuple[AttemptMiddleware[Any], Any]]
     ) -> None:
-        """The limits turned away a job already claimed (to take its own locks over):
-        give the claim and its attempt back and defer the message, as an admission's
-        denial would have."""
-        log.info(
-            "job %s deferred %.3fs after its claim: %s",
-            job.id,
-            verdict.delay.total_seconds(),
-            verdict.reason,
-        )
-        now = self._clock.now()
-        run_after = now + verdict.delay
-        job.throttled(verdict.reason, run_after, now)
-        message = deferred_message(delivery, verdict, run_after)
-        if await self._hold_store(lambda: self._store.record(job, token, (message,))):
-            await self._dispatcher.dispatch((message,))
+        """The middleware that let the attempt in, told it is over, the last first."""
+        for middleware, state in reversed(entered):
+            try:
+                await middleware.after_attempt(attempt, state)
+            except Exception:
+                log.exception(
+                    "job %s: %s failed after the attempt",
+                    attempt.delivery.job_id,
+                    type(middleware).__name__,
+                )
+
+    async def _give_back(self, job: Job, token: ClaimToken, given: GiveBack) -> None:
+        """A middleware turned away a job already claimed: give the claim and its
+        attempt back and send the message round, as a denial before the claim would."""
+        job.throttled(given.reason, given.run_after, given.now)
+        if await self._hold_store(lambda: self._store.record(job, token, (given.message,))):
+            await self._dispatcher.dispatch((given.message,))
 
     async def _wait_out_lease(self, leased: Job, until: datetime) -> Job | None:
         """Hold the delivery while the attempt that holds `leased` keeps its lease,
@@ -333,61 +322,13 @@ class JobRunner:
         delay = timedelta(seconds=backoff(delivery.deferrals, 2.0, 60.0))
         await self._hold_broker(delivery.again(self._clock.now() + delay, deferred=True))
 
-    async def _limit_keys(self, delivery: JobMessage, limits: JobLimits) -> tuple[str, ...] | None:
-        """The job's limit keys, from its message; None if the job cannot start (the
-        delivery was dealt with)."""
-        keys = delivery.limit_keys
-        if keys is not None and len(keys) == len(limits.all()):
-            return keys
-        # An older message without its keys: read the job to fill them in.
-        now = self._clock.now()
-        current = await self._hold_store(lambda: self._store.get(delivery.job_id))
-        if current is None or not current.can_start(now):
-            await self._not_claimed(delivery, current, now)
-            return None
-        return tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
-
-    async def _admit(
-        self,
-        delivery: JobMessage,
-        limits: JobLimits,
-        keys: Sequence[str],
-        *,
-        take_over: bool = False,
-    ) -> Admitted | Deferred | None:
-        """Acquire the job's limits and lock, or defer the message (no attempt spent:
-        None). Without `take_over`, a denial only by locks or slots the job's own earlier
-        admissions hold is returned instead (see `_run`); with it, those are taken over,
-        and any denial is returned to the caller, which holds the job's claim."""
-        verdict = await self._admission.enter(delivery, limits, keys, take_over=take_over)
-        if isinstance(verdict, Deferred) and (take_over or verdict.own):
-            return verdict
-        if isinstance(verdict, Deferred):
-            log.info(
-                "job %s deferred %.3fs: %s",
-                delivery.job_id,
-                verdict.delay.total_seconds(),
-                verdict.reason,
-            )
-            # From the clock after Redis answered: never earlier than the reserved token.
-            await self._hold_broker(
-                deferred_message(delivery, verdict, self._clock.now() + verdict.delay)
-            )
-            return None
-        return verdict
-
     async def _attempt(
-        self,
-        job: Job,
-        token: ClaimToken,
-        job_run: JobRun,
-        hold: Admitted | None,
-        renew: timedelta | None,
-        delivery: JobMessage,
+        self, job: Job, token: ClaimToken, attempt: Attempt, renew: timedelta | None
     ) -> Sequence[Outgoing]:
         """Run the handler once and apply the outcome to `job`; return the messages to
         send. One watchdog keeps what the attempt holds while the handler runs: with
-        `renew`, the claim's lease; the admission's lock and slots, if any."""
+        `renew`, the claim's lease; what the middleware hold (`Attempt.kept`)."""
+        job_run = attempt.run
         ctx = JobContext(
             job_id=job.id,
             job_type=job.type,
@@ -395,17 +336,15 @@ class JobRunner:
             attempt=job.attempts,
             max_attempts=job.max_attempts,
             _store=self._store,
-            fence=hold.fence if hold else None,
+            fence=attempt.fence,
         )
         timeout = job_run.timeout
         if job.cancel_requested:  # asked while its previous worker was dying
             job.stop_cancelled(self._clock.now())
             return ()
-        holds: list[Kept] = []
+        holds: Sequence[Kept] = attempt.kept
         if renew is not None:
-            holds.append(KeptClaim(self._store, job, token, renew, self._clock))
-        if hold is not None and (kept := hold.kept) is not None:
-            holds.append(kept)
+            holds = (KeptClaim(self._store, job, token, renew, self._clock), *holds)
         try:
             async with asyncio.timeout(timeout.total_seconds()):
                 if holds:
@@ -418,7 +357,7 @@ class JobRunner:
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
-            return await self._conclude(job, verdict, job_run, delivery)
+            return await self._conclude(job, verdict, job_run, attempt.delivery)
         job.succeed(stored, self._clock.now())
         return ()
 

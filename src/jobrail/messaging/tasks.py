@@ -32,10 +32,11 @@ from opentelemetry.context import Context as OtelContext
 from opentelemetry.trace import SpanKind
 from taskiq import AsyncBroker, Context, TaskiqDepends
 
+from jobrail.jobs.attempt import Handler, JobRun
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
-from jobrail.jobs.runner import Handler, JobRun, JobRunner
+from jobrail.jobs.runner import JobRunner
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.messaging.codec import (
     UNKNOWN_TYPE_LABEL,

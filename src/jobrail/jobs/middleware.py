@@ -1,0 +1,82 @@
+"""The attempt's middleware: a small, ordered chain of hooks around the claim and the
+attempt, as dramatiq's middleware are around a message.
+
+Taskiq's own middleware cannot host them: an exception in ``pre_execute`` leaves the
+RabbitMQ message unacknowledged, and ``pre_execute`` cannot skip the task. So the runner
+(``jobrail.jobs.runner``) runs this chain inside task execution, where being turned away
+is a deferral. The chain and its order are set in one place, the composition root
+(``jobrail.ioc``).
+
+For each delivery, the middleware that apply to its job type (`applies_to`; the others
+are skipped without an await) are called:
+
+- `before_claim`, first to last: let the delivery in, returning the middleware's own
+  state for this attempt, or turn it away (`Defer`, `NotStartable`). No attempt is spent.
+- `after_claim`, first to last, once the job is claimed: say what the attempt holds
+  (`Attempt.fence`, `Attempt.kept`) and return the state again, or give the claim back
+  (`GiveBack`): the attempt is not counted and the message goes round again.
+- `after_attempt`, last to first, once the outcome is recorded, or whenever the delivery
+  ends after the middleware let it in (`Attempt.job` is None if it was never claimed).
+  One that fails is logged and does not keep the others from theirs.
+
+An exception in `before_claim` or `after_claim` is the runner's unexpected error: before
+the claim the message is sent round again; after it, the job keeps its lease and the
+lease sweep brings it back.
+
+The limits and the job's lock are one middleware (``jobrail.jobs.admission``).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+from jobrail.jobs.attempt import Attempt, JobRun
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Turned away before the claim: `message` goes round again instead."""
+
+    message: JobMessage
+
+
+@dataclass(frozen=True, slots=True)
+class NotStartable:
+    """The job, as read at `now` (`current`, None if there is none), cannot start: the
+    delivery goes where an unclaimed one goes (``jobrail.jobs.rerouting.unclaimed``)."""
+
+    current: Job | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Turned away after the claim: the job gives its claim and its attempt back (it is
+    throttled at `now` with `reason`) and `message` goes round again."""
+
+    message: JobMessage
+    reason: str
+    now: datetime
+
+    @property
+    def run_after(self) -> datetime:
+        assert self.message.not_before is not None
+        return self.message.not_before
+
+
+class AttemptMiddleware(Protocol[S]):
+    """One link of the chain (see the module). `S` is its own state for one attempt."""
+
+    def applies_to(self, run: JobRun) -> bool:
+        """Whether it takes part in the attempts of this job type."""
+        ...
+
+    async def before_claim(self, attempt: Attempt) -> S | Defer | NotStartable: ...
+
+    async def after_claim(self, attempt: Attempt, state: S) -> S | GiveBack: ...
+
+    async def after_attempt(self, attempt: Attempt, state: S) -> None: ...
