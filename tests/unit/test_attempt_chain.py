@@ -1,0 +1,414 @@
+"""The attempt's middleware chain (jobrail.jobs.middleware) as the runner runs it, and the
+limits-and-lock middleware (jobrail.jobs.admission) on its own over a scripted gate."""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from jobrail.jobs.admission import Held, LimitsAndLock
+from jobrail.jobs.attempt import Attempt, JobRun
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.gating import Deferred, job_owner
+from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.jobs.watchdog import Kept
+from jobrail.limits.model import JobLimits, Lock, TokenBucket
+from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+
+TIMEOUT = timedelta(seconds=30)
+LOCKED = JobLimits(lock=Lock(key="account:{message}", ttl_s=30))
+
+
+class Recording:
+    """A middleware that writes down each hook it is called at, and may be told to turn
+    the attempt away or to fail at one of them."""
+
+    def __init__(
+        self,
+        name: str,
+        events: list[str],
+        *,
+        applies: bool = True,
+        stop: Any = None,
+        fail_at: str = "",
+    ) -> None:
+        self.name = name
+        self.events = events
+        self.applies = applies
+        self.stop = stop
+        self.fail_at = fail_at
+        self.left: list[Attempt] = []
+
+    def applies_to(self, run: JobRun) -> bool:
+        return self.applies
+
+    def _hook(self, hook: str) -> None:
+        self.events.append(f"{self.name}.{hook}")
+        if self.fail_at == hook:
+            raise RuntimeError(f"{self.name} broke in {hook}")
+
+    async def before_claim(self, attempt: Attempt) -> str | Defer | NotStartable:
+        self._hook("before_claim")
+        if isinstance(self.stop, Defer | NotStartable):
+            return self.stop
+        return f"{self.name}'s state"
+
+    async def after_claim(self, attempt: Attempt, state: str) -> str | GiveBack:
+        self._hook("after_claim")
+        assert state == f"{self.name}'s state"
+        if isinstance(self.stop, GiveBack):
+            return self.stop
+        return state
+
+    async def after_attempt(self, attempt: Attempt, state: str) -> None:
+        self.left.append(attempt)
+        self._hook("after_attempt")
+
+
+class Worker:
+    def __init__(self, *middleware: AttemptMiddleware[Any]) -> None:
+        self.clock = FixedClock()
+        self.store = FakeJobStore()
+        self.publisher = FakePublisher()
+        self.dispatcher = FakeDispatcher()
+        self.events: list[str] = []
+        self.runner = JobRunner(
+            self.store,
+            self.dispatcher,
+            self.publisher,
+            self.clock,
+            RetryPolicy(base_s=1, cap_s=60, jitter=False),
+            RunnerConfig(
+                dead_letter_queue="jobs.dlq",
+                lease_grace=timedelta(seconds=10),
+                store_retry_max=timedelta(milliseconds=1),
+            ),
+            middleware,
+        )
+
+    def add(self) -> Job:
+        job = make_job()
+        self.store.jobs[job.id] = job
+        return job
+
+    def delivery(self, job: Job) -> JobMessage:
+        return JobMessage(job.id, job.type, job.queue, job.tenant_id, "m1")
+
+    async def run(self, job: Job, limits: JobLimits | None = None) -> Job:
+        async def handler(payload: Mapping[str, Any], ctx: JobContext) -> None:
+            self.events.append("handler")
+
+        run = JobRun(handler, TIMEOUT, limits or JobLimits())
+        await self.runner.run(self.delivery(job), run)
+        return self.store.jobs[job.id]
+
+
+async def test_the_chain_lets_in_first_to_last_and_is_told_the_end_last_to_first() -> None:
+    events: list[str] = []
+    w = Worker(Recording("a", events), Recording("b", events))
+    w.events = events
+
+    job = await w.run(w.add())
+
+    assert job.status is JobStatus.SUCCEEDED
+    assert events == [
+        "a.before_claim",
+        "b.before_claim",
+        "a.after_claim",
+        "b.after_claim",
+        "handler",
+        "b.after_attempt",
+        "a.after_attempt",
+    ]
+
+
+async def test_a_middleware_that_does_not_apply_to_the_job_type_is_never_called() -> None:
+    events: list[str] = []
+    w = Worker(Recording("a", events, applies=False), Recording("b", events))
+
+    assert (await w.run(w.add())).status is JobStatus.SUCCEEDED
+    assert events == ["b.before_claim", "b.after_claim", "b.after_attempt"]
+
+
+async def test_a_deferral_before_the_claim_spends_no_attempt_and_releases_those_before() -> None:
+    events: list[str] = []
+    a, b = Recording("a", events), Recording("b", events)
+    w = Worker(a, b)
+    job = w.add()
+    later = w.clock.now() + timedelta(seconds=5)
+    b.stop = Defer(w.delivery(job).again(later, deferred=True))
+
+    done = await w.run(job)
+
+    assert done.status is JobStatus.PENDING
+    assert done.attempts == 0
+    [again] = w.publisher.published
+    assert again.not_before == later
+    assert events == ["a.before_claim", "b.before_claim", "a.after_attempt"]
+    [left] = a.left
+    assert left.job is None  # never claimed: what it took is refunded
+
+
+async def test_a_job_that_cannot_start_goes_where_an_unclaimed_delivery_goes() -> None:
+    events: list[str] = []
+    a = Recording("a", events)
+    w = Worker(a)
+    job = w.add()
+    w.store.jobs[job.id].cancel(w.clock.now())
+    a.stop = NotStartable(w.store.jobs[job.id], w.clock.now())
+
+    done = await w.run(job)
+
+    assert done.status is JobStatus.CANCELLED
+    assert w.publisher.published == []  # a finished job: acknowledged, nothing sent
+    assert events == ["a.before_claim"]
+
+
+async def test_a_give_back_after_the_claim_returns_the_attempt_and_sends_the_message_round() -> (
+    None
+):
+    events: list[str] = []
+    a = Recording("a", events)
+    w = Worker(a, Recording("b", events))
+    job = w.add()
+    later = w.clock.now() + timedelta(seconds=7)
+    message = w.delivery(job).again(later, deferred=True)
+    a.stop = GiveBack(message, "limited by vendor", w.clock.now())
+
+    done = await w.run(job)
+
+    assert "handler" not in events
+    assert done.status is JobStatus.RETRYING
+    assert done.attempts == 0  # given back
+    assert done.run_after == later
+    assert done.last_error == "limited by vendor"
+    [again] = w.dispatcher.dispatched
+    assert again.not_before == later
+    assert events == [
+        "a.before_claim",
+        "b.before_claim",
+        "a.after_claim",
+        "b.after_attempt",
+        "a.after_attempt",
+    ]
+
+
+async def test_a_middleware_failing_before_the_claim_does_not_lose_the_delivery() -> None:
+    events: list[str] = []
+    w = Worker(Recording("a", events), Recording("b", events, fail_at="before_claim"))
+
+    done = await w.run(w.add())
+
+    assert done.status is JobStatus.PENDING
+    assert done.attempts == 0
+    [again] = w.publisher.published  # sent round again, later
+    assert again.not_before is not None
+    assert again.not_before > w.clock.now()
+    assert json.loads(again.body)["labels"]["deferrals"] == 1
+    assert events == ["a.before_claim", "b.before_claim", "a.after_attempt"]
+
+
+async def test_a_middleware_failing_after_the_claim_leaves_the_job_to_its_lease() -> None:
+    events: list[str] = []
+    w = Worker(Recording("a", events), Recording("b", events, fail_at="after_claim"))
+
+    done = await w.run(w.add())
+
+    assert "handler" not in events
+    # Claimed: the job keeps its lease, and the lease sweep sends it round when it ends.
+    assert done.status is JobStatus.RUNNING
+    assert done.lease_until is not None
+    assert events[-2:] == ["b.after_attempt", "a.after_attempt"]
+
+
+async def test_a_middleware_failing_after_the_attempt_loses_no_outcome_and_no_release() -> None:
+    events: list[str] = []
+    w = Worker(Recording("a", events), Recording("b", events, fail_at="after_attempt"))
+
+    async def fails(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        raise ValueError("boom")
+
+    job = w.add()
+    await w.runner.run(w.delivery(job), JobRun(fails, TIMEOUT))
+
+    assert events[-2:] == ["b.after_attempt", "a.after_attempt"]
+    done = w.store.jobs[job.id]
+    assert done.status is JobStatus.RETRYING
+    [retry] = w.dispatcher.dispatched  # the outcome's message still leaves
+    assert retry.not_before == done.run_after
+
+
+# The limits-and-lock middleware over a scripted gate.
+
+
+@dataclass
+class FakeAdmitted:
+    fence: int | None = 7
+    kept: Kept | None = None
+    released: list[bool] = field(default_factory=list)
+
+    async def release(self, *, refund: bool = False) -> None:
+        self.released.append(refund)
+
+
+@dataclass
+class ScriptedGate:
+    """Answers each `enter` with the next verdict, writing down how it was asked."""
+
+    verdicts: list[Any]
+    asked: list[dict[str, Any]] = field(default_factory=list)
+
+    async def enter(
+        self,
+        declared: JobLimits,
+        keys: Sequence[str],
+        deferrals: int = 0,
+        prepaid: Sequence[str] = (),
+        outages: int = 0,
+        owner: str = "",
+        take_over: bool = False,
+    ) -> Any:
+        self.asked.append({"keys": list(keys), "owner": owner, "take_over": take_over})
+        return self.verdicts.pop(0)
+
+
+class Kept1s:
+    renew_every_s = 1.0
+
+    def left_s(self) -> float:
+        return 2.0
+
+    async def renew(self) -> bool:
+        return True
+
+    def taken(self) -> Exception:
+        return RuntimeError("taken")
+
+    def lapsed(self, late_s: float) -> Exception:
+        return RuntimeError("lapsed")
+
+
+def _attempt(job: Job, limits: JobLimits, **message: Any) -> Attempt:
+    async def read() -> Job | None:
+        return job
+
+    async def handler(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        return None
+
+    delivery = JobMessage(job.id, job.type, job.queue, job.tenant_id, "m1", **message)
+    return Attempt(delivery, JobRun(handler, TIMEOUT, limits), read)
+
+
+def test_it_applies_only_to_job_types_that_declare_limits() -> None:
+    middleware = LimitsAndLock(ScriptedGate([]), FixedClock())
+    job = make_job()
+
+    assert middleware.applies_to(_attempt(job, LOCKED).run)
+    assert not middleware.applies_to(_attempt(job, JobLimits()).run)
+
+
+async def test_admitted_it_gives_the_fence_and_the_leases_to_the_attempt_and_releases_after() -> (
+    None
+):
+    admitted = FakeAdmitted(fence=41, kept=Kept1s())
+    gate = ScriptedGate([admitted])
+    middleware = LimitsAndLock(gate, FixedClock())
+    job = make_job()
+    attempt = _attempt(job, LOCKED)
+
+    held = await middleware.before_claim(attempt)
+    assert held == Held(("account:hi",), admitted)
+    attempt.job = job
+    assert await middleware.after_claim(attempt, held) == held
+    await middleware.after_attempt(attempt, held)
+
+    assert gate.asked == [{"keys": ["account:hi"], "owner": job_owner(job.id), "take_over": False}]
+    assert attempt.fence == 41
+    assert attempt.kept == (admitted.kept,)
+    assert admitted.released == [False]
+
+
+async def test_a_job_never_claimed_gets_its_tokens_refunded() -> None:
+    admitted = FakeAdmitted()
+    middleware = LimitsAndLock(ScriptedGate([admitted]), FixedClock())
+    attempt = _attempt(make_job(), LOCKED)
+
+    held = await middleware.before_claim(attempt)
+    assert isinstance(held, Held)
+    await middleware.after_attempt(attempt, held)
+
+    assert admitted.released == [True]
+
+
+async def test_denied_it_defers_the_message_with_its_reservations() -> None:
+    clock = FixedClock()
+    denied = Deferred(timedelta(seconds=3), "limited by vendor", prepaid=("e1:vendor:acme",))
+    middleware = LimitsAndLock(ScriptedGate([denied]), clock)
+    bucket = JobLimits(
+        limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=1, per_second=1)]
+    )
+
+    verdict = await middleware.before_claim(_attempt(make_job(), bucket, deferrals=2))
+
+    assert isinstance(verdict, Defer)
+    assert verdict.message.not_before == clock.now() + timedelta(seconds=3)
+    assert verdict.message.deferrals == 3
+    assert verdict.message.prepaid == ("e1:vendor:acme",)
+
+
+async def test_a_message_without_its_keys_whose_job_cannot_start_is_not_admitted() -> None:
+    gate = ScriptedGate([])
+    clock = FixedClock()
+    job = make_job()
+    job.cancel(clock.now())
+
+    verdict = await LimitsAndLock(gate, clock).before_claim(_attempt(job, LOCKED))
+
+    assert verdict == NotStartable(job, clock.now())
+    assert gate.asked == []
+
+
+async def test_held_only_by_its_own_earlier_admission_it_takes_them_over_once_claimed() -> None:
+    taken = FakeAdmitted(fence=9)
+    own = Deferred(timedelta(seconds=30), "limited by lock", own=True)
+    gate = ScriptedGate([own, taken])
+    middleware = LimitsAndLock(gate, FixedClock())
+    job = make_job()
+    attempt = _attempt(job, LOCKED, limit_keys=("account:hi",))
+
+    held = await middleware.before_claim(attempt)
+    assert held == Held(("account:hi",), None)  # claim first
+    attempt.job = job
+    after = await middleware.after_claim(attempt, held)
+    await middleware.after_attempt(attempt, after)  # type: ignore[arg-type]
+
+    assert [asked["take_over"] for asked in gate.asked] == [False, True]
+    assert after == Held(("account:hi",), taken)
+    assert attempt.fence == 9
+    assert taken.released == [False]
+
+
+async def test_turned_away_at_its_takeover_it_gives_the_claim_back() -> None:
+    clock = FixedClock()
+    own = Deferred(timedelta(seconds=30), "limited by lock", own=True)
+    denied = Deferred(timedelta(seconds=2), "limited by vendor")
+    middleware = LimitsAndLock(ScriptedGate([own, denied]), clock)
+    job = make_job()
+    attempt = _attempt(job, LOCKED, limit_keys=("account:hi",))
+
+    held = await middleware.before_claim(attempt)
+    assert isinstance(held, Held)
+    attempt.job = job
+    given = await middleware.after_claim(attempt, held)
+    await middleware.after_attempt(attempt, held)  # nothing held: nothing to release
+
+    assert isinstance(given, GiveBack)
+    assert given.reason == "limited by vendor"
+    assert given.run_after == clock.now() + timedelta(seconds=2)
+    assert given.message.deferrals == 1
+    assert attempt.fence is None
