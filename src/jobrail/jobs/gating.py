@@ -1,4 +1,5 @@
-"""The gate port: what the runner asks of the job rate limits and locks before an attempt.
+"""The gate port: what the limits middleware (``jobrail.jobs.admission``) asks of the job
+rate limits and locks before an attempt.
 
 ``JobGate.enter`` admits a job on everything its type declares, in one round trip,
 or says how long to wait (`Deferred`). Admitted, the job runs holding the `Admitted`

@@ -247,7 +247,8 @@ class JobRunner:
             outbox = await self._attempt(job, token, attempt, lease if renewed else None)
             recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
         finally:
-            await self._leave(attempt, entered)
+            if entered:
+                await self._leave(attempt, entered)
         if not recorded:
             log.warning(
                 "job %s attempt %d finished after another worker took it over; "

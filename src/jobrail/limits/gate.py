@@ -9,7 +9,8 @@ attempt if they were lost; it releases everything in one round trip at the end.
 
 Holder tokens name the job they were made for (``job_owner``): a denial only by the
 job's own earlier admissions (a dead attempt's lock or slot) is ``Deferred.own``, and
-the runner, once it has claimed the job, takes those over (``take_over``).
+the limits middleware (``jobrail.jobs.admission``), once the job is claimed, takes those
+over (``take_over``).
 
 Each admission is a span (``limits admit``) that says whether the job was admitted
 or deferred, why, and for how long.
