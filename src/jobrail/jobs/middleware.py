@@ -8,16 +8,11 @@ is a deferral. The chain and its order are set in one place, the composition roo
 (``jobrail.ioc``).
 
 For each delivery, the middleware that apply to its job type (`applies_to`; the others
-are skipped without an await) are called:
-
-- `before_claim`, first to last: let the delivery in, returning the middleware's own
-  state for this attempt, or turn it away (`Defer`, `NotStartable`). No attempt is spent.
-- `after_claim`, first to last, once the job is claimed: say what the attempt holds
-  (`Attempt.fence`, `Attempt.kept`) and return the state again, or give the claim back
-  (`GiveBack`): the attempt is not counted and the message goes round again.
-- `after_attempt`, last to first, once the outcome is recorded, or whenever the delivery
-  ends after the middleware let it in (`Attempt.job` is None if it was never claimed).
-  One that fails is logged and does not keep the others from theirs.
+are skipped without an await) are called at `before_claim` first to last, at
+`after_claim` first to last once the job is claimed, and at `after_attempt` last to
+first, as dramatiq's ``before_process_message`` and ``after_process_message`` are. Each
+keeps its own state for the attempt (`S`), which the runner hands back to its later
+hooks, so that one middleware object serves every delivery at once.
 
 An exception in `before_claim` or `after_claim` is the runner's unexpected error: before
 the claim the message is sent round again; after it, the job keeps its lease and the
@@ -75,8 +70,19 @@ class AttemptMiddleware(Protocol[S]):
         """Whether it takes part in the attempts of this job type."""
         ...
 
-    async def before_claim(self, attempt: Attempt) -> S | Defer | NotStartable: ...
+    async def before_claim(self, attempt: Attempt) -> S | Defer | NotStartable:
+        """Let the delivery in (its state for the attempt) or turn it away; no attempt
+        is spent either way."""
+        ...
 
-    async def after_claim(self, attempt: Attempt, state: S) -> S | GiveBack: ...
+    async def after_claim(self, attempt: Attempt, state: S) -> S | GiveBack:
+        """The job is claimed (`Attempt.job`): say what the attempt holds (`Attempt.fence`,
+        `Attempt.kept`) and return the state again, or give the claim back."""
+        ...
 
-    async def after_attempt(self, attempt: Attempt, state: S) -> None: ...
+    async def after_attempt(self, attempt: Attempt, state: S) -> None:
+        """The delivery is done with, whatever happened after `before_claim` let it in:
+        the outcome recorded, or the job never claimed (`Attempt.job` is None), or
+        turned away by another middleware. A failure here is logged; it keeps neither
+        the other middleware from theirs nor the outcome from being sent."""
+        ...
