@@ -213,6 +213,19 @@ async def test_a_middleware_failing_before_the_claim_does_not_lose_the_delivery(
     assert events == ["a.before_claim", "b.before_claim", "a.after_attempt"]
 
 
+async def test_a_limited_job_with_no_middleware_to_enforce_its_limits_never_runs() -> None:
+    w = Worker()  # a chain built without the limits' middleware
+
+    done = await w.run(w.add(), JobLimits(lock=Lock(key="account:{account_id}", ttl_s=30)))
+
+    assert w.events == []  # the handler never ran unlimited
+    assert done.status is JobStatus.PENDING
+    assert done.attempts == 0
+    [again] = w.publisher.published  # sent round again, later, as any error before the claim
+    assert again.not_before is not None
+    assert again.not_before > w.clock.now()
+
+
 async def test_a_middleware_failing_after_the_claim_leaves_the_job_to_its_lease() -> None:
     events: list[str] = []
     w = Worker(Recording("a", events), Recording("b", events, fail_at="after_claim"))

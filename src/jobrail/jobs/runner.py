@@ -217,6 +217,13 @@ class JobRunner:
                     await self._not_claimed(delivery, state.current, state.now)
                     return None
                 entered.append((middleware, state))
+            if job_run.limits and not entered:
+                # Fail closed: a limited job never runs unlimited because the chain was
+                # built without the middleware that enforces its limits.
+                raise RuntimeError(
+                    f"job {delivery.job_id} ({delivery.job_type}) declares limits, but no "
+                    "attempt middleware enforces them"
+                )
             lease, renewed = self._config.lease_of(job_run.timeout)
             # The clock is read when the claim is made, not before the waits above:
             # a lease computed from an old "now" could already have ended.
