@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
+from jobrail.modules import ModuleLoadError
 from jobrail.settings import Settings, SettingsError, load_settings
 
 
@@ -216,6 +217,11 @@ def run_worker(settings: Settings, extra: list[str]) -> None:
         settings.check_can_serve(worker=True)
     except SettingsError as exc:
         _settings_refused(exc)
+    from jobrail.modules import load_modules
+
+    # Here, before Taskiq starts: in its worker processes a module that does not load is
+    # a traceback, and the process is started again, for good.
+    load_modules(settings.modules)
     argv = [
         sys.executable,
         "-m",
@@ -273,6 +279,14 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         print(f"jobrail: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    try:
+        _command(args, settings)
+    except ModuleLoadError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _command(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "migrate":
         _migrate_or_exit(settings, create_database=args.create_database)
     elif args.command == "run":
@@ -298,7 +312,17 @@ def main(argv: list[str] | None = None) -> None:
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
     elif args.command == "tenants":
-        print(json.dumps(asyncio.run(_tenants_command(settings, args))))
+        from jobrail.jobs.ports import StoreUnavailableError
+
+        try:
+            print(json.dumps(asyncio.run(_tenants_command(settings, args))))
+        except StoreUnavailableError as exc:
+            print(
+                f"jobrail: the database cannot be used ({exc}); is it there and migrated "
+                "(`jobrail migrate`)?",
+                file=sys.stderr,
+            )
+            raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
