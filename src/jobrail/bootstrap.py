@@ -7,7 +7,7 @@ so they run the same use cases with the same wiring.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +76,10 @@ class Runtime:
         self._background.clear()
 
 
-def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
-    modules = load_modules(settings.modules)
+def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module] = ()) -> Runtime:
+    """The process's runtime: the modules named in the settings, then `modules` (those a
+    host declared in code, through ``jobrail.JobRail``)."""
+    modules = [*load_modules(settings.modules), *modules]
     registry = JobRegistry(
         (spec for module in modules for spec in module.jobs),
         queues=settings.rabbit.queues,
@@ -126,6 +128,25 @@ def build_runtime(settings: Settings, *, worker: bool) -> Runtime:
 
     broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, start_routes)
     return Runtime(settings, modules, registry, broker, container)
+
+
+@contextlib.asynccontextmanager
+async def serving(runtime: Runtime) -> AsyncIterator[None]:
+    """What an API process runs while it serves: the broker, the demo tenant's seed (or
+    the warning of a stale one), and in embedded mode the jobs left unfinished, the
+    outbox relay and the scheduler; at the end it stops them and closes the container."""
+    await runtime.broker.startup()
+    try:
+        await seed_demo_tenant(runtime)
+        if runtime.settings.embedded:
+            await resume_unfinished_jobs(runtime)
+            await runtime.start_relay()
+            await runtime.start_scheduler()
+        yield
+    finally:
+        await runtime.stop_background()
+        await runtime.broker.shutdown()
+        await runtime.container.close()
 
 
 def install_worker_lifecycle(runtime: Runtime) -> None:

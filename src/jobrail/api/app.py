@@ -8,16 +8,16 @@ from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from jobrail import __version__
 from jobrail.api import admin, health, jobs, metrics, ops
 from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
 from jobrail.api.guard import RequestGuard
-from jobrail.bootstrap import Runtime, build_runtime, resume_unfinished_jobs, seed_demo_tenant
+from jobrail.bootstrap import Runtime, build_runtime, serving
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
+from jobrail.version import __version__
 
 log = logging.getLogger("jobrail.api")
 
@@ -32,18 +32,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.api_limiter = await runtime.container.get(ApiRateLimiter)
         app.state.authenticate = await runtime.container.get(Authenticate)
-        await runtime.broker.startup()
-        await seed_demo_tenant(runtime)  # or, where it seeds nothing, warns of a stale one
-        if settings.embedded:
-            await resume_unfinished_jobs(runtime)
-            await runtime.start_relay()
-            await runtime.start_scheduler()
-        try:
+        async with serving(runtime):
             yield
-        finally:
-            await runtime.stop_background()
-            await runtime.broker.shutdown()
-            await runtime.container.close()
 
     docs = settings.docs_enabled
     app = FastAPI(

@@ -31,8 +31,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
 from opentelemetry.util import types
 
-from jobrail import __version__
 from jobrail.settings import TelemetrySettings
+from jobrail.version import __version__
 
 log = logging.getLogger("jobrail.telemetry")
 

@@ -1,0 +1,119 @@
+"""Enqueueing in a SQLAlchemy ``AsyncSession`` the host owns.
+
+The job row and its outbox row are written in the session's open transaction, so they
+commit with the host's own writes or not at all. What the transaction enqueued leaves
+only once it has committed: SQLAlchemy's ``after_commit`` event hands it to
+``AfterCommit`` (the outbox's fast path; the relay publishes whatever that misses). A
+rollback, of the whole transaction or of the savepoint the job was enqueued in, drops
+it, as does a session closed without a commit.
+"""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session, SessionTransaction
+
+from jobrail.jobs.messages import Outgoing
+from jobrail.jobs.transactional import AfterCommit, TransactionIntake
+from jobrail.kernel.clock import Clock
+from jobrail.persistence.jobs import SqlaJobRepository
+from jobrail.persistence.outbox import SqlaOutbox
+
+_KEY = "jobrail.after_commit"
+
+
+class HostSessionUnit:
+    """An ``EnqueueUnitOfWork`` over the host's session: ``EnqueueJob.into`` records in
+    it, and ``commit`` only hands what it recorded to the session's commit, which the
+    host makes (or not)."""
+
+    def __init__(self, session: AsyncSession, clock: Clock, hooks: "SessionHooks") -> None:
+        self._session = session
+        self._outbox = SqlaOutbox(session, clock)
+        self._hooks = hooks
+        self.intake = TransactionIntake(SqlaJobRepository(session), self._outbox)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def commit(self) -> None:
+        messages, self._outbox.pending = self._outbox.pending, []
+        self._hooks.hold(self._session, messages, self.intake.take_created())
+
+
+@dataclass(slots=True)
+class _Held:
+    transaction: SessionTransaction
+    messages: Sequence[Outgoing]
+    created: Sequence[str]
+
+
+class SessionHooks:
+    """Holds what each host session enqueued until its transaction ends; dispatches it
+    after a commit (in a task of the running loop: the event is synchronous) and drops
+    it otherwise. ``drain`` waits for the dispatches still under way."""
+
+    def __init__(self, after_commit: AfterCommit) -> None:
+        self._after_commit = after_commit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def hold(
+        self, session: AsyncSession, messages: Sequence[Outgoing], created: Sequence[str]
+    ) -> None:
+        if not messages and not created:
+            return
+        sync = session.sync_session
+        transaction = sync.get_nested_transaction() or sync.get_transaction()
+        assert transaction is not None  # the enqueue's statements began one
+        self._held(sync).append(_Held(transaction, messages, created))
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _held(self, sync: Session) -> list[_Held]:
+        held: list[_Held] | None = sync.info.get(_KEY)
+        if held is None:
+            held = sync.info[_KEY] = []
+            event.listen(sync, "after_commit", self._committed)
+            event.listen(sync, "after_soft_rollback", self._rolled_back)
+            event.listen(sync, "after_transaction_end", self._ended)
+        return held
+
+    def _committed(self, sync: Session) -> None:
+        held: list[_Held] = sync.info.get(_KEY, [])
+        if not held:
+            return
+        messages = [message for entry in held for message in entry.messages]
+        created = [job_type for entry in held for job_type in entry.created]
+        held.clear()
+        task = asyncio.get_running_loop().create_task(self._after_commit(messages, created))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _rolled_back(self, sync: Session, previous: SessionTransaction) -> None:
+        held: list[_Held] = sync.info.get(_KEY, [])
+        if previous.nested:
+            held[:] = [entry for entry in held if not _within(entry.transaction, previous)]
+        elif previous.parent is None:
+            held.clear()
+
+    def _ended(self, sync: Session, transaction: SessionTransaction) -> None:
+        if transaction.parent is None:  # the session's transaction, not a savepoint
+            held: list[_Held] = sync.info.get(_KEY, [])
+            held.clear()
+
+
+def _within(transaction: SessionTransaction | None, ancestor: SessionTransaction) -> bool:
+    while transaction is not None:
+        if transaction is ancestor:
+            return True
+        transaction = transaction.parent
+    return False

@@ -1,0 +1,189 @@
+"""``JobRail``: jobrail inside a host's own FastAPI app.
+
+A thin facade over what ``jobrail api`` and ``jobrail worker`` build
+(``jobrail.bootstrap.build_runtime``: the job registry, the broker, the dishka
+container of ``jobrail.ioc``): job types declared in code, enqueued through
+``EnqueueJob`` (on their own, or in the host's own session), and the runtime's start
+and stop in the host's lifespan.
+"""
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from dishka import AsyncContainer
+from fastapi import FastAPI
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from jobrail.bootstrap import Runtime, build_runtime, serving
+from jobrail.facade.handle import JobHandle
+from jobrail.facade.host_session import HostSessionUnit, SessionHooks
+from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.registry import HandlerFunc, JobSpec, job
+from jobrail.jobs.transactional import AfterCommit
+from jobrail.jobs.use_cases import EnqueueJob
+from jobrail.kernel.clock import Clock
+from jobrail.limits.model import Lock, RateOrSlots
+from jobrail.modules import Module
+from jobrail.settings import Settings, load_settings
+from jobrail.telemetry.tracing import configure_tracing
+
+P = TypeVar("P", bound=BaseModel)
+
+MODULE_NAME = "jobrail.facade"
+
+
+class JobRail:
+    """jobrail for a host app: declare job types, enqueue them, serve their status.
+
+    ``settings`` are read from the environment (``JOBRAIL_*``) when not given. Job types
+    are declared with ``@rail.job(...)`` before the runtime is built: on first use
+    (an enqueue, ``container``) or at the start of ``lifespan``. The modules named in the
+    settings (``JOBRAIL_MODULES``) are loaded besides them.
+
+    One ``JobRail`` is one runtime: its lifespan runs once per process.
+    """
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else load_settings()
+        self._specs: list[JobSpec] = []
+        self._runtime: Runtime | None = None
+        self._worker = False
+        self._hooks: SessionHooks | None = None
+        self._enqueue: EnqueueJob | None = None
+        self._serving = False
+
+    # -- job types --------------------------------------------------------------------
+
+    def job(
+        self,
+        name: str,
+        *,
+        payload: type[P],
+        queue: str = "jobs.default",
+        timeout_s: float | None = None,
+        max_attempts: int | None = None,
+        limits: Sequence[RateOrSlots] = (),
+        lock: Lock | None = None,
+        retry_base_s: float | None = None,
+        retry_cap_s: float | None = None,
+    ) -> Callable[[HandlerFunc], JobHandle[P]]:
+        """Declare a job type whose handler is the decorated function, as
+        ``jobrail.jobs.registry.job`` does, and return its ``JobHandle``.
+
+        The handler is ``async def handler(payload: P, ctx: JobContext) -> dict | None``
+        (it may also ask for ``FromDishka[...]`` dependencies). ``limits`` and ``lock``
+        are acquired together before each attempt, their keys templated from the
+        payload's fields and ``tenant_id``; ``max_attempts``, ``retry_base_s`` and
+        ``retry_cap_s`` override the retry policy for this type."""
+        declare = job(
+            name,
+            payload=payload,
+            queue=queue,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            limits=limits,
+            lock=lock,
+            retry_base_s=retry_base_s,
+            retry_cap_s=retry_cap_s,
+        )
+
+        def register(handler: HandlerFunc) -> JobHandle[P]:
+            if self._runtime is not None:
+                raise RuntimeError(
+                    f"job type {name!r} is declared after the runtime was built: declare "
+                    "every job type before the first enqueue or the lifespan's start"
+                )
+            if any(spec.name == name for spec in self._specs):
+                raise ValueError(f"job type {name!r} is declared twice")
+            spec = declare(handler)
+            self._specs.append(spec)
+            return JobHandle(self, spec)
+
+        return register
+
+    @property
+    def module(self) -> Module:
+        """The job types declared on this rail, as a module of the runtime."""
+        return Module(name=MODULE_NAME, jobs=tuple(self._specs))
+
+    # -- the runtime ------------------------------------------------------------------
+
+    def build(self, *, worker: bool = False) -> Runtime:
+        """The runtime, built on first call: for an API process, or with `worker` for a
+        worker process (``jobrail worker --app``). Later calls return it."""
+        if self._runtime is None:
+            configure_tracing(self.settings.telemetry)
+            self._runtime = build_runtime(self.settings, worker=worker, modules=[self.module])
+            self._worker = worker
+        elif worker != self._worker:
+            role = "a worker" if self._worker else "an API process"
+            raise RuntimeError(f"this JobRail's runtime was built for {role} already")
+        return self._runtime
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.build(worker=self._worker)
+
+    @property
+    def container(self) -> AsyncContainer:
+        """jobrail's dishka container (its use cases, e.g. ``GetJob``, ``CancelJob``)."""
+        return self.runtime.container
+
+    @asynccontextmanager
+    async def lifespan(self, _app: object = None) -> AsyncIterator[None]:
+        """Start what an API process runs (the broker; in embedded mode the in-process
+        worker, the outbox relay and the scheduler) and stop it at the end, closing
+        the container. Pass it as ``FastAPI(lifespan=rail.lifespan)``, or enter it in
+        the host's own lifespan: ``async with rail.lifespan(app): yield``."""
+        if self._serving:
+            raise RuntimeError("this JobRail's lifespan is running already")
+        self._serving = True
+        try:
+            async with serving(self.runtime):
+                try:
+                    yield
+                finally:
+                    if self._hooks is not None:
+                        await self._hooks.drain()  # before the broker stops
+        finally:
+            self._serving = False
+
+    def install(self, app: FastAPI) -> None:
+        """Run ``lifespan`` around `app`'s own lifespan (it starts first, stops last)."""
+        host = app.router.lifespan_context
+
+        @asynccontextmanager
+        async def lifespan(running: Any) -> AsyncIterator[Any]:
+            async with self.lifespan(running), host(running) as state:
+                yield state
+
+        app.router.lifespan_context = lifespan
+
+    # -- enqueueing -------------------------------------------------------------------
+
+    async def enqueue(
+        self, cmd: EnqueueJobCommand, *, session: AsyncSession | None = None
+    ) -> EnqueueResult:
+        """``EnqueueJob`` on its own or, with `session`, in the host's session's
+        transaction (see ``JobHandle.enqueue``)."""
+        enqueue = await self._enqueue_job()
+        if session is None:
+            return await enqueue(cmd)
+        unit = HostSessionUnit(
+            session, await self.container.get(Clock), await self._session_hooks()
+        )
+        result = await enqueue.into(unit, cmd)
+        await unit.commit()
+        return result
+
+    async def _enqueue_job(self) -> EnqueueJob:
+        if self._enqueue is None:
+            self._enqueue = await self.container.get(EnqueueJob)
+        return self._enqueue
+
+    async def _session_hooks(self) -> SessionHooks:
+        if self._hooks is None:
+            self._hooks = SessionHooks(await self.container.get(AfterCommit))
+        return self._hooks
