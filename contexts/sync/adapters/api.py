@@ -3,7 +3,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
 
 from contexts.sync.application.use_cases import AccountRef, GetAccount, RequestSync
@@ -11,6 +11,7 @@ from contexts.sync.domain.account import ACCOUNT_ID_PATTERN
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.api.schemas import job_location
 
 router = APIRouter(
     prefix="/sync/accounts", tags=["sync"], route_class=DishkaRoute, responses=ERROR_RESPONSES
@@ -41,12 +42,13 @@ class AccountOut(BaseModel):
 )
 async def request_sync(
     account_id: AccountId,
+    request: Request,
     response: Response,
     tenant: CurrentTenant,
     request_sync: FromDishka[RequestSync],
 ) -> SyncAccepted:
     job = await request_sync(AccountRef(tenant, account_id))
-    response.headers["Location"] = f"/jobs/{job.id}"
+    response.headers["Location"] = job_location(request, job.id)
     return SyncAccepted(job_id=job.id, status=job.status.value)
 
 

@@ -14,10 +14,17 @@ behind the same NAT retrying a bad key must not lock it out), but it is still lo
 up, so a revocation takes effect as before.
 The client address is the peer's, or X-Forwarded-For's from ``api.trusted_proxies``;
 an IPv6 client is counted by its /64 network.
+
+The key lookup and the throttle are the app's ``Authenticate`` and ``ApiRateLimiter``:
+``create_app``'s lifespan puts them on ``app.state``; an app whose lifespan did not put
+them there (jobrail's app mounted in a host's, whose lifespan never runs, or a host
+that includes jobrail's routers with ``setup_dishka``) has them from its dishka
+container, once. ``jobrail.JobRail`` passes its own.
 """
 
 import ipaddress
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -40,15 +47,45 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiServices:
+    """What authenticating a request takes: the key lookup and the throttle."""
+
+    authenticate: Authenticate
+    limiter: ApiRateLimiter
+
+
+async def app_service(request: Request, name: str, kind: type[T]) -> T:
+    """``app.state.<name>``, or else the app's dishka container's `kind`, kept there."""
+    state = request.app.state
+    try:
+        found: T = getattr(state, name)
+    except AttributeError:
+        container: Any = getattr(state, "dishka_container", None)
+        if container is None:
+            raise RuntimeError(
+                f"this app has no {kind.__name__}: serve jobrail's routes from create_app(), "
+                "from JobRail.router(), or with setup_dishka and jobrail's container"
+            ) from None
+        found = await container.get(kind)
+        setattr(state, name, found)
+    return found
+
+
 async def _principal(request: Request, credentials: BearerCredentials) -> Principal:
     return await authenticated(request, credentials)
 
 
 async def authenticated(
-    request: Request, credentials: HTTPAuthorizationCredentials | None
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None,
+    services: ApiServices | None = None,
 ) -> Principal:
     """The principal of the request's key; a 401 without a live key (a 429 past the
-    client's budget of failed authentications)."""
+    client's budget of failed authentications). `services` are the app's unless given."""
     if credentials is None:
         raise HTTPException(401, "send an API key: Authorization: Bearer <key>", headers=_CHALLENGE)
     key = credentials.credentials
@@ -56,21 +93,29 @@ async def authenticated(
         check_key_shape(key)
     except InvalidInputError:
         raise HTTPException(401, "the API key is not valid", headers=_CHALLENGE) from None
-    principal = await principal_for_key(request, key)
+    principal = await principal_for_key(request, key, services)
     if principal is None:
         raise HTTPException(401, "the API key is not valid", headers=_CHALLENGE)
     request.state.principal = principal
     return principal
 
 
-async def principal_for_key(request: Request, key: str) -> Principal | None:
+async def principal_for_key(
+    request: Request, key: str, services: ApiServices | None = None
+) -> Principal | None:
     """The principal of a live key, or None; raises a 429 past the client's budget of
     failed authentications, before the key is looked up."""
-    authenticate: Authenticate = request.app.state.authenticate
+    if services is None:
+        authenticate = await app_service(request, "authenticate", Authenticate)
+    else:
+        authenticate = services.authenticate
     principal = authenticate.live(key)
     if principal is not None:
         return principal
-    limiter: ApiRateLimiter = request.app.state.api_limiter
+    if services is None:
+        limiter = await app_service(request, "api_limiter", ApiRateLimiter)
+    else:
+        limiter = services.limiter
     address = client_address(request)
     if not authenticate.seen_live(key):
         budget = await limiter.auth_budget(address)

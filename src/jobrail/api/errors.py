@@ -9,12 +9,14 @@ the HTTP server's own refusals of a request it cannot parse (``jobrail.api.serve
 
 import json
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -128,59 +130,112 @@ _HTTP_CODES = {
 }
 
 
-def _unavailable(code: str, what: str) -> Any:
-    """A 503 for a backing service that cannot be reached: clients retry after 5 s."""
+_UNAVAILABLE: tuple[tuple[type[Exception], str, str], ...] = (
+    (StoreUnavailableError, "database_unavailable", "the database"),
+    (BrokerUnavailableError, "broker_unavailable", "the message broker"),
+    (LimitsUnavailableError, "limits_unavailable", "the limits store"),
+)
 
-    async def handler(_request: Request, exc: Exception) -> JSONResponse:
-        log.warning("%s unavailable: %s", what.removeprefix("the "), exc)
-        return error_response(503, code, f"{what} is unavailable", headers={"Retry-After": "5"})
 
-    return handler
+def error_for(exc: Exception) -> JSONResponse | None:
+    """The JSON answer to an error jobrail's routes raise, or None for an unexpected one
+    (domain errors, a backing service that cannot be reached, invalid requests and
+    HTTPExceptions)."""
+    if isinstance(exc, DomainError):
+        return _domain_error(exc)
+    for unavailable, code, what in _UNAVAILABLE:
+        if isinstance(exc, unavailable):
+            # A 503 for a backing service that cannot be reached: clients retry after 5 s.
+            log.warning("%s unavailable: %s", what.removeprefix("the "), exc)
+            return error_response(503, code, f"{what} is unavailable", headers={"Retry-After": "5"})
+    if isinstance(exc, RequestValidationError):
+        return _invalid_request(exc)
+    if isinstance(exc, StarletteHTTPException):
+        return _http_error(exc)
+    return None
+
+
+def _domain_error(exc: DomainError) -> JSONResponse:
+    if isinstance(exc, NotFoundError):
+        return error_response(404, "not_found", str(exc))
+    if isinstance(exc, ConflictError):
+        return error_response(409, "conflict", str(exc))
+    if isinstance(exc, InvalidInputError):
+        return error_response(422, "invalid_input", str(exc), exc.details)
+    return error_response(422, "rule_violated", str(exc))
+
+
+def _invalid_request(exc: RequestValidationError) -> JSONResponse:
+    details = [
+        {
+            "loc": list(error.get("loc", ())),
+            "msg": error.get("msg", ""),
+            "type": error.get("type", ""),
+        }
+        for error in exc.errors()
+    ]
+    return error_response(422, "validation_error", "the request is invalid", details)
+
+
+def _http_error(exc: StarletteHTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    headers = dict(exc.headers) if exc.headers else None
+    if isinstance(exc, RequestRefused):
+        return error_response(exc.status_code, exc.code, message, exc.details, headers)
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+async def _mapped(_request: Request, exc: Exception) -> JSONResponse:
+    response = error_for(exc)
+    assert response is not None  # registered only for the types error_for maps
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(DomainError)
-    async def domain_error(_request: Request, exc: DomainError) -> JSONResponse:
-        if isinstance(exc, NotFoundError):
-            return error_response(404, "not_found", str(exc))
-        if isinstance(exc, ConflictError):
-            return error_response(409, "conflict", str(exc))
-        if isinstance(exc, InvalidInputError):
-            return error_response(422, "invalid_input", str(exc), exc.details)
-        return error_response(422, "rule_violated", str(exc))
-
-    for unavailable, code, what in (
-        (StoreUnavailableError, "database_unavailable", "the database"),
-        (BrokerUnavailableError, "broker_unavailable", "the message broker"),
-        (LimitsUnavailableError, "limits_unavailable", "the limits store"),
-    ):
-        app.add_exception_handler(unavailable, _unavailable(code, what))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [
-            {
-                "loc": list(error.get("loc", ())),
-                "msg": error.get("msg", ""),
-                "type": error.get("type", ""),
-            }
-            for error in exc.errors()
-        ]
-        return error_response(422, "validation_error", "the request is invalid", details)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _HTTP_CODES.get(exc.status_code, "http_error")
-        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        headers = dict(exc.headers) if exc.headers else None
-        if isinstance(exc, RequestRefused):
-            return error_response(exc.status_code, exc.code, message, exc.details, headers)
-        return error_response(exc.status_code, code, message, headers=headers)
+    kinds: list[type[Exception]] = [
+        DomainError,
+        *(unavailable for unavailable, _, _ in _UNAVAILABLE),
+        RequestValidationError,
+        StarletteHTTPException,
+    ]
+    for kind in kinds:
+        app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal error")
+        return unexpected_error(request, exc)
+
+
+def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal error")
+
+
+class JsonErrorsRoute(APIRoute):
+    """A route whose errors are JSON whatever app serves it: the errors ``error_for``
+    maps are answered by the route itself, so a host app that installed none of
+    jobrail's error handlers answers them as jobrail's app does. With ``catch_all``
+    (``JobRail.router``'s routes), an unexpected error is a logged JSON 500 too."""
+
+    catch_all = False
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        catch_all = self.catch_all
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                response = error_for(exc)
+                if response is not None:
+                    return response
+                if catch_all:
+                    return unexpected_error(request, exc)
+                raise
+
+        return answer
 
 
 class JsonCORSMiddleware(CORSMiddleware):

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 from pydantic import Field
 
 from jobrail.api.auth import AdminPrincipal, CurrentTenant
-from jobrail.api.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
+from jobrail.api.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
 from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
 from jobrail.jobs.domain import JobStatus
@@ -22,9 +22,13 @@ from jobrail.jobs.use_cases import (
 )
 from jobrail.kernel.ids import JobId
 
-router = APIRouter(
-    prefix="/jobs", tags=["jobs"], route_class=DishkaRoute, responses=ERROR_RESPONSES
-)
+
+class JobsRoute(JsonErrorsRoute, DishkaRoute):
+    """Answers its errors as JSON itself: a host app may include this router (with
+    ``setup_dishka`` and jobrail's container) without jobrail's error handlers."""
+
+
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JobsRoute, responses=ERROR_RESPONSES)
 
 
 @router.get("/{job_id}", summary="A job and its status", dependencies=[RateLimitRead])

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request, Response
 
-from jobrail.api.auth import BearerCredentials, CurrentTenant, authenticated
+from jobrail.api.auth import BearerCredentials, CurrentTenant, app_service, authenticated
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import LimitsUnavailableError
@@ -43,11 +43,17 @@ def rate_limited_tenant(group: Group) -> Callable[..., Awaitable[TenantId]]:
 
 
 async def apply_rate_limit(
-    group: Group, request: Request, response: Response, tenant: TenantId
+    group: Group,
+    request: Request,
+    response: Response,
+    tenant: TenantId,
+    limiter: ApiRateLimiter | None = None,
 ) -> None:
     """A 429 past the limits of `group` (a 503 where they cannot be checked and the
-    group fails closed); otherwise the response carries the RateLimit-* headers."""
-    limiter: ApiRateLimiter = request.app.state.api_limiter
+    group fails closed); otherwise the response carries the RateLimit-* headers. The
+    limiter is the app's unless given."""
+    if limiter is None:
+        limiter = await app_service(request, "api_limiter", ApiRateLimiter)
     if not limiter.enabled:
         return
     try:

@@ -4,7 +4,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fastapi import Response
+from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobrail.jobs.domain import Job
@@ -80,9 +80,15 @@ class JobList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next page.")
 
 
-def accepted(result: EnqueueResult, response: Response) -> JobAccepted:
+def job_location(request: Request, job_id: JobId) -> str:
+    """Where a job's status is read: under the app's mount point (the ASGI root_path)
+    when it is mounted in another app."""
+    return f"{request.scope.get('root_path', '')}/jobs/{job_id}"
+
+
+def accepted(result: EnqueueResult, response: Response, request: Request) -> JobAccepted:
     """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header."""
-    response.headers["Location"] = f"/jobs/{result.job.id}"
+    response.headers["Location"] = job_location(request, result.job.id)
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
     return JobAccepted(job_id=result.job.id, status=result.job.status.value)

@@ -1,7 +1,7 @@
 from typing import Annotated
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import EnqueueTenant
@@ -23,6 +23,7 @@ router = APIRouter(
 )
 async def echo(
     body: EchoPayload,
+    request: Request,
     response: Response,
     tenant: EnqueueTenant,
     enqueue: FromDishka[EnqueueJob],
@@ -36,4 +37,4 @@ async def echo(
             idempotency_key=idempotency_key,
         )
     )
-    return accepted(result, response)
+    return accepted(result, response, request)
