@@ -3,19 +3,20 @@
 A thin facade over what ``jobrail api`` and ``jobrail worker`` build
 (``jobrail.bootstrap.build_runtime``: the job registry, the broker, the dishka
 container of ``jobrail.ioc``): job types declared in code, enqueued through
-``EnqueueJob`` (on their own, or in the host's own session), and the runtime's start
-and stop in the host's lifespan.
+``EnqueueJob`` (on their own, or in the host's own session), the runtime's start and
+stop in the host's lifespan, and the jobs routes scoped by the host's own tenant.
 """
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from dishka import AsyncContainer
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from jobrail.api.auth import ApiServices
 from jobrail.bootstrap import Runtime, build_runtime, serving
 from jobrail.facade.handle import JobHandle
 from jobrail.facade.host_session import HostSessionUnit, SessionHooks
@@ -24,10 +25,13 @@ from jobrail.jobs.registry import HandlerFunc, JobSpec, job
 from jobrail.jobs.transactional import AfterCommit
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.ids import TenantId
+from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import Lock, RateOrSlots
 from jobrail.modules import Module
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.tracing import configure_tracing
+from jobrail.tenants.use_cases import Authenticate
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -187,3 +191,28 @@ class JobRail:
         if self._hooks is None:
             self._hooks = SessionHooks(await self.container.get(AfterCommit))
         return self._hooks
+
+    # -- HTTP -------------------------------------------------------------------------
+
+    async def api_services(self) -> ApiServices:
+        """The key lookup and the throttle of jobrail's API keys."""
+        return ApiServices(
+            await self.container.get(Authenticate), await self.container.get(ApiRateLimiter)
+        )
+
+    def router(
+        self,
+        *,
+        tenant: Callable[..., Awaitable[TenantId] | TenantId] | None = None,
+        prefix: str = "/jobs",
+        tags: Sequence[str] = ("jobs",),
+    ) -> APIRouter:
+        """The jobs routes (``GET {prefix}/{id}``, ``GET {prefix}``, ``POST
+        {prefix}/{id}/cancel``) for the host's app, every one scoped to the tenant that
+        `tenant` (a FastAPI dependency of the host's) returns; another tenant's job is a
+        404. Without `tenant`, jobrail's API keys say who the tenant is
+        (``Authorization: Bearer <key>``). Their errors are JSON whatever handlers the
+        host installed."""
+        from jobrail.facade.routes import jobs_router
+
+        return jobs_router(self, tenant=tenant, prefix=prefix, tags=list(tags))

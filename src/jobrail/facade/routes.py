@@ -1,0 +1,125 @@
+"""The jobs routes of ``JobRail.router``: status, list and cancel, for the host's app.
+
+The routes take their use cases from the rail's container (the host need not set up
+dishka) and their tenant from the host's own dependency, or else from jobrail's API
+keys. Every error they raise is answered as JSON by the route itself, so a host that
+installed none of jobrail's error handlers answers them as jobrail's app does.
+"""
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from jobrail.api.auth import BearerCredentials, authenticated
+from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.api.rate_limits import Group, apply_rate_limit
+from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
+from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.use_cases import (
+    CancelJob,
+    CancelJobCommand,
+    GetJob,
+    GetJobQuery,
+    ListJobs,
+    ListJobsQuery,
+)
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.limits.api import ApiRateLimiter
+
+if TYPE_CHECKING:
+    from jobrail.facade.rail import JobRail
+
+T = TypeVar("T")
+
+
+class RailRoute(JsonErrorsRoute):
+    """Every error is JSON, an unexpected one a logged 500 too."""
+
+    catch_all = True
+
+
+def jobs_router(
+    rail: "JobRail",
+    *,
+    tenant: Callable[..., Awaitable[TenantId] | TenantId] | None,
+    prefix: str,
+    tags: list[str],
+) -> APIRouter:
+    router = APIRouter(
+        prefix=prefix, tags=list(tags), route_class=RailRoute, responses=ERROR_RESPONSES
+    )
+    Tenant = Annotated[TenantId, Depends(tenant or _api_key_tenant(rail))]  # noqa: N806
+
+    def use_case(kind: type[T]) -> Any:
+        async def resolve(request: Request) -> AsyncIterator[T]:
+            async with rail.container(context={Request: request}) as scope:
+                yield await scope.get(kind)
+
+        return Depends(resolve)
+
+    def limited(group: Group) -> Any:
+        async def check(request: Request, response: Response, tenant: Tenant) -> None:
+            limiter = await rail.container.get(ApiRateLimiter)
+            await apply_rate_limit(group, request, response, tenant, limiter)
+
+        return Depends(check)
+
+    @router.get("/{job_id}", summary="A job and its status", dependencies=[limited("read")])
+    async def get_job(
+        job_id: uuid.UUID,
+        tenant: Tenant,
+        get: Annotated[GetJob, use_case(GetJob)],
+    ) -> JobOut:
+        return JobOut.of(await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id))))
+
+    @router.get("", summary="Jobs, newest first", dependencies=[limited("read")])
+    async def list_jobs(
+        tenant: Tenant,
+        list_jobs: Annotated[ListJobs, use_case(ListJobs)],
+        status: JobStatusName | None = None,
+        type: Annotated[str | None, Query(max_length=128)] = None,
+        entity_id: Annotated[str | None, Query(max_length=255)] = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> JobList:
+        page = await list_jobs(
+            ListJobsQuery(
+                tenant_id=tenant,
+                status=JobStatus(status) if status else None,
+                type=type,
+                entity_id=entity_id,
+                limit=limit,
+                after=decode_cursor(cursor),
+            )
+        )
+        return JobList(
+            items=[JobOut.of(job) for job in page.items],
+            next_cursor=encode_cursor(page.next_cursor),
+        )
+
+    @router.post(
+        "/{job_id}/cancel",
+        summary="Cancel a job",
+        description=CancelJob.__doc__,
+        dependencies=[limited("enqueue")],
+    )
+    async def cancel_job(
+        job_id: uuid.UUID,
+        tenant: Tenant,
+        cancel: Annotated[CancelJob, use_case(CancelJob)],
+    ) -> JobOut:
+        return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+
+    return router
+
+
+def _api_key_tenant(rail: "JobRail") -> Callable[..., Awaitable[TenantId]]:
+    """jobrail's API keys as the tenant dependency: ``Authorization: Bearer <key>``."""
+
+    async def api_key_tenant(request: Request, credentials: BearerCredentials) -> TenantId:
+        principal = await authenticated(request, credentials, await rail.api_services())
+        return principal.tenant_id
+
+    return api_key_tenant
