@@ -25,7 +25,6 @@ from jobrail.jobs.registry import HandlerFunc, JobSpec, job
 from jobrail.jobs.transactional import AfterCommit
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.ids import TenantId
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import Lock, RateOrSlots
 from jobrail.modules import Module
@@ -203,7 +202,7 @@ class JobRail:
     def router(
         self,
         *,
-        tenant: Callable[..., Awaitable[TenantId] | TenantId] | None = None,
+        tenant: Callable[..., Awaitable[str] | str] | None = None,
         prefix: str = "/jobs",
         tags: Sequence[str] = ("jobs",),
     ) -> APIRouter:

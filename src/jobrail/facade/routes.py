@@ -43,7 +43,7 @@ class RailRoute(JsonErrorsRoute):
 def jobs_router(
     rail: "JobRail",
     *,
-    tenant: Callable[..., Awaitable[TenantId] | TenantId] | None,
+    tenant: Callable[..., Awaitable[str] | str] | None,
     prefix: str,
     tags: list[str],
 ) -> APIRouter:
