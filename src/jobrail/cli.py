@@ -3,7 +3,8 @@
 jobrail run       embedded mode: migrate a SQLite file and serve the API with an
                   in-process worker (no services needed)
 jobrail api       serve the API
-jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues)
+jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues); with
+                  --app pkg.module:rail, the job types of a host's JobRail too
 jobrail scheduler enqueue the modules' periodic jobs (run two: one leads)
 jobrail migrate   bring the database schema up to date
 jobrail tenants   create tenants, issue and revoke their API keys (prints JSON)
@@ -207,7 +208,25 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     }
 
 
-def run_worker(settings: Settings, extra: list[str]) -> None:
+def _load_rail_or_exit(path: str) -> Any:
+    """The host's JobRail at `path`; a path that names none is one line and exit 2."""
+    from jobrail.facade.loading import AppLoadError, load_rail
+
+    try:
+        return load_rail(path)
+    except (AppLoadError, SettingsError) as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_worker(settings: Settings, extra: list[str], app: str | None = None) -> None:
+    broker = "workers.broker:create_broker"
+    if app is not None:
+        from jobrail.facade.worker import APP_ENV
+
+        settings = _load_rail_or_exit(app).settings
+        os.environ[APP_ENV] = app  # for the worker processes' create_broker
+        broker = "jobrail.facade.worker:create_broker"
     if settings.embedded:
         raise SystemExit(
             "jobrail worker needs the stack mode (JOBRAIL_MODE=stack): in embedded mode "
@@ -227,7 +246,7 @@ def run_worker(settings: Settings, extra: list[str]) -> None:
         "-m",
         "taskiq",
         "worker",
-        "workers.broker:create_broker",
+        broker,
         "--workers",
         str(settings.worker.processes),
         "--max-async-tasks",
@@ -253,8 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("run", help="embedded mode: migrate, then serve API and worker in one process")
     sub.add_parser("api", help="serve the API")
     worker = sub.add_parser("worker", help="run Taskiq workers")
+    app_help = "a host's JobRail, pkg.module:attribute, whose job types it runs too"
+    worker.add_argument("--app", help=app_help)
     worker.add_argument("taskiq_args", nargs=argparse.REMAINDER)
-    sub.add_parser("scheduler", help="enqueue periodic jobs (one leader among many)")
+    scheduler = sub.add_parser("scheduler", help="enqueue periodic jobs (one leader among many)")
+    scheduler.add_argument("--app", help=app_help)
     migrate_parser = sub.add_parser("migrate", help="apply database migrations")
     migrate_parser.add_argument(
         "--create-database",
@@ -302,12 +324,16 @@ def _command(args: argparse.Namespace, settings: Settings) -> None:
     elif args.command == "api":
         serve_api(settings)
     elif args.command == "worker":
-        run_worker(settings, args.taskiq_args)
+        run_worker(settings, args.taskiq_args, args.app)
     elif args.command == "scheduler":
         from jobrail.scheduling.process import ScheduleConfigError, run_scheduler
 
+        modules = []
+        if args.app is not None:
+            rail = _load_rail_or_exit(args.app)
+            settings, modules = rail.settings, [rail.module]
         try:
-            run_scheduler(settings)
+            run_scheduler(settings, modules)
         except ScheduleConfigError as exc:
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -112,8 +112,8 @@ async def start_embedded_scheduler(runtime: Runtime) -> None:
     runtime.run_in_background(scheduler.run(forever), name="scheduler")
 
 
-async def serve(settings: Settings) -> None:
-    runtime = build_runtime(settings, worker=False)
+async def serve(settings: Settings, modules: Sequence[Module] = ()) -> None:
+    runtime = build_runtime(settings, worker=False, modules=modules)
     resolve_schedules(runtime.modules, settings.scheduler, runtime.registry)  # fail early
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -131,7 +131,9 @@ async def serve(settings: Settings) -> None:
     log.info("scheduler: stopped", extra={"event": "scheduler.stopped"})
 
 
-def run_scheduler(settings: Settings) -> None:
+def run_scheduler(settings: Settings, modules: Sequence[Module] = ()) -> None:
+    """The scheduler of the modules named in the settings, and of `modules` (a host's
+    ``JobRail.module``, whose job types its schedules may enqueue)."""
     from jobrail.telemetry.logging import configure_logging
 
     if settings.embedded:
@@ -141,4 +143,4 @@ def run_scheduler(settings: Settings) -> None:
             "(the embedded mode, jobrail run, fires its schedules itself)"
         )
     configure_logging(settings.log_level)
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, modules))

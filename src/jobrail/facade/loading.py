@@ -1,0 +1,30 @@
+"""Finding a host's ``JobRail`` by its import path, ``pkg.module:attribute``."""
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobrail.facade.rail import JobRail
+
+
+class AppLoadError(Exception):
+    """The path names no importable module, or no ``JobRail`` in it."""
+
+
+def load_rail(path: str) -> "JobRail":
+    """The ``JobRail`` at `path` (``pkg.module:rail``): its module is imported, which
+    declares its job types."""
+    from jobrail.facade.rail import JobRail
+
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise AppLoadError(f"--app {path!r}: give it as pkg.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppLoadError(f"--app {path!r}: {module_name} cannot be imported: {exc}") from exc
+    rail = getattr(module, attribute, None)
+    if not isinstance(rail, JobRail):
+        found = "missing" if rail is None else type(rail).__name__
+        raise AppLoadError(f"--app {path!r}: {module_name}.{attribute} is not a JobRail ({found})")
+    return rail

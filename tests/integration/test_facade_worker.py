@@ -1,0 +1,120 @@
+"""`jobrail worker --app pkg.module:rail`: a worker process runs the job types a host
+declared on its JobRail, enqueued by the host's own rail (on their own or in its
+session); a path that names no JobRail stops the command in one line."""
+
+import subprocess
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from jobrail import JobRail
+from jobrail.jobs.domain import Job
+from jobrail.jobs.use_cases import GetJob, GetJobQuery
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.settings import Settings
+from tests.support.host_app import RenderReport, declare_jobs
+from tests.support.processes import BIN, ROOT, Process
+from tests.support.rabbit import RabbitProbe
+from tests.support.services import wait_for
+
+pytestmark = pytest.mark.integration
+
+APP = "tests.support.host_worker:rail"
+
+
+@pytest.fixture
+async def host_worker(stack_env: dict[str, str], rabbit: RabbitProbe) -> AsyncIterator[Process]:
+    process = Process(
+        [str(BIN / "jobrail"), "worker", "--app", APP],
+        {**stack_env, "JOBRAIL_MODULES": ""},
+        "host-worker",
+    )
+    queue = rabbit.topology.queues["jobs.default"]
+
+    async def consuming() -> bool:
+        if not process.alive():
+            raise AssertionError(f"the worker exited:\n{process.output()[-3000:]}")
+        try:
+            _, consumers = await rabbit.depth(queue)
+        except Exception:  # not declared yet
+            return False
+        return consumers >= 1
+
+    try:
+        await wait_for(consuming, timeout=30, interval=0.2, what="the host's worker to consume")
+        yield process
+    finally:
+        process.stop()
+
+
+async def finished(rail: JobRail, job_id: JobId) -> Job:
+    async def done() -> Job | None:
+        async with rail.container() as scope:
+            job = await (await scope.get(GetJob))(
+                GetJobQuery(tenant_id=TenantId("acme"), job_id=job_id)
+            )
+        return job if job.finished_at is not None else None
+
+    result: Job = await wait_for(done, timeout=20, what=f"job {job_id} to finish")
+    return result
+
+
+async def test_the_worker_runs_the_host_job_types(
+    stack_settings: Settings, engine: AsyncEngine, host_worker: Process
+) -> None:
+    rail = JobRail(stack_settings.model_copy(update={"modules": []}))
+    render = declare_jobs(rail)
+    sessions = async_sessionmaker(engine)
+
+    async with rail.lifespan():
+        alone = await render.enqueue(RenderReport(report_id="r-1", pages=2), tenant_id="acme")
+        async with sessions() as session:
+            in_session = await render.enqueue(
+                RenderReport(report_id="r-2"), tenant_id="acme", session=session
+            )
+            await session.commit()
+        failing = await render.enqueue(
+            RenderReport(report_id="r-3", permanent_failure=True), tenant_id="acme"
+        )
+        jobs = [await finished(rail, result.job.id) for result in (alone, in_session, failing)]
+
+    assert [(job.status.value, job.result) for job in jobs] == [
+        ("succeeded", {"pages": 2, "attempt": 1}),
+        ("succeeded", {"pages": 1, "attempt": 1}),
+        ("failed", None),
+    ]
+    assert jobs[2].last_error is not None
+    assert "cannot be rendered" in jobs[2].last_error
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("tests.support.no_such_module:rail", "cannot be imported"),
+        ("tests.support.host_worker:not_a_rail", "is not a JobRail (object)"),
+        ("tests.support.host_worker:missing", "is not a JobRail (missing)"),
+        ("tests.support.host_worker", "pkg.module:attribute"),
+    ],
+)
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_an_app_path_that_names_no_rail_is_one_line(
+    stack_env: dict[str, str], command: str, path: str, says: str
+) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+    done = subprocess.run(
+        [str(BIN / "jobrail"), command, "--app", path],
+        cwd=ROOT,
+        env={**env, **stack_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.startswith("jobrail: --app")
+    assert says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
