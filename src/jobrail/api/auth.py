@@ -58,20 +58,24 @@ class ApiServices:
     limiter: ApiRateLimiter
 
 
+def state_service(request: Request, name: str) -> Any:
+    """``app.state.<name>`` (what create_app's lifespan put there), or None."""
+    return getattr(request.app.state, name, None)
+
+
 async def app_service(request: Request, name: str, kind: type[T]) -> T:
     """``app.state.<name>``, or else the app's dishka container's `kind`, kept there."""
-    state = request.app.state
-    try:
-        found: T = getattr(state, name)
-    except AttributeError:
-        container: Any = getattr(state, "dishka_container", None)
-        if container is None:
-            raise RuntimeError(
-                f"this app has no {kind.__name__}: serve jobrail's routes from create_app(), "
-                "from JobRail.router(), or with setup_dishka and jobrail's container"
-            ) from None
-        found = await container.get(kind)
-        setattr(state, name, found)
+    found: T | None = state_service(request, name)
+    if found is not None:
+        return found
+    container: Any = getattr(request.app.state, "dishka_container", None)
+    if container is None:
+        raise RuntimeError(
+            f"this app has no {kind.__name__}: serve jobrail's routes from create_app(), "
+            "from JobRail.router(), or with setup_dishka and jobrail's container"
+        )
+    found = await container.get(kind)
+    setattr(request.app.state, name, found)
     return found
 
 
@@ -105,17 +109,21 @@ async def principal_for_key(
 ) -> Principal | None:
     """The principal of a live key, or None; raises a 429 past the client's budget of
     failed authentications, before the key is looked up."""
-    if services is None:
-        authenticate = await app_service(request, "authenticate", Authenticate)
-    else:
+    if services is not None:
         authenticate = services.authenticate
+    else:
+        authenticate = state_service(request, "authenticate")
+        if authenticate is None:
+            authenticate = await app_service(request, "authenticate", Authenticate)
     principal = authenticate.live(key)
     if principal is not None:
         return principal
-    if services is None:
-        limiter = await app_service(request, "api_limiter", ApiRateLimiter)
-    else:
+    if services is not None:
         limiter = services.limiter
+    else:
+        limiter = state_service(request, "api_limiter")
+        if limiter is None:
+            limiter = await app_service(request, "api_limiter", ApiRateLimiter)
     address = client_address(request)
     if not authenticate.seen_live(key):
         budget = await limiter.auth_budget(address)

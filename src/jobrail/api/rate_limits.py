@@ -5,7 +5,13 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request, Response
 
-from jobrail.api.auth import BearerCredentials, CurrentTenant, app_service, authenticated
+from jobrail.api.auth import (
+    BearerCredentials,
+    CurrentTenant,
+    app_service,
+    authenticated,
+    state_service,
+)
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import LimitsUnavailableError
@@ -53,7 +59,10 @@ async def apply_rate_limit(
     group fails closed); otherwise the response carries the RateLimit-* headers. The
     limiter is the app's unless given."""
     if limiter is None:
-        limiter = await app_service(request, "api_limiter", ApiRateLimiter)
+        # The app's, from its state without a coroutine on the hot path.
+        limiter = state_service(request, "api_limiter")
+        if limiter is None:
+            limiter = await app_service(request, "api_limiter", ApiRateLimiter)
     if not limiter.enabled:
         return
     try:
