@@ -20,6 +20,7 @@ from jobrail.api.auth import ApiServices
 from jobrail.bootstrap import Runtime, build_runtime, serving
 from jobrail.facade.handle import JobHandle
 from jobrail.facade.host_session import HostSessionUnit, SessionHooks
+from jobrail.facade.routes import jobs_router
 from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import HandlerFunc, JobSpec, job
 from jobrail.jobs.transactional import AfterCommit
@@ -212,6 +213,4 @@ class JobRail:
         404. Without `tenant`, jobrail's API keys say who the tenant is
         (``Authorization: Bearer <key>``). Their errors are JSON whatever handlers the
         host installed."""
-        from jobrail.facade.routes import jobs_router
-
         return jobs_router(self, tenant=tenant, prefix=prefix, tags=list(tags))
