@@ -330,3 +330,22 @@ async def test_a_limit_wait_outside_a_sampled_trace_makes_no_span(
     assert isinstance(admitted, Pass)
     assert spans.get_finished_spans() == ()
     await admitted.release()
+
+
+@pytest.mark.parametrize("exported", [False, True])
+async def test_every_request_has_its_access_line_at_debug_with_or_without_an_exporter(
+    exported: bool, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not exported:
+        configure_tracing(TelemetrySettings())  # no endpoint: nothing is recorded
+    try:
+        transport = httpx.ASGITransport(app=unrecorded_app())
+        with caplog.at_level(logging.DEBUG, logger="jobrail.api.access"):
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+                await api.get("/context")
+    finally:
+        if not exported:
+            use_tracer_provider(None)
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "jobrail.api.access"]
+    assert lines == ["GET /context 200"]

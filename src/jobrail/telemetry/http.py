@@ -74,7 +74,10 @@ class RequestTelemetry:
             token = context.attach(trace.set_span_in_context(unrecorded_span(parent), parent))
             try:
                 with log_context(fields):
-                    await self.app(scope, receive, send_with_id)
+                    try:
+                        await self.app(scope, receive, send_with_id)
+                    finally:
+                        _access_log(scope, method, status, started)
             finally:
                 context.detach(token)
             return
@@ -96,17 +99,23 @@ class RequestTelemetry:
             try:
                 await self.app(scope, receive, send_with_id)
             finally:
-                route = getattr(scope.get("route"), "path_format", None)
                 if span.is_recording():
+                    route = getattr(scope.get("route"), "path_format", None)
                     _finish(span, method, route, status, fields.tenant_id)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug(
-                        "%s %s %d",
-                        method,
-                        route or scope["path"],
-                        status,
-                        extra={"duration_ms": round((time.perf_counter() - started) * 1000, 2)},
-                    )
+                _access_log(scope, method, status, started)
+
+
+def _access_log(scope: Scope, method: str, status: int, started: float) -> None:
+    """The request's access line, at DEBUG (the server's own access log is off)."""
+    if log.isEnabledFor(logging.DEBUG):
+        route = getattr(scope.get("route"), "path_format", None)
+        log.debug(
+            "%s %s %d",
+            method,
+            route or scope["path"],
+            status,
+            extra={"duration_ms": round((time.perf_counter() - started) * 1000, 2)},
+        )
 
 
 def unrecorded_span(parent: Context) -> trace.Span:
