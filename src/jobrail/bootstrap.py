@@ -76,18 +76,21 @@ class Runtime:
         self._background.clear()
 
 
-def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module] = ()) -> Runtime:
-    """The process's runtime: the modules named in the settings, then `modules` (those a
-    host declared in code, through ``jobrail.JobRail``)."""
-    modules = [*load_modules(settings.modules), *modules]
+def job_catalog(
+    settings: Settings, modules: Sequence[Module] = ()
+) -> tuple[list[Module], JobRegistry, EventCatalog]:
+    """The loaded modules, their job types and their events; ModuleLoadError for a
+    module that does not load, ValueError for a job type or event the settings refuse
+    (an unknown queue, a name taken twice, an event consumer that is no job type)."""
+    loaded = [*load_modules(settings.modules), *modules]
     registry = JobRegistry(
-        (spec for module in modules for spec in module.jobs),
+        (spec for module in loaded for spec in module.jobs),
         queues=settings.rabbit.queues,
         default_timeout_s=settings.jobs.default_timeout_s,
         timeouts_s=settings.jobs.timeouts_s,
         redis_cluster=settings.redis.cluster and not settings.embedded,
     )
-    events = EventCatalog(spec for module in modules for spec in module.events)
+    events = EventCatalog(spec for module in loaded for spec in module.events)
     for spec in events:
         for consumer in spec.consumers:
             if registry.get(consumer) is None:
@@ -95,6 +98,13 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
                     f"event {spec.name} names consumer {consumer!r}, which is not a job type "
                     "of the loaded modules"
                 )
+    return loaded, registry, events
+
+
+def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module] = ()) -> Runtime:
+    """The process's runtime: the modules named in the settings, then `modules` (those a
+    host declared in code, through ``jobrail.JobRail``)."""
+    modules, registry, events = job_catalog(settings, modules)
     broker: AmqpJobBroker | EmbeddedJobBroker
     if settings.embedded:
         broker = EmbeddedJobBroker(

@@ -219,12 +219,25 @@ def _load_rail_or_exit(path: str) -> Any:
         raise SystemExit(2) from None
 
 
+def _check_job_catalog(settings: Settings, modules: list[Any]) -> None:
+    """The job types and events of the modules, or one line and exit 2."""
+    from jobrail.bootstrap import job_catalog
+
+    try:
+        job_catalog(settings, modules)
+    except ValueError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_worker(settings: Settings, extra: list[str], app: str | None = None) -> None:
     broker = "workers.broker:create_broker"
+    rail = None
     if app is not None:
         from jobrail.facade.worker import APP_ENV
 
-        settings = _load_rail_or_exit(app).settings
+        rail = _load_rail_or_exit(app)
+        settings = rail.settings
         os.environ[APP_ENV] = app  # for the worker processes' create_broker
         broker = "jobrail.facade.worker:create_broker"
     if settings.embedded:
@@ -236,11 +249,10 @@ def run_worker(settings: Settings, extra: list[str], app: str | None = None) -> 
         settings.check_can_serve(worker=True)
     except SettingsError as exc:
         _settings_refused(exc)
-    from jobrail.modules import load_modules
-
-    # Here, before Taskiq starts: in its worker processes a module that does not load is
-    # a traceback, and the process is started again, for good.
-    load_modules(settings.modules)
+    # Checked here, before Taskiq starts: in its worker processes a module that does not
+    # load or a job type the settings refuse (an unknown queue, a name taken twice) is a
+    # traceback, and the process is started again, for good.
+    _check_job_catalog(settings, [rail.module] if rail is not None else [])
     argv = [
         sys.executable,
         "-m",
@@ -332,6 +344,7 @@ def _command(args: argparse.Namespace, settings: Settings) -> None:
         if args.app is not None:
             rail = _load_rail_or_exit(args.app)
             settings, modules = rail.settings, [rail.module]
+        _check_job_catalog(settings, modules)
         try:
             run_scheduler(settings, modules)
         except ScheduleConfigError as exc:

@@ -118,3 +118,26 @@ def test_an_app_path_that_names_no_rail_is_one_line(
     assert done.stderr.startswith("jobrail: --app")
     assert says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_a_rail_whose_job_type_the_settings_refuse_is_one_line_before_anything_starts(
+    stack_env: dict[str, str], command: str
+) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+    done = subprocess.run(
+        [str(BIN / "jobrail"), command, "--app", "tests.support.host_bad_queue:rail"],
+        cwd=ROOT,
+        env={**env, **stack_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("jobrail: ")
+    assert "jobs.nope" in line
