@@ -97,8 +97,10 @@ bench: install-bench
 	$(BIN)/python -m bench.run
 
 # requirements.lock: the versions every install here is held to (pip constraints), as
-# installed and tested; `make lock` writes it again from the bench environment.
-lock: install-bench
+# installed and tested; `make lock` resolves pyproject's ranges afresh (the newest
+# versions they allow, not the old lock's) and writes it again.
+lock: | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade -e '.[dev,bench]'
 	{ echo "# Written by make lock: pip freeze of .venv with the dev and bench extras."; \
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^jobrail=='; } > requirements.lock
 

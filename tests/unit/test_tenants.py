@@ -115,3 +115,18 @@ async def test_a_cancelled_request_does_not_cancel_the_lookup_others_wait_for() 
     assert principal is not None
     assert first.cancelled()
     assert authenticate.live(issued.api_key) == principal  # the lookup completed and cached
+
+
+async def test_an_answer_that_arrives_after_forget_is_not_kept() -> None:
+    directory = SlowDirectory()
+    issued = await CreateTenant(directory, FixedClock())("acme")
+    authenticate = Authenticate(directory, ttl_s=60)
+
+    pending = asyncio.ensure_future(authenticate(issued.api_key))
+    await asyncio.sleep(0)  # the lookup is under way
+    authenticate.forget()  # e.g. the key was revoked meanwhile
+    assert await pending is not None  # its caller still gets its answer
+
+    assert authenticate.live(issued.api_key) is None  # but nothing was kept
+    await authenticate(issued.api_key)
+    assert directory.lookups == 2  # the next request looks again

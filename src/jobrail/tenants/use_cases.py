@@ -129,6 +129,7 @@ class Authenticate:
         self._unknown = _TtlCache[None](max_unknown)
         self._seen = _TtlCache[None](max_entries)
         self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
+        self._generation = 0
 
     async def __call__(self, key: str) -> Principal | None:
         return await self.by_digest(digest(key))
@@ -152,14 +153,22 @@ class Authenticate:
         # every request in flight with it would otherwise ask the database at once.
         lookup = self._lookups.get(key_digest)
         if lookup is None:
-            lookup = asyncio.ensure_future(self._look_up(key_digest))
+            lookup = asyncio.ensure_future(self._look_up(key_digest, self._generation))
             self._lookups[key_digest] = lookup
-            lookup.add_done_callback(lambda _: self._lookups.pop(key_digest, None))
+            lookup.add_done_callback(lambda done: self._looked_up(key_digest, done))
         # Shielded: one caller's cancellation (its client went away) is not the others'.
         return await asyncio.shield(lookup)
 
-    async def _look_up(self, key_digest: str) -> Principal | None:
+    def _looked_up(self, key_digest: str, done: "asyncio.Future[Principal | None]") -> None:
+        if self._lookups.get(key_digest) is done:
+            del self._lookups[key_digest]
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter may have gone away
+
+    async def _look_up(self, key_digest: str, generation: int) -> Principal | None:
         principal = await self._directory.principal_for(key_digest)
+        if generation != self._generation:
+            return principal  # forgotten meanwhile (`forget`): answer, but keep nothing
         now = time.monotonic()
         if principal is None:
             self._unknown.put(key_digest, None, now + self._ttl_s)
@@ -170,6 +179,9 @@ class Authenticate:
         return principal
 
     def forget(self) -> None:
+        """Forget every answer, and those of lookups still under way (a revocation)."""
+        self._generation += 1
+        self._lookups.clear()
         self._live.clear()
         self._unknown.clear()
         self._seen.clear()
