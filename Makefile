@@ -31,9 +31,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# The reference application (contexts/) needs the examples extra.
 $(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[examples]'
+	$(BIN)/pip install --quiet -c requirements.lock -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml requirements.lock | $(BIN)/python
