@@ -4,9 +4,10 @@ before the app sees it, and for the JSON 500 of what the app did not handle.
 In the order a request meets them:
 
 - **Body size.** A declared ``Content-Length`` over ``api.max_body_bytes`` is refused
-  with a JSON 413 before the body is read; a body without one (chunked) is counted as it
-  arrives and refused when it goes over. The 413 closes the connection: the unread rest
-  of the body would be taken for the next request.
+  with a JSON 413 before the body is read, and the connection closed: the unread rest of
+  the body would be taken for the next request. A body without one (chunked) is counted
+  as it arrives and refused when it goes over, with FastAPI's handlers' JSON 413 (the
+  server still frames the rest of a chunked body, so the connection may stay).
 - **NUL characters** (``jobrail.api.nul_guard``): a NUL in the path, the query string,
   a header or the JSON body is a JSON 422, before the route runs.
 - **Unhandled errors.** Starlette answers an exception that no handler took in
@@ -48,7 +49,9 @@ class RequestGuard:
             return
         for name, value in scope["headers"]:
             if name == b"content-length":
-                if not value.isdigit() or int(value) > self.max_body_bytes:
+                # Any length of more than 18 digits is over the limit, and int() of a
+                # few thousand digits raises: its length is looked at first.
+                if not value.isdigit() or len(value) > 18 or int(value) > self.max_body_bytes:
                     await self._refuse_size(send)
                     return
                 break
