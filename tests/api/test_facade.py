@@ -208,3 +208,35 @@ async def test_a_host_rollback_leaves_no_job_and_publishes_nothing(
 
     assert await counts(host_sessions) == (1, 1, 1)
     assert len(published.job_ids) == 1
+
+
+class Greeter:
+    """A host's own service, provided by the host's dishka provider."""
+
+    def greet(self, name: str) -> str:
+        return f"hello, {name}"
+
+
+class Name(BaseModel):
+    name: str
+
+
+async def test_the_hosts_providers_serve_its_job_handlers(tmp_path: Path) -> None:
+    from dishka import FromDishka, Provider, Scope, provide
+
+    from jobrail import JobContext
+
+    class HostProvider(Provider):
+        greeter = provide(Greeter, scope=Scope.APP)
+
+    rail = JobRail(await rail_settings(tmp_path), providers=[HostProvider()])
+
+    @rail.job("host.greet", payload=Name)
+    async def greet(payload: Name, ctx: JobContext, greeter: FromDishka[Greeter]) -> dict[str, Any]:
+        return {"said": greeter.greet(payload.name)}
+
+    async with rail.lifespan():
+        result = await greet.enqueue(Name(name="ada"), tenant_id="acme")
+        job = await finished(rail, "acme", result.job.id)
+
+    assert (job.status.value, job.result) == ("succeeded", {"said": "hello, ada"})

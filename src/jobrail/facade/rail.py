@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from dishka import AsyncContainer
+from dishka import AsyncContainer, Provider
 from fastapi import APIRouter, FastAPI
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -49,8 +49,13 @@ class JobRail:
     One ``JobRail`` is one runtime: its lifespan runs once per process.
     """
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(
+        self, settings: Settings | None = None, *, providers: Sequence[Provider] = ()
+    ) -> None:
+        """`providers`: the host's own dishka providers, added to jobrail's container, so
+        that its job handlers can take the host's services (``FromDishka[...]``)."""
         self.settings = settings if settings is not None else load_settings()
+        self._providers = tuple(providers)
         self._specs: list[JobSpec] = []
         self._runtime: Runtime | None = None
         self._worker = False
@@ -110,7 +115,7 @@ class JobRail:
     @property
     def module(self) -> Module:
         """The job types declared on this rail, as a module of the runtime."""
-        return Module(name=MODULE_NAME, jobs=tuple(self._specs))
+        return Module(name=MODULE_NAME, jobs=tuple(self._specs), providers=self._providers)
 
     # -- the runtime ------------------------------------------------------------------
 
