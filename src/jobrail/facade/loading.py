@@ -1,6 +1,8 @@
 """Finding a host's ``JobRail`` by its import path, ``pkg.module:attribute``."""
 
 import importlib
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,12 +15,17 @@ class AppLoadError(Exception):
 
 def load_rail(path: str) -> "JobRail":
     """The ``JobRail`` at `path` (``pkg.module:rail``): its module is imported, which
-    declares its job types."""
+    declares its job types. As uvicorn does for its app, the current directory is put
+    first on ``sys.path``: ``jobrail worker --app`` finds the host's package where it
+    is run, without PYTHONPATH."""
     from jobrail.facade.rail import JobRail
 
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise AppLoadError(f"--app {path!r}: give it as pkg.module:attribute")
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
