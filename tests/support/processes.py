@@ -15,16 +15,28 @@ BIN = Path(sys.executable).parent
 
 
 class Process:
-    def __init__(self, argv: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        name: str,
+        *,
+        cwd: Path = ROOT,
+        unset: tuple[str, ...] = (),
+    ) -> None:
+        """`argv` in `cwd`, with this environment but its JOBRAIL_* settings and the
+        variables in `unset`, and with `env`."""
         self.name = name
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix=f"jobrail-{name}-", suffix=".log", delete=False
         )
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+        for key in unset:
+            full_env.pop(key, None)
         full_env.update(env)
         self.proc = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd,
             env=full_env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
