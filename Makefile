@@ -8,6 +8,9 @@ STACK_ENV := JOBRAIL_MODE=stack \
 	JOBRAIL_REDIS__URL=$${JOBRAIL_REDIS__URL:-redis://127.0.0.1:6379/0} \
 	JOBRAIL_SYNC__SANDBOX=$${JOBRAIL_SYNC__SANDBOX:-true}
 QUEUES ?=
+# The reference application (contexts/, workers/) that these targets run: jobrail with
+# its billing, sync and notifications contexts (see workers/app.py).
+APP ?= workers.app:rail
 
 install-bench: $(VENV)/.installed-bench
 
@@ -32,7 +35,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
-	$(BIN)/pip install --quiet -c requirements.lock -e .
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[reference]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml requirements.lock | $(BIN)/python
@@ -43,29 +46,29 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 run: install
-	JOBRAIL_MODE=embedded $(BIN)/jobrail run
+	JOBRAIL_MODE=embedded $(BIN)/jobrail run --app $(APP)
 
 run-stack: install migrate-stack
-	@$(STACK_ENV) $(BIN)/jobrail worker & worker=$$!; \
-	$(STACK_ENV) $(BIN)/jobrail scheduler & scheduler=$$!; \
-	$(STACK_ENV) $(BIN)/jobrail api & api=$$!; \
+	@$(STACK_ENV) $(BIN)/jobrail worker --app $(APP) & worker=$$!; \
+	$(STACK_ENV) $(BIN)/jobrail scheduler --app $(APP) & scheduler=$$!; \
+	$(STACK_ENV) $(BIN)/jobrail api --app $(APP) & api=$$!; \
 	trap 'kill -TERM $$worker $$scheduler $$api 2>/dev/null; wait' INT TERM; \
 	wait
 
 api: install
-	$(STACK_ENV) $(BIN)/jobrail api
+	$(STACK_ENV) $(BIN)/jobrail api --app $(APP)
 
 worker: install
-	$(STACK_ENV) JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker
+	$(STACK_ENV) JOBRAIL_WORKER__QUEUES=$(QUEUES) $(BIN)/jobrail worker --app $(APP)
 
 scheduler: install
-	$(STACK_ENV) $(BIN)/jobrail scheduler
+	$(STACK_ENV) $(BIN)/jobrail scheduler --app $(APP)
 
 migrate: install
-	$(BIN)/jobrail migrate
+	$(BIN)/jobrail migrate --app $(APP)
 
 migrate-stack: install
-	$(STACK_ENV) $(BIN)/jobrail migrate --create-database
+	$(STACK_ENV) $(BIN)/jobrail migrate --app $(APP) --create-database
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bench import jobs as bench_jobs
 from bench.common import PYTHON, consumers, rss_mb, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from bench.wire import AmqpCounter, CountingProxy, PostgresCounter
@@ -80,6 +81,7 @@ async def run(count: int = 300) -> dict[str, Any]:
                 },
             ),
             worker=False,
+            modules=bench_jobs.rail.modules,
         )
         await runtime.broker.startup()
 

@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bench import jobs as bench_jobs
 from bench.common import (
     AMQP_URL,
     PG_SERVER,
@@ -32,7 +33,7 @@ from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
 
-MODULES = "jobrail.demo,bench.jobs"
+APP = "bench.jobs:rail"  # demo (JOBRAIL_MODULES' default) and bench.noop
 WORKER_ENV: dict[str, str] = {}
 
 
@@ -48,7 +49,7 @@ class Stack:
             "JOBRAIL_MODE": "stack",
             "JOBRAIL_ENVIRONMENT": "production",
             "JOBRAIL_LOG_LEVEL": "WARNING",
-            "JOBRAIL_MODULES": MODULES,
+            "JOBRAIL_APP": APP,
             "JOBRAIL_DATABASE__URL": self.database_url,
             "JOBRAIL_RABBIT__URL": self.amqp_url,
             "JOBRAIL_RABBIT__PREFIX": self.prefix,
@@ -60,7 +61,6 @@ class Stack:
     def settings(self, **overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "mode": "stack",
-            "modules": MODULES.split(","),
             "database": {"url": self.database_url},
             "rabbit": {"url": self.amqp_url, "prefix": self.prefix},
             "redis": {"url": self.redis_url, "key_prefix": f"{self.prefix}jobrail:"},
@@ -78,7 +78,7 @@ async def create_database() -> str:
 
 async def enqueue(stack: Stack, count: int, concurrency: int = 64) -> float:
     """Enqueue `count` bench jobs through EnqueueJob; return jobs/s."""
-    runtime = build_runtime(stack.settings(), worker=False)
+    runtime = build_runtime(stack.settings(), worker=False, modules=bench_jobs.rail.modules)
     await runtime.broker.startup()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for n in range(count):

@@ -2,6 +2,7 @@
 
 from pydantic import BaseModel
 
+from jobrail import JobRail
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.limits import Lock, TokenBucket
@@ -23,3 +24,6 @@ async def noop(payload: Noop, ctx: JobContext) -> None:
 
 
 module = Module(name="bench", jobs=[noop])
+
+rail = JobRail(modules=[module])
+"""What the bench's processes run (``JOBRAIL_APP=bench.jobs:rail``)."""

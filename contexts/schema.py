@@ -3,9 +3,8 @@
 The chain is the repository's ``migrations/``, recorded in ``contexts_alembic_version``;
 `jobrail migrate` runs it after the platform's chain, because each context's module names
 it. Its revisions kept their numbers from jobrail 0.1's single chain, which it adopts
-(see jobrail.persistence.schema). Where the contexts are installed rather than run from
-the source tree (the image, infra/Dockerfile), the chain is ``migrations/`` in the
-working directory.
+(see jobrail.persistence.schema). The contexts are never installed: they run from the
+source tree (in the image too, infra/Dockerfile), beside ``migrations/``.
 """
 
 from pathlib import Path
@@ -18,14 +17,9 @@ from jobrail.persistence.tables import NAMING_CONVENTION
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-def _location() -> Path:
-    source_tree = Path(__file__).resolve().parents[1] / "migrations"
-    return source_tree if source_tree.is_dir() else Path.cwd() / "migrations"
-
-
 SCHEMA = MigrationChain(
     name="contexts",
-    location=_location(),
+    location=Path(__file__).resolve().parents[1] / "migrations",
     version_table="contexts_alembic_version",
     adopts={
         "0001": None,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from jobrail.jobs.ports import EnqueueResult
     from jobrail.kernel.errors import PermanentError, TransientError
     from jobrail.limits.model import Concurrency, Lock, SlidingWindow, TokenBucket
+    from jobrail.modules import Module
 
 __all__ = [
     "Concurrency",
@@ -23,6 +24,7 @@ __all__ = [
     "JobHandle",
     "JobRail",
     "Lock",
+    "Module",
     "PermanentError",
     "SlidingWindow",
     "TokenBucket",
@@ -41,6 +43,7 @@ _EXPORTS = {
     "Lock": "jobrail.limits.model",
     "SlidingWindow": "jobrail.limits.model",
     "TokenBucket": "jobrail.limits.model",
+    "Module": "jobrail.modules",
 }
 
 

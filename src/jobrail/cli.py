@@ -3,11 +3,13 @@
 jobrail run       embedded mode: migrate a SQLite file and serve the API with an
                   in-process worker (no services needed)
 jobrail api       serve the API
-jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues); with
-                  --app pkg.module:rail, the job types of a host's JobRail too
+jobrail worker    run Taskiq workers (JOBRAIL_WORKER__QUEUES selects queues)
 jobrail scheduler enqueue the modules' periodic jobs (run two: one leads)
 jobrail migrate   bring the database schema up to date
 jobrail tenants   create tenants, issue and revoke their API keys (prints JSON)
+
+Each command takes --app pkg.module:rail (or JOBRAIL_APP): an app's JobRail, whose
+settings, modules and job types it runs with, besides the modules of JOBRAIL_MODULES.
 """
 
 import argparse
@@ -16,26 +18,35 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from jobrail.facade.loading import APP_ENV
 from jobrail.modules import ModuleLoadError
 from jobrail.settings import Settings, SettingsError, load_settings
 
+if TYPE_CHECKING:
+    from jobrail.facade.rail import JobRail
+    from jobrail.modules import Module
 
-def migrate(settings: Settings) -> None:
-    """The platform's Alembic chain, then the chains the configured modules name (see
-    jobrail.persistence.schema)."""
+
+def migrate(settings: Settings, modules: "Sequence[Module]" = ()) -> None:
+    """The platform's Alembic chain, then the chains the modules name: those of the
+    settings, then `modules` (see jobrail.persistence.schema). A chain two modules
+    name runs once."""
     from jobrail.modules import load_modules
     from jobrail.persistence.schema import upgrade
 
     if settings.database.is_sqlite:
         _ensure_sqlite_dir(settings.database.url.get_secret_value())
-    modules = load_modules(settings.modules)
-    upgrade(settings.database, [chain for module in modules for chain in module.migrations])
+    loaded = [*load_modules(settings.modules), *modules]
+    upgrade(settings.database, [chain for module in loaded for chain in module.migrations])
 
 
-def _migrate_or_exit(settings: Settings, *, create_database: bool = False) -> None:
+def _migrate_or_exit(
+    settings: Settings, modules: "Sequence[Module]" = (), *, create_database: bool = False
+) -> None:
     """`migrate` for a command (creating a Postgres database first if asked): an expected
     failure (a module that does not load, a database that cannot be reached or is ahead
     of this code) is one line and exit 1."""
@@ -53,7 +64,7 @@ def _migrate_or_exit(settings: Settings, *, create_database: bool = False) -> No
 
                 url = settings.database.url.get_secret_value()
                 asyncio.run(create_database_if_missing(url))
-            migrate(settings)
+            migrate(settings, modules)
     except StoreUnavailableError as exc:
         print(f"jobrail: cannot migrate the database: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -109,7 +120,7 @@ def _check_schedules(app: Any, settings: Settings) -> None:
         raise SystemExit(2) from None
 
 
-def serve_api(settings: Settings) -> None:
+def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
     import uvicorn
 
     from jobrail.api.app import create_app
@@ -120,7 +131,8 @@ def serve_api(settings: Settings) -> None:
     configure_logging(settings.log_level)
     try:
         settings.check_can_serve(worker=False)
-        app = create_app(settings)  # a module may refuse a setting too (the sync sandbox)
+        # A module may refuse a setting too (the sync sandbox).
+        app = create_app(settings) if rail is None else rail.app()
     except SettingsError as exc:
         _settings_refused(exc)
     if settings.embedded and settings.scheduler.embedded:
@@ -208,18 +220,21 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     }
 
 
-def _load_rail_or_exit(path: str) -> Any:
-    """The host's JobRail at `path`; a path that names none is one line and exit 2."""
+def _load_rail_or_exit(path: str) -> "JobRail":
+    """The app's JobRail at `path`, its settings read; a path that names none, or
+    settings it refuses, is one line and exit 2."""
     from jobrail.facade.loading import AppLoadError, load_rail
 
     try:
-        return load_rail(path)
+        rail = load_rail(path)
+        rail.settings  # noqa: B018 - read now, to refuse bad settings here
     except (AppLoadError, SettingsError) as exc:
         print(f"jobrail: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    return rail
 
 
-def _check_job_catalog(settings: Settings, modules: list[Any]) -> None:
+def _check_job_catalog(settings: Settings, modules: "Sequence[Module]") -> None:
     """The job types and events of the modules, or one line and exit 2."""
     from jobrail.bootstrap import job_catalog
 
@@ -230,16 +245,14 @@ def _check_job_catalog(settings: Settings, modules: list[Any]) -> None:
         raise SystemExit(2) from None
 
 
-def run_worker(settings: Settings, extra: list[str], app: str | None = None) -> None:
-    broker = "workers.broker:create_broker"
-    rail = None
-    if app is not None:
-        from jobrail.facade.worker import APP_ENV
-
-        rail = _load_rail_or_exit(app)
-        settings = rail.settings
-        os.environ[APP_ENV] = app  # for the worker processes' create_broker
-        broker = "jobrail.facade.worker:create_broker"
+def run_worker(
+    settings: Settings, extra: list[str], app: str | None, modules: "Sequence[Module]"
+) -> None:
+    # For the worker processes' create_broker (jobrail.facade.worker).
+    if app is None:
+        os.environ.pop(APP_ENV, None)
+    else:
+        os.environ[APP_ENV] = app
     if settings.embedded:
         raise SystemExit(
             "jobrail worker needs the stack mode (JOBRAIL_MODE=stack): in embedded mode "
@@ -252,13 +265,13 @@ def run_worker(settings: Settings, extra: list[str], app: str | None = None) -> 
     # Checked here, before Taskiq starts: in its worker processes a module that does not
     # load or a job type the settings refuse (an unknown queue, a name taken twice) is a
     # traceback, and the process is started again, for good.
-    _check_job_catalog(settings, [rail.module] if rail is not None else [])
+    _check_job_catalog(settings, modules)
     argv = [
         sys.executable,
         "-m",
         "taskiq",
         "worker",
-        broker,
+        "jobrail.facade.worker:create_broker",
         "--workers",
         str(settings.worker.processes),
         "--max-async-tasks",
@@ -280,22 +293,34 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="jobrail", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    app = argparse.ArgumentParser(add_help=False)
+    app.add_argument(
+        "--app",
+        default=os.environ.get(APP_ENV) or None,
+        metavar="PKG.MODULE:RAIL",
+        help="an app's JobRail, whose settings, modules and job types to use "
+        f"(default: ${APP_ENV})",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="embedded mode: migrate, then serve API and worker in one process")
-    sub.add_parser("api", help="serve the API")
-    worker = sub.add_parser("worker", help="run Taskiq workers")
-    app_help = "a host's JobRail, pkg.module:attribute, whose job types it runs too"
-    worker.add_argument("--app", help=app_help)
+    parents = [app]
+    sub.add_parser(
+        "run",
+        help="embedded mode: migrate, then serve API and worker in one process",
+        parents=parents,
+    )
+    sub.add_parser("api", help="serve the API", parents=parents)
+    worker = sub.add_parser("worker", help="run Taskiq workers", parents=parents)
     worker.add_argument("taskiq_args", nargs=argparse.REMAINDER)
-    scheduler = sub.add_parser("scheduler", help="enqueue periodic jobs (one leader among many)")
-    scheduler.add_argument("--app", help=app_help)
-    migrate_parser = sub.add_parser("migrate", help="apply database migrations")
+    sub.add_parser(
+        "scheduler", help="enqueue periodic jobs (one leader among many)", parents=parents
+    )
+    migrate_parser = sub.add_parser("migrate", help="apply database migrations", parents=parents)
     migrate_parser.add_argument(
         "--create-database",
         action="store_true",
         help="create the Postgres database first if it does not exist",
     )
-    tenants = sub.add_parser("tenants", help="tenants and API keys (prints JSON)")
+    tenants = sub.add_parser("tenants", help="tenants and API keys (prints JSON)", parents=parents)
     actions = tenants.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="a new tenant and its first API key")
     create.add_argument("name", help="lower-case letters, digits, '.', '_' or '-'")
@@ -308,21 +333,26 @@ def main(argv: list[str] | None = None) -> None:
     revoke.add_argument("key_id", type=uuid.UUID)
     actions.add_parser("list", help="tenants and their keys (hints only)")
     args = parser.parse_args(argv)
+    rail = None if args.app is None else _load_rail_or_exit(args.app)
+    if rail is not None:
+        settings = rail.settings
+    else:
+        try:
+            settings = load_settings()
+        except SettingsError as exc:
+            print(f"jobrail: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     try:
-        settings = load_settings()
-    except SettingsError as exc:
-        print(f"jobrail: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        _command(args, settings)
+        _command(args, settings, rail)
     except ModuleLoadError as exc:
         print(f"jobrail: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-def _command(args: argparse.Namespace, settings: Settings) -> None:
+def _command(args: argparse.Namespace, settings: Settings, rail: "JobRail | None") -> None:
+    modules = rail.modules if rail is not None else []
     if args.command == "migrate":
-        _migrate_or_exit(settings, create_database=args.create_database)
+        _migrate_or_exit(settings, modules, create_database=args.create_database)
     elif args.command == "run":
         if not settings.embedded:
             print(
@@ -331,19 +361,15 @@ def _command(args: argparse.Namespace, settings: Settings) -> None:
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        _migrate_or_exit(settings)
-        serve_api(settings)
+        _migrate_or_exit(settings, modules)
+        serve_api(settings, rail)
     elif args.command == "api":
-        serve_api(settings)
+        serve_api(settings, rail)
     elif args.command == "worker":
-        run_worker(settings, args.taskiq_args, args.app)
+        run_worker(settings, args.taskiq_args, args.app, modules)
     elif args.command == "scheduler":
         from jobrail.scheduling.process import ScheduleConfigError, run_scheduler
 
-        modules = []
-        if args.app is not None:
-            rail = _load_rail_or_exit(args.app)
-            settings, modules = rail.settings, [rail.module]
         _check_job_catalog(settings, modules)
         try:
             run_scheduler(settings, modules)

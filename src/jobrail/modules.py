@@ -1,16 +1,23 @@
 """Modules: how a bounded context plugs into the platform.
 
-A module (``contexts.billing``, ``jobrail.demo``) exposes a ``module`` attribute:
-its job types, its HTTP routers, its dishka providers, (for the event catalog)
-the integration events it lists, the periodic jobs it declares (run by
-``jobrail scheduler``) and the Alembic chains of its tables (run by ``jobrail migrate``
-after the platform's own; modules may share one). The platform loads the
-modules named in ``JOBRAIL_MODULES``, so it never imports a context itself.
+A module (``contexts.billing``, ``jobrail.demo``) is a ``Module``: its job types, its
+HTTP routers, its dishka providers, (for the event catalog) the integration events it
+lists, the periodic jobs it declares (run by ``jobrail scheduler``) and the Alembic
+chains of its tables (run by ``jobrail migrate`` after the platform's own; modules may
+share one). A process loads, besides the platform's own housekeeping
+(``jobrail.maintenance``, always there):
+
+- the installed modules named in ``JOBRAIL_MODULES``: entry points of the group
+  ``jobrail.modules`` (jobrail's own: ``demo``), as pytest finds its plugins;
+- the modules given to the app's ``JobRail(modules=[...])`` (``--app``), which is how
+  this repository's reference application loads its contexts (``workers.app``).
+
+The platform never imports a context itself.
 """
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from dishka import Provider
@@ -46,15 +53,41 @@ class ModuleLoadError(Exception):
     pass
 
 
-def load_modules(paths: Sequence[str]) -> list[Module]:
-    modules = []
-    for path in paths:
+ENTRY_POINTS = "jobrail.modules"
+"""The entry-point group an installed distribution names its modules in."""
+
+
+def installed_modules() -> dict[str, EntryPoint]:
+    return {point.name: point for point in entry_points(group=ENTRY_POINTS)}
+
+
+def load_modules(names: Sequence[str]) -> list[Module]:
+    """The platform's housekeeping, then the installed modules `names` names."""
+    from jobrail.maintenance import module as housekeeping
+
+    installed = installed_modules()
+    modules = [housekeeping]
+    for name in names:
+        point = installed.get(name)
+        if point is None:
+            known = ", ".join(sorted(installed)) or "none"
+            hint = (
+                " (an import path: give the Module to JobRail(modules=[...]) and run with "
+                "--app, or register it as an entry point)"
+                if "." in name or ":" in name
+                else ""
+            )
+            raise ModuleLoadError(
+                f"JOBRAIL_MODULES names {name!r}, which is no installed module{hint}; "
+                f"installed: {known}"
+            )
         try:
-            imported: Any = importlib.import_module(path)
+            module: Any = point.load()
         except ImportError as exc:
-            raise ModuleLoadError(f"module {path!r} cannot be imported: {exc}") from exc
-        module = getattr(imported, "module", None)
+            raise ModuleLoadError(
+                f"module {name!r} ({point.value}) cannot be imported: {exc}"
+            ) from exc
         if not isinstance(module, Module):
-            raise ModuleLoadError(f"{path} has no `module = Module(...)` attribute")
+            raise ModuleLoadError(f"module {name!r}: {point.value} is not a Module")
         modules.append(module)
     return modules

@@ -508,15 +508,13 @@ class Settings(BaseSettings):
     environment: Literal["development", "test", "production"] = "development"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     modules: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: [
-            "jobrail.demo",
-            "contexts.catalog",
-            "contexts.billing",
-            "contexts.notifications",
-            "contexts.sync",
-            "jobrail.maintenance",
-        ],
-        description="Import paths of the modules (bounded contexts) to load.",
+        default_factory=lambda: ["demo"],
+        description=(
+            "Installed modules to load, by entry-point name (group `jobrail.modules`; "
+            "jobrail's own: `demo`), comma-separated; empty for none. The platform's "
+            "housekeeping jobs are always loaded, and an app's JobRail(modules=[...]) "
+            "adds its own (`--app`)."
+        ),
     )
     database: DatabaseSettings = DatabaseSettings()
     rabbit: RabbitSettings = RabbitSettings()

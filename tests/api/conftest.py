@@ -8,6 +8,7 @@ import pytest
 
 from jobrail.cli import migrate
 from jobrail.settings import Settings
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 
@@ -23,7 +24,8 @@ def embedded_settings(tmp_path: Path, **overrides: object) -> Settings:
 
 
 async def migrated(settings: Settings) -> Settings:
-    await asyncio.to_thread(migrate, settings)
+    """`settings` with its database migrated for the reference application."""
+    await asyncio.to_thread(migrate, settings, REFERENCE)
     return settings
 
 
@@ -33,7 +35,7 @@ async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
 
     from jobrail.api.app import create_app
 
-    app = create_app(await migrated(embedded_settings(tmp_path)))
+    app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     client.app = app
     async with app.router.lifespan_context(app), client:

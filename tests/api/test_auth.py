@@ -12,6 +12,7 @@ import pytest
 from jobrail.api.app import create_app
 from jobrail.settings import Settings
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 INVOICE = {
@@ -24,7 +25,7 @@ INVOICE = {
 
 @asynccontextmanager
 async def _client(settings: Settings) -> AsyncIterator[ApiClient]:
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     client.app = app
     async with app.router.lifespan_context(app), client:
@@ -193,7 +194,7 @@ async def test_docs_are_off_outside_development_unless_enabled(tmp_path: Path) -
             # Production refuses the embedded mode; this app is never started.
             **({"mode": "stack"} if environment == "production" else {}),
         )
-        app = create_app(settings)
+        app = create_app(settings, modules=REFERENCE)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://api"
         ) as client:

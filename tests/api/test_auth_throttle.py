@@ -14,6 +14,7 @@ from jobrail.api.app import create_app
 from jobrail.settings import SettingsError, load_settings
 from jobrail.tenants.use_cases import Authenticate
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 BUDGET = 20  # the default api_limits.auth_failures: 20 per 60 s per client address
@@ -21,7 +22,7 @@ BUDGET = 20  # the default api_limits.auth_failures: 20 per 60 s per client addr
 
 @asynccontextmanager
 async def _api(tmp_path: Path, **overrides: Any) -> AsyncIterator[ApiClient]:
-    app = create_app(await migrated(embedded_settings(tmp_path, **overrides)))
+    app = create_app(await migrated(embedded_settings(tmp_path, **overrides)), modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     client.app = app
     async with app.router.lifespan_context(app), client:

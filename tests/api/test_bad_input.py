@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 INVOICE: dict[str, Any] = {
@@ -229,7 +230,7 @@ async def test_a_refused_cors_preflight_is_json_with_the_request_id(tmp_path: An
     from tests.api.conftest import embedded_settings, migrated
 
     settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c,
@@ -259,7 +260,7 @@ async def test_a_500_to_an_allowed_origin_carries_the_cors_headers(tmp_path: Any
     from tests.api.conftest import embedded_settings, migrated
 
     settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
 
     async def boom() -> None:
         raise RuntimeError("boom")

@@ -23,7 +23,9 @@ from tests.support.services import wait_for
 
 
 async def rail_settings(tmp_path: Path) -> Settings:
-    return await migrated(embedded_settings(tmp_path, modules=[]))
+    """No installed module, and the housekeeping schedules not fired, so that the jobs
+    these tests count are their own."""
+    return await migrated(embedded_settings(tmp_path, modules=[], scheduler={"embedded": False}))
 
 
 async def job_of(rail: JobRail, tenant: str, job_id: JobId) -> Job:

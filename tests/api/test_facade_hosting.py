@@ -17,6 +17,7 @@ from jobrail.api.app import create_app, runtime_of
 from jobrail.tenants.use_cases import CreateTenant
 from tests.api.conftest import embedded_settings, migrated
 from tests.api.test_facade import finished
+from tests.support.apps import REFERENCE
 from tests.support.host_app import RenderReport, declare_jobs
 
 
@@ -52,7 +53,7 @@ async def test_install_runs_the_rail_around_the_host_lifespan(tmp_path: Path) ->
 
 
 async def test_mounted_without_its_lifespan_the_jobs_routes_answer(tmp_path: Path) -> None:
-    jobrail_app = create_app(await migrated(embedded_settings(tmp_path)))
+    jobrail_app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     host = FastAPI()
     host.mount("/jobrail", jobrail_app)  # a mounted app's lifespan never runs
     container = runtime_of(jobrail_app).container
@@ -73,7 +74,7 @@ async def test_mounted_without_its_lifespan_the_jobs_routes_answer(tmp_path: Pat
 
 
 async def test_a_mounted_app_says_where_its_jobs_are_under_the_prefix(tmp_path: Path) -> None:
-    jobrail_app = create_app(await migrated(embedded_settings(tmp_path, modules=["jobrail.demo"])))
+    jobrail_app = create_app(await migrated(embedded_settings(tmp_path, modules=["demo"])))
 
     @asynccontextmanager
     async def host_lifespan(_app: FastAPI) -> AsyncIterator[None]:

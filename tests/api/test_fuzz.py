@@ -24,6 +24,7 @@ from jobrail.api.app import create_app
 from jobrail.cli import migrate
 from jobrail.settings import Settings
 from tests.api.conftest import embedded_settings
+from tests.support.apps import REFERENCE
 
 # The embedded app seeds tenant "demo" with this admin key.
 VALID_KEY = {"Authorization": "Bearer demo-key"}
@@ -52,7 +53,9 @@ def _openapi() -> dict[str, Any]:
     ``response_schema_conformance`` checks the 413 body too.
     """
     # An app that is never started: the routes are all the schema needs.
-    document = copy.deepcopy(create_app(_settings(Path("/nonexistent"))).openapi())
+    document = copy.deepcopy(
+        create_app(_settings(Path("/nonexistent")), modules=REFERENCE).openapi()
+    )
     error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     for path_item in document["paths"].values():
         for operation in path_item.values():
@@ -107,8 +110,8 @@ schema.config.checks.update(
 @pytest.fixture
 def fuzz_app(tmp_path: Path) -> Iterator[FastAPI]:
     settings = _settings(tmp_path)
-    migrate(settings)
-    _current.app = create_app(settings)
+    migrate(settings, REFERENCE)
+    _current.app = create_app(settings, modules=REFERENCE)
     try:
         yield _current.app
     finally:

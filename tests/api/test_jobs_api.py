@@ -5,6 +5,7 @@ import httpx
 
 from jobrail.api.app import create_app
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 
@@ -153,14 +154,14 @@ async def test_unfinished_jobs_resume_after_an_embedded_restart(tmp_path: Path) 
             jobs={"timeouts_s": {"demo.echo": 3}, "lease_grace_s": 0.2},
         )
     )
-    first = create_app(settings)
+    first = create_app(settings, modules=REFERENCE)
     async with first.router.lifespan_context(first):
         client = ApiClient(transport=httpx.ASGITransport(app=first), base_url="http://api")
         client.sign_in_with("demo", "demo-key")
         job_id = await client.echo(sleep_ms=1500, message="interrupted")
         await client.wait_status(job_id, "running", timeout=5)
     # The process "stopped" mid-job: the job is still claimed by the dead attempt.
-    second = create_app(settings)
+    second = create_app(settings, modules=REFERENCE)
     async with second.router.lifespan_context(second):
         client = ApiClient(transport=httpx.ASGITransport(app=second), base_url="http://api")
         client.sign_in_with("demo", "demo-key")

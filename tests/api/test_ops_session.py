@@ -28,6 +28,7 @@ from jobrail.kernel.clock import SystemClock
 from jobrail.persistence.tables import api_keys, ops_sessions
 from jobrail.tenants.use_cases import CreateTenant, IssuedKey, RevokeApiKey
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 
 CSRF = re.compile(r'name=csrf_token value="([^"]+)"')
 
@@ -79,7 +80,7 @@ def _with_session(token: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def _ops(tmp_path: Path, **overrides: object) -> AsyncIterator[Ops]:
-    app = create_app(await migrated(embedded_settings(tmp_path, **overrides)))
+    app = create_app(await migrated(embedded_settings(tmp_path, **overrides)), modules=REFERENCE)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c,

@@ -9,13 +9,14 @@ import pytest
 
 from jobrail.api.app import create_app
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
 
 
 @pytest.fixture
 async def small_results(tmp_path: Path) -> AsyncIterator[ApiClient]:
     settings = await migrated(embedded_settings(tmp_path, jobs={"max_result_bytes": 2000}))
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     client.app = app
     async with app.router.lifespan_context(app), client:

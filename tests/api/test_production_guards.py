@@ -14,6 +14,7 @@ from contexts.sync.adapters.sandbox import MAX_ACCOUNT_ID, SandboxState, create_
 from jobrail.api.app import create_app
 from jobrail.settings import Settings, SettingsError, load_settings
 from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.processes import BIN, ROOT
 
 DEMO = {"Authorization": "Bearer demo-key"}
@@ -128,7 +129,7 @@ def test_jobrail_api_and_worker_in_production_without_a_metrics_token_exit_with_
 
 async def test_an_app_built_in_production_without_a_token_refuses_every_scrape() -> None:
     # An app made some other way than `jobrail api` (uvicorn --factory) still refuses.
-    app = create_app(_production())
+    app = create_app(_production(), modules=REFERENCE)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://api"
     ) as client:
@@ -146,7 +147,7 @@ async def test_an_app_built_in_production_without_a_token_refuses_every_scrape()
 async def _sandbox_served(settings: Settings) -> bool:
     """Whether an app built from `settings` answers at /sandbox/vendor (its routes are
     not listed by a plain attribute, so ask it as a client would)."""
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://api"
     ) as client:
@@ -174,12 +175,13 @@ async def test_the_sandbox_is_served_in_the_embedded_mode_only_unless_switched_o
     assert await _sandbox_served(embedded_settings(tmp_path, **stack))
     # ...and production refuses the switch rather than ignore it.
     with pytest.raises(SettingsError, match="JOBRAIL_SYNC__SANDBOX"):
-        create_app(_production(metrics={"token": "t"}))
+        create_app(_production(metrics={"token": "t"}), modules=REFERENCE)
 
 
 def test_jobrail_api_in_production_with_the_sandbox_switched_on_exits_with_a_message() -> None:
     done = _jobrail(
         {
+            "JOBRAIL_APP": "workers.app:rail",  # the sync context refuses the setting
             "JOBRAIL_MODE": "stack",
             "JOBRAIL_ENVIRONMENT": "production",
             "JOBRAIL_METRICS__TOKEN": "scrape",
@@ -240,7 +242,7 @@ async def test_the_embedded_modes_sandbox_is_bounded_by_its_settings(
 ) -> None:
     monkeypatch.setenv("JOBRAIL_SYNC__SANDBOX_MAX_CALLS", "5")
     monkeypatch.setenv("JOBRAIL_SYNC__SANDBOX_RATE_PER_S", "1000")
-    app = create_app(await migrated(embedded_settings(tmp_path)))
+    app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as api,

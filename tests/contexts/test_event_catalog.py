@@ -19,6 +19,7 @@ from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import TenantId
 from jobrail.settings import Settings
 from tests.contexts.fakes import FakeJobQueue
+from tests.support.apps import REFERENCE
 
 NAME = r"^[a-z_]+\.[a-z_]+\.v\d+$"
 
@@ -39,7 +40,7 @@ def test_every_integration_event_is_in_the_catalog_with_a_versioned_name() -> No
 
 
 def test_every_consumer_is_a_job_type_of_the_platform() -> None:
-    runtime = build_runtime(Settings(), worker=False)
+    runtime = build_runtime(Settings(), worker=False, modules=REFERENCE)
     registry: JobRegistry = runtime.registry
 
     for spec in EVENTS:

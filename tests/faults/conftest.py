@@ -25,10 +25,7 @@ from tests.support.recorder import Recorder
 from tests.support.servers import RunningSandbox, SmtpSink, sandbox_vendor, smtp_server
 from tests.support.services import reachable, wait_for
 
-MODULES = (
-    "jobrail.demo,contexts.catalog,contexts.billing,contexts.notifications,contexts.sync,"
-    "tests.support.jobs"
-)
+APP = "tests.support.apps:reference_and_test_jobs"
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -89,7 +86,7 @@ def recorder() -> Iterator[Recorder]:
 def fault_env(stack_env: dict[str, str], smtp: SmtpSink, vendor: RunningSandbox) -> dict[str, str]:
     return {
         **stack_env,
-        "JOBRAIL_MODULES": MODULES,
+        "JOBRAIL_APP": APP,
         # API limits on (enqueue fails closed without Redis), but loose enough to never bind.
         "JOBRAIL_API_LIMITS__ENQUEUE": '[{"scope": "tenant", "limit": 1000000, "window_s": 60}]',
         "JOBRAIL_NOTIFICATIONS__EMAIL_BACKEND": "smtp",

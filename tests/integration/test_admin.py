@@ -16,6 +16,7 @@ from jobrail.kernel.ids import JobId
 from jobrail.limits.model import Acquire, LimitsBackend, Lock
 from jobrail.messaging.codec import HEADER_JOB_ID, dead_letter
 from jobrail.persistence.tables import jobs, outbox
+from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.recorder import Recorder
@@ -27,7 +28,7 @@ from tests.support.wire import job_envelope
 def admin_env(stack_env: dict[str, str]) -> dict[str, str]:
     return {
         **stack_env,
-        "JOBRAIL_MODULES": "jobrail.demo,tests.support.jobs",
+        "JOBRAIL_APP": "tests.support.apps:test_jobs",
         "JOBRAIL_RETRY__MAX_ATTEMPTS": "1",
     }
 
@@ -44,7 +45,7 @@ async def ops_api(
     make_api: Callable[..., Any],
     rabbit: RabbitProbe,
 ) -> Any:
-    async with make_api(settings_from(admin_env, monkeypatch)) as client:
+    async with make_api(settings_from(admin_env, monkeypatch), test_jobs.modules) as client:
         yield client
 
 
@@ -88,7 +89,7 @@ async def test_a_job_no_worker_knows_fails_with_why_and_runs_once_redriven(
     ops_api: ApiClient, workers: Any, rabbit: RabbitProbe
 ) -> None:
     # A worker deployed without the module of a job type the API already takes.
-    old = await workers("old", JOBRAIL_MODULES="jobrail.demo")
+    old = await workers("old", JOBRAIL_APP="")
     admin = await ops_api.auth("ops", admin=True)
     with Recorder() as recorder:
         job = await ops_api.enqueue("test.vendor_call", {"url": recorder.url, "n": 1})

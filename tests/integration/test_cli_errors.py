@@ -24,20 +24,50 @@ def jobrail(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("command", ["api", "worker", "scheduler", "run"])
-def test_a_module_that_does_not_load_is_one_line_naming_it(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["api", "worker", "scheduler", "run", "migrate"])
+def test_an_unknown_module_is_one_line_naming_it_and_the_installed_ones(
+    command: str, tmp_path: Path
+) -> None:
     done = jobrail(
         command,
-        JOBRAIL_MODE="embedded" if command == "run" else "stack",
-        JOBRAIL_MODULES="jobrail.demo,no_such_package.jobs",
+        JOBRAIL_MODE="embedded" if command in ("run", "migrate") else "stack",
+        JOBRAIL_MODULES="demo,no_such_module",
         JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/jobrail.db",
     )
 
     assert done.returncode != 0
     [line] = done.stderr.strip().splitlines()
     assert "Traceback" not in done.stderr
-    assert "'no_such_package.jobs' cannot be imported" in line
+    assert "JOBRAIL_MODULES names 'no_such_module', which is no installed module" in line
+    assert "installed: demo" in line
     assert line.startswith("jobrail: ")
+
+
+def test_an_import_path_in_jobrail_modules_says_how_to_load_it() -> None:
+    done = jobrail("worker", JOBRAIL_MODE="stack", JOBRAIL_MODULES="contexts.billing")
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "'contexts.billing', which is no installed module" in line
+    assert "JobRail(modules=[...])" in line
+    assert "--app" in line
+
+
+@pytest.mark.parametrize("command", ["api", "worker", "scheduler", "run", "migrate", "tenants"])
+def test_an_app_that_does_not_import_is_one_line_naming_it(command: str, tmp_path: Path) -> None:
+    args = [command, "list"] if command == "tenants" else [command]
+    done = jobrail(
+        *args,
+        JOBRAIL_APP="no_such_package.app:rail",
+        JOBRAIL_MODE="embedded" if command in ("run", "migrate", "tenants") else "stack",
+        JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/jobrail.db",
+    )
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr
+    assert line.startswith("jobrail: --app 'no_such_package.app:rail': no_such_package.app")
+    assert "cannot be imported" in line
 
 
 def test_tenants_on_a_database_not_migrated_is_one_line_saying_so(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from jobrail.api.server import uvicorn_options
+from tests.support.apps import REFERENCE
 from tests.support.processes import BIN, Process, wait_until
 from tests.support.servers import free_port
 
@@ -361,8 +362,8 @@ def failing_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     from tests.api.conftest import embedded_settings
 
     settings = embedded_settings(tmp_path)
-    migrate(settings)
-    app: FastAPI = create_app(settings)
+    migrate(settings, REFERENCE)
+    app: FastAPI = create_app(settings, modules=REFERENCE)
 
     async def boom() -> None:
         raise RuntimeError("boom")

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.limits.model import Acquire, Lock
 from jobrail.limits.redis import RedisLimits
 from tests.support import rate_after_loss
+from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
 from tests.support.services import REDIS_URL, delete_redis_keys, require
@@ -22,7 +23,7 @@ from tests.support.services import REDIS_URL, delete_redis_keys, require
 def limits_env(stack_env: dict[str, str]) -> dict[str, str]:
     return {
         **stack_env,
-        "JOBRAIL_MODULES": "jobrail.demo,tests.support.jobs",
+        "JOBRAIL_APP": "tests.support.apps:test_jobs",
         "JOBRAIL_API_LIMITS__ENABLED": "false",
     }
 
@@ -39,7 +40,7 @@ async def limits_api(
     make_api: Callable[..., Any],
     rabbit: Any,
 ) -> Any:
-    async with make_api(settings_from(limits_env, monkeypatch)) as api:
+    async with make_api(settings_from(limits_env, monkeypatch), test_jobs.modules) as api:
         yield api
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.persistence.tables import jobs as jobs_table
 from jobrail.settings import Settings
+from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
 from tests.support.redis_cluster import REDIS_KINDS, RedisCluster, redis_env
@@ -22,7 +23,7 @@ from tests.support.redis_commands import CommandCounter
 from tests.support.services import REDIS_URL, wait_for
 from tests.support.tcp_proxy import TcpProxy
 
-TEST_MODULES = "jobrail.demo,tests.support.jobs"
+TEST_APP = "tests.support.apps:test_jobs"
 
 # Run on a single Redis and on a three-master Redis Cluster (tests/support/redis_cluster.py).
 on_both = pytest.mark.parametrize("limits_env", REDIS_KINDS, indirect=True)
@@ -32,7 +33,7 @@ on_both = pytest.mark.parametrize("limits_env", REDIS_KINDS, indirect=True)
 def limits_env(stack_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
     return {
         **stack_env,
-        "JOBRAIL_MODULES": TEST_MODULES,
+        "JOBRAIL_APP": TEST_APP,
         "JOBRAIL_API_LIMITS__ENABLED": "false",
         **redis_env(getattr(request, "param", "redis"), request),
     }
@@ -50,7 +51,7 @@ async def limits_api(
     make_api: Callable[..., Any],
     rabbit: Any,
 ) -> Any:
-    async with make_api(settings_from(limits_env, monkeypatch)) as api:
+    async with make_api(settings_from(limits_env, monkeypatch), test_jobs.modules) as api:
         yield api
 
 

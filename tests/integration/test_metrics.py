@@ -25,12 +25,13 @@ from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import jobs as jobs_table
 from jobrail.settings import Settings
+from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder
 from tests.support.servers import free_port
 from tests.support.services import wait_for
 
-TEST_MODULES = "jobrail.demo,tests.support.jobs"
+TEST_APP = "tests.support.apps:test_jobs"
 
 # Every series the platform promises, by family name (counters without `_total`).
 FAMILIES = {
@@ -114,7 +115,7 @@ def free_ports(count: int) -> int:
 def metrics_env(stack_env: dict[str, str]) -> dict[str, str]:
     return {
         **stack_env,
-        "JOBRAIL_MODULES": TEST_MODULES,
+        "JOBRAIL_APP": TEST_APP,
         "JOBRAIL_METRICS__LOOKUP_TTL_S": "0.2",
         # The third enqueue through the API in a minute is refused.
         "JOBRAIL_API_LIMITS__ENQUEUE": json.dumps(
@@ -138,7 +139,7 @@ async def metrics_api(
     make_api: Callable[..., Any],
     rabbit: Any,
 ) -> AsyncIterator[ApiClient]:
-    async with make_api(settings_from(metrics_env, monkeypatch)) as api:
+    async with make_api(settings_from(metrics_env, monkeypatch), test_jobs.modules) as api:
         yield api
 
 
@@ -328,7 +329,7 @@ def _embedded(tmp_path: Path, **metrics: object) -> Settings:
     settings = Settings(
         mode="embedded",
         environment="test",
-        modules=["jobrail.demo"],
+        modules=["demo"],
         database={"url": f"sqlite+aiosqlite:///{tmp_path}/jobrail.db"},  # type: ignore[arg-type]
         retry={"base_s": 0.05, "jitter": "none"},  # type: ignore[arg-type]
         metrics=metrics,  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.persistence.schema import PLATFORM, MigrationChain, alembic_config
 from jobrail.persistence.tables import metadata
 from jobrail.settings import Settings
+from tests.support.apps import REFERENCE
 from tests.support.schema import PLATFORM_TABLES, differences, tables
 from tests.support.services import PG_SERVER, require
 
@@ -53,7 +54,7 @@ def test_every_migration_goes_up_down_and_up_again(empty_database: str) -> None:
 
 
 def test_the_migrated_schema_matches_the_tables_in_code(empty_database: str) -> None:
-    migrate(Settings(database={"url": empty_database}))  # type: ignore[arg-type]
+    migrate(Settings(database={"url": empty_database}), REFERENCE)  # type: ignore[arg-type]
 
     assert differences(empty_database, metadata, contexts_metadata) == []
 
@@ -69,7 +70,7 @@ def test_the_platform_chain_holds_the_platform_tables_alone(empty_database: str)
 def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platform(
     empty_database: str,
 ) -> None:
-    migrate(Settings(database={"url": empty_database}))  # type: ignore[arg-type]
+    migrate(Settings(database={"url": empty_database}), REFERENCE)  # type: ignore[arg-type]
     contexts_tables = set(contexts_metadata.tables)
     assert contexts_tables == {
         "billing_invoices",

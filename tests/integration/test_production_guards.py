@@ -16,6 +16,7 @@ from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import api_keys, tenants
 from jobrail.settings import MetricsSettings, Settings
 from jobrail.tenants.use_cases import CreateTenant, IssueApiKey
+from tests.support.apps import REFERENCE
 from tests.support.rabbit import RabbitProbe
 
 
@@ -62,7 +63,7 @@ async def test_the_embedded_mode_on_postgres_seeds_no_demo_tenant(
         environment="test",
         database={"url": database_url},  # type: ignore[arg-type]
     )
-    app = create_app(settings)
+    app = create_app(settings, modules=REFERENCE)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as api,

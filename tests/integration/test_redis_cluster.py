@@ -16,6 +16,7 @@ from jobrail.limits.model import Acquire, Concurrency, Lock, TokenBucket
 from jobrail.limits.redis import CrossSlotError, RedisLimits
 from jobrail.scheduling.leadership import Leadership
 from jobrail.settings import RedisSettings, Settings
+from tests.support.apps import cluster_split, reference_and_test_jobs
 from tests.support.processes import BIN, Process
 from tests.support.redis_cluster import RedisCluster, start_cluster, stop_cluster
 from tests.support.services import wait_for
@@ -217,11 +218,10 @@ async def test_with_one_node_down_jobs_whose_keys_live_elsewhere_are_still_admit
 # -- start-up -----------------------------------------------------------------------------
 
 
-def _cluster_settings(cluster: RedisCluster, modules: str) -> Settings:
+def _cluster_settings(cluster: RedisCluster) -> Settings:
     return Settings(
         mode="stack",
         environment="test",
-        modules=modules.split(","),
         redis={"url": cluster.url, "cluster": True},  # type: ignore[arg-type]
     )
 
@@ -230,15 +230,14 @@ def test_a_job_type_whose_keys_cannot_share_a_slot_is_refused_at_start_up(
     redis_cluster: RedisCluster,
 ) -> None:
     with pytest.raises(ValueError, match="cannot share a Redis Cluster slot") as refused:
-        build_runtime(_cluster_settings(redis_cluster, "tests.support.cluster_jobs"), worker=True)
+        build_runtime(_cluster_settings(redis_cluster), worker=True, modules=cluster_split.modules)
     assert "'cluster.split'" in str(refused.value)
     assert "'resource:{resource}'" in str(refused.value)
     assert "'pool:{tenant_id}'" in str(refused.value)
 
     # The reference application and the test job types start on the cluster.
     build_runtime(
-        _cluster_settings(redis_cluster, ",".join([*Settings().modules, "tests.support.jobs"])),
-        worker=True,
+        _cluster_settings(redis_cluster), worker=True, modules=reference_and_test_jobs.modules
     )
 
 
@@ -250,7 +249,7 @@ def test_the_api_process_stops_at_start_up_saying_which_job_type_and_keys(
         {
             "JOBRAIL_MODE": "stack",
             "JOBRAIL_ENVIRONMENT": "test",
-            "JOBRAIL_MODULES": "tests.support.cluster_jobs",
+            "JOBRAIL_APP": "tests.support.apps:cluster_split",
             "JOBRAIL_REDIS__URL": redis_cluster.url,
             "JOBRAIL_REDIS__CLUSTER": "true",
             "JOBRAIL_API__PORT": "1",  # never reached: it must stop before serving

@@ -29,6 +29,7 @@ from jobrail.persistence.schema import (
 )
 from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
+from tests.support.apps import REFERENCE
 from tests.support.schema import PLATFORM_TABLES, differences, tables
 from tests.support.services import PG_SERVER, require
 
@@ -120,7 +121,7 @@ def _version(url: str, table: str) -> list[str]:
 
 
 def _migrate(url: str) -> None:
-    migrate(Settings(database={"url": url}))  # type: ignore[arg-type]
+    migrate(Settings(database={"url": url}), REFERENCE)  # type: ignore[arg-type]
 
 
 def _job_row(job_id: str) -> str:

@@ -32,8 +32,6 @@ def secret_env(stack_env: dict[str, str]) -> Iterator[dict[str, str]]:
             **stack_env,
             "JOBRAIL_DATABASE__URL": url,
             "JOBRAIL_LOG_LEVEL": "DEBUG",
-            "JOBRAIL_MODULES": "jobrail.demo,contexts.catalog,contexts.billing,"
-            "contexts.notifications,contexts.sync",
             "JOBRAIL_NOTIFICATIONS__EMAIL_BACKEND": "smtp",
             "JOBRAIL_NOTIFICATIONS__SMTP_PORT": str(smtp.port),
             "JOBRAIL_SYNC__VENDOR_BASE_URL": vendor.url,

@@ -25,8 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _env(database_url: str) -> dict[str, str]:
     env = outside_env()  # the installed package, not this checkout
-    # The wheel still carries the reference contexts, whose chain is not in it.
-    env["JOBRAIL_MODULES"] = "jobrail.demo,jobrail.maintenance"
     env["JOBRAIL_DATABASE__URL"] = database_url
     return env
 
@@ -102,3 +100,28 @@ def test_the_built_wheel_is_typed_licensed_and_has_one_version(installed: Path) 
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     assert f"Version: {jobrail.__version__}\n" in fields  # one version, the package's
     assert "License-Expression: MIT\n" in fields
+
+
+def test_the_built_wheel_holds_jobrail_only_and_names_its_demo_module(installed: Path) -> None:
+    (wheel,) = (installed.parents[1] / "dist").glob("jobrail-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    (entry_points,) = (name for name in names if name.endswith(".dist-info/entry_points.txt"))
+
+    assert {name.split("/", 1)[0] for name in names if ".dist-info/" not in name} == {"jobrail"}
+    assert "[jobrail.modules]\ndemo = jobrail.demo:module\n" in archive.read(entry_points).decode()
+
+
+def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
+    installed: Path, tmp_path: Path
+) -> None:
+    loaded = run(
+        installed / "python",
+        "-c",
+        "from jobrail.modules import load_modules; "
+        "print(' '.join(m.name for m in load_modules(['demo'])))",
+        cwd=tmp_path,
+        env=outside_env(),
+    )
+
+    assert loaded.split() == ["maintenance", "demo"]

@@ -3,7 +3,7 @@
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,8 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from jobrail.api.app import create_app
 from jobrail.cli import migrate
 from jobrail.messaging.topology import Topology
+from jobrail.modules import Module
 from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.settings import Settings, load_settings
+from tests.support.apps import REFERENCE
 from tests.support.processes import Process, start_worker
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import AMQP_URL, PG_SERVER, REDIS_URL, require, wait_for
@@ -35,7 +37,7 @@ def database_url() -> Iterator[str]:
     url = f"{PG_SERVER}/jobrail_test_{os.getpid()}"
     _in_thread(asyncio.run, drop_database(url))
     _in_thread(asyncio.run, create_database_if_missing(url))
-    _in_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    _in_thread(migrate, Settings(database={"url": url}), REFERENCE)  # type: ignore[arg-type]
     yield url
     _in_thread(asyncio.run, drop_database(url))
 
@@ -64,6 +66,7 @@ def stack_env(database_url: str, engine: AsyncEngine) -> dict[str, str]:
     require("rabbitmq")
     prefix = f"t{uuid.uuid4().hex[:8]}."
     return {
+        "JOBRAIL_APP": "workers.app:rail",
         "JOBRAIL_MODE": "stack",
         "JOBRAIL_ENVIRONMENT": "test",
         "JOBRAIL_DATABASE__URL": database_url,
@@ -186,12 +189,13 @@ class ApiClient(httpx.AsyncClient):
 
 @pytest.fixture
 def make_api() -> Callable[[Settings], Any]:
-    """An in-process API for the given settings, lifespan and all."""
+    """An in-process API for the given settings, lifespan and all: the reference
+    application, or the modules given (those of the JobRail its workers run)."""
 
-    def factory(settings: Settings) -> Any:
+    def factory(settings: Settings, modules: Sequence[Module] = REFERENCE) -> Any:
         class Running:
             async def __aenter__(self) -> ApiClient:
-                self.app = create_app(settings)
+                self.app = create_app(settings, modules=modules)
                 self.lifespan = self.app.router.lifespan_context(self.app)
                 await self.lifespan.__aenter__()
                 self.client = ApiClient(

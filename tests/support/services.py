@@ -149,10 +149,12 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path, *truncate
 
     from jobrail.cli import migrate
     from jobrail.settings import Settings
+    from tests.support.apps import REFERENCE
 
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path}/store.db"
-        await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+        settings = Settings(database={"url": url})  # type: ignore[arg-type]
+        await asyncio.to_thread(migrate, settings, REFERENCE)
     else:
         require("postgres")
         url = request.getfixturevalue("database_url")

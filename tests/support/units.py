@@ -15,6 +15,7 @@ from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
 from tests.fakes import FakeDispatcher, FixedClock
+from tests.support.apps import REFERENCE
 
 
 async def sqlite_units(
@@ -23,7 +24,8 @@ async def sqlite_units(
     """A migrated database in `tmp_path`, its engine, and a factory of units of work
     that know `demo.echo` (`options`: the factory's own, such as `enqueued`)."""
     url = f"sqlite+aiosqlite:///{tmp_path}/uow.db"
-    await asyncio.to_thread(migrate, Settings(database={"url": url}))  # type: ignore[arg-type]
+    settings = Settings(database={"url": url})  # type: ignore[arg-type]
+    await asyncio.to_thread(migrate, settings, REFERENCE)
     engine = create_async_engine(url)
     registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=30)
     factory = UnitOfWorkFactory(

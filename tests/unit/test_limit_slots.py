@@ -34,6 +34,7 @@ from jobrail.limits.redis import RedisLimits
 from jobrail.modules import load_modules
 from jobrail.scheduling.leadership import LEADER_KEY
 from jobrail.settings import ApiLimitsSettings, Settings, SettingsError, load_settings
+from tests.support.apps import reference_and_test_jobs
 
 # A client object makes no connection until it is used: these tests only name keys.
 BACKEND = RedisLimits(Redis(), key_prefix="t.jobrail:")
@@ -184,7 +185,7 @@ def test_one_key_used_by_several_limits_of_a_job_is_one_slot_whatever_its_shape(
 
 
 def test_every_job_type_of_the_reference_application_fits_a_cluster() -> None:
-    modules = load_modules([*Settings().modules, "tests.support.jobs"])
+    modules = [*load_modules(Settings().modules), *reference_and_test_jobs.modules]
 
     JobRegistry(
         (spec for module in modules for spec in module.jobs),

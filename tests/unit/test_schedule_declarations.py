@@ -9,6 +9,7 @@ from jobrail.modules import Module, load_modules
 from jobrail.scheduling import Schedule
 from jobrail.scheduling.process import ScheduleConfigError, resolve_schedules
 from jobrail.settings import SchedulerSettings, Settings, load_settings
+from tests.support.apps import REFERENCE
 
 
 class Report(BaseModel):
@@ -85,9 +86,9 @@ def test_catch_up_must_cover_a_failover() -> None:
         SchedulerSettings(leader_ttl_s=30, tick_s=1, catch_up_s=20)
 
 
-def test_the_default_modules_schedule_housekeeping_and_billing_auto_pay() -> None:
+def test_the_reference_application_schedules_housekeeping_and_billing_auto_pay() -> None:
     defaults = Settings()
-    modules = load_modules(defaults.modules)
+    modules = [*load_modules(defaults.modules), *REFERENCE]
     registry = JobRegistry(
         (spec for m in modules for spec in m.jobs),
         queues=defaults.rabbit.queues,

@@ -1,8 +1,8 @@
 """The FastAPI application factory."""
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
@@ -13,6 +13,7 @@ from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
 from jobrail.api.guard import RequestGuard
 from jobrail.bootstrap import Runtime, build_runtime, serving
 from jobrail.limits.api import ApiRateLimiter
+from jobrail.modules import Module
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.tracing import configure_tracing
@@ -22,17 +23,27 @@ from jobrail.version import __version__
 log = logging.getLogger("jobrail.api")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The API. In embedded mode it also runs the worker and the relay in-process."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    modules: Sequence[Module] = (),
+    runtime: Runtime | None = None,
+    serve: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """The API: the modules of the settings, then `modules`. In embedded mode it also
+    runs the worker and the relay in-process. ``JobRail.app`` gives its own `runtime`
+    (built from the same settings and its modules) and `serve`, its lifespan."""
     settings = settings or load_settings()
-    configure_tracing(settings.telemetry)
-    runtime = build_runtime(settings, worker=False)
+    if runtime is None:
+        configure_tracing(settings.telemetry)
+        runtime = build_runtime(settings, worker=False, modules=modules)
+    built = runtime
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.api_limiter = await runtime.container.get(ApiRateLimiter)
-        app.state.authenticate = await runtime.container.get(Authenticate)
-        async with serving(runtime):
+        app.state.api_limiter = await built.container.get(ApiRateLimiter)
+        app.state.authenticate = await built.container.get(Authenticate)
+        async with serving(built) if serve is None else serve(app):
             yield
 
     docs = settings.docs_enabled

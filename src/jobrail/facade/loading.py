@@ -9,6 +9,11 @@ if TYPE_CHECKING:
     from jobrail.facade.rail import JobRail
 
 
+APP_ENV = "JOBRAIL_APP"
+"""The app's ``JobRail`` (``pkg.module:rail``): ``jobrail``'s commands read it when no
+``--app`` is given, and ``jobrail worker`` leaves it for its worker processes."""
+
+
 class AppLoadError(Exception):
     """The path names no importable module, or no ``JobRail`` in it."""
 

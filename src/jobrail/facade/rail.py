@@ -50,11 +50,20 @@ class JobRail:
     """
 
     def __init__(
-        self, settings: Settings | None = None, *, providers: Sequence[Provider] = ()
+        self,
+        settings: Settings | None = None,
+        *,
+        modules: Sequence[Module] = (),
+        providers: Sequence[Provider] = (),
     ) -> None:
-        """`providers`: the host's own dishka providers, added to jobrail's container, so
-        that its job handlers can take the host's services (``FromDishka[...]``)."""
-        self.settings = settings if settings is not None else load_settings()
+        """`modules`: modules (bounded contexts) to load besides the job types declared
+        on the rail, as this repository's reference application does (``workers.app``).
+        `providers`: the host's own dishka providers, added to jobrail's container, so
+        that its job handlers can take the host's services (``FromDishka[...]``).
+        Without `settings`, they are read from the environment on first use, so that
+        importing the module that makes the rail reads nothing."""
+        self._settings = settings
+        self._modules = tuple(modules)
         self._providers = tuple(providers)
         self._specs: list[JobSpec] = []
         self._runtime: Runtime | None = None
@@ -113,9 +122,23 @@ class JobRail:
         return register
 
     @property
+    def settings(self) -> Settings:
+        """The settings given, or those of the environment (``JOBRAIL_*``), read once;
+        SettingsError for a setting they refuse."""
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
+
+    @property
     def module(self) -> Module:
         """The job types declared on this rail, as a module of the runtime."""
         return Module(name=MODULE_NAME, jobs=tuple(self._specs), providers=self._providers)
+
+    @property
+    def modules(self) -> list[Module]:
+        """The modules this rail adds to those of the settings: the ones it was given,
+        then its own job types."""
+        return [*self._modules, self.module]
 
     # -- the runtime ------------------------------------------------------------------
 
@@ -124,7 +147,7 @@ class JobRail:
         worker process (``jobrail worker --app``). Later calls return it."""
         if self._runtime is None:
             configure_tracing(self.settings.telemetry)
-            self._runtime = build_runtime(self.settings, worker=worker, modules=[self.module])
+            self._runtime = build_runtime(self.settings, worker=worker, modules=self.modules)
             self._worker = worker
         elif worker != self._worker:
             role = "a worker" if self._worker else "an API process"
@@ -158,6 +181,14 @@ class JobRail:
                         await self._hooks.drain()  # before the broker stops
         finally:
             self._serving = False
+
+    def app(self) -> FastAPI:
+        """jobrail's own API (``jobrail api --app``) on this rail's runtime: the jobs,
+        admin and ops routes, the routes of the modules, jobrail's API keys; its
+        lifespan is the rail's."""
+        from jobrail.api.app import create_app
+
+        return create_app(self.settings, runtime=self.build(), serve=self.lifespan)
 
     def install(self, app: FastAPI) -> None:
         """Run ``lifespan`` around `app`'s own lifespan (it starts first, stops last)."""

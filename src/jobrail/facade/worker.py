@@ -1,7 +1,8 @@
-"""``jobrail worker --app pkg.module:rail`` runs Taskiq with ``create_broker`` here: each
-worker process imports the host's module, whose ``JobRail`` declares the job types, and
-builds the rail's runtime as a worker, as ``workers.broker`` does for the modules of
-``JOBRAIL_MODULES``."""
+"""``jobrail worker`` runs Taskiq with ``create_broker`` here: each worker process builds
+the runtime of a worker, for the modules of ``JOBRAIL_MODULES`` and, with ``--app
+pkg.module:rail``, for the app's ``JobRail`` too (its module is imported, which declares
+its job types). Worker processes end without running ``atexit`` hooks, so the spans
+still in the batch are flushed at worker shutdown."""
 
 import asyncio
 import os
@@ -9,16 +10,15 @@ import os
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
 from jobrail.bootstrap import install_worker_lifecycle
-from jobrail.facade.loading import load_rail
+from jobrail.facade.loading import APP_ENV, load_rail
+from jobrail.facade.rail import JobRail
 from jobrail.telemetry.logging import configure_logging
 from jobrail.telemetry.tracing import shutdown_tracing
 
-APP_ENV = "JOBRAIL_APP"
-"""Where ``jobrail worker --app`` leaves the path for its worker processes."""
-
 
 def create_broker() -> AsyncBroker:
-    rail = load_rail(os.environ[APP_ENV])
+    path = os.environ.get(APP_ENV)
+    rail = load_rail(path) if path else JobRail()
     configure_logging(rail.settings.log_level)
     runtime = rail.build(worker=True)
     install_worker_lifecycle(runtime)

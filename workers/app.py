@@ -1,0 +1,19 @@
+"""The reference application: jobrail with the billing, sync and notifications contexts.
+
+Every process of it starts from this ``JobRail``: the API (``jobrail api --app
+workers.app:rail``, or ``jobrail run`` in the embedded mode), the workers, the scheduler
+and ``jobrail migrate``, which runs the contexts' Alembic chain after the platform's.
+``JOBRAIL_MODULES`` adds installed modules (the default: ``demo``).
+"""
+
+from contexts import billing, catalog, notifications, sync
+from jobrail import JobRail, Module
+
+MODULES: tuple[Module, ...] = (
+    catalog.module,
+    billing.module,
+    notifications.module,
+    sync.module,
+)
+
+rail = JobRail(modules=MODULES)
