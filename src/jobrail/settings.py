@@ -6,11 +6,13 @@ working directory is read too. A bad value stops the process at start-up with a
 message that names the variable (see ``load_settings``).
 """
 
+import re
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -39,12 +41,22 @@ def _comma_list(value: object) -> object:
 
 
 class DatabaseSettings(BaseModel):
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
     url: SecretStr = SecretStr("sqlite+aiosqlite:///./var/jobrail.db")
     pool_size: PositiveInt = 10
     max_overflow: Annotated[int, Field(ge=0)] = 10
     pool_timeout_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 5.0
     echo: bool = False
+    # `schema` itself would shadow BaseModel.schema(): the setting keeps that name as its alias.
+    schema_: str | None = Field(
+        default=None,
+        alias="schema",
+        description="Postgres only: the schema of the platform's tables and of "
+        "jobrail_alembic_version (created by `jobrail migrate`), so that they cannot clash "
+        "with a host's own tables. Unset: the database's default schema.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -56,6 +68,22 @@ class DatabaseSettings(BaseModel):
                 f"(got a {scheme or 'malformed'}:// URL)"
             )
         return url
+
+    @field_validator("schema_")
+    @classmethod
+    def _plain_schema_name(cls, schema: str | None, info: ValidationInfo) -> str | None:
+        if schema is None:
+            return None
+        url = info.data.get("url")
+        if url is not None and url.get_secret_value().startswith("sqlite"):
+            raise ValueError("SQLite has no schemas: unset it, or use a postgresql+asyncpg:// URL")
+        # Never quoted in SQL (search_path, CREATE SCHEMA), so it must need no quoting.
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise ValueError(
+                "use a plain SQL name: lower-case letters, digits and underscores, not "
+                f"starting with a digit, at most 63 characters (got {schema!r})"
+            )
+        return schema
 
     @property
     def is_sqlite(self) -> bool:
