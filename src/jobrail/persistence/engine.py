@@ -6,6 +6,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.persistence import json_codec
+from jobrail.persistence.platform_schema import search_path_sql
 from jobrail.settings import DatabaseSettings
 
 NUL_TEXT_ERROR = "a text value holds a NUL character (U+0000), which cannot be stored"
@@ -29,7 +30,20 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
         json_serializer=json_codec.dumps,
     )
     _refuse_nul_text(engine)
+    if settings.schema_ is not None:
+        _platform_schema_first(engine, settings.schema_)
     return engine
+
+
+def _platform_schema_first(engine: AsyncEngine, schema: str) -> None:
+    """Every connection finds the platform's tables in `schema` (see
+    persistence.platform_schema)."""
+    statement = search_path_sql(schema)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # On the driver's connection, outside any transaction: a rollback cannot undo it.
+        dbapi_connection.run_async(lambda connection: connection.execute(statement))
 
 
 def _refuse_nul_text(engine: AsyncEngine) -> None:

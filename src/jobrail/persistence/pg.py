@@ -27,6 +27,7 @@ from jobrail.kernel.ids import JobId
 from jobrail.messaging.codec import Envelope, encode
 from jobrail.persistence import json_codec
 from jobrail.persistence.mapping import job_from_row
+from jobrail.persistence.platform_schema import search_path_sql
 from jobrail.persistence.tables import jobs
 from jobrail.settings import DatabaseSettings
 
@@ -185,13 +186,20 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
 
 async def create_pool(settings: DatabaseSettings) -> asyncpg.Pool:
     url = make_url(settings.url.get_secret_value()).set(drivername="postgresql")
+    schema = settings.schema_
+
+    async def init(connection: asyncpg.Connection) -> None:
+        await _init(connection)
+        if schema is not None:  # the statements above name the tables bare
+            await connection.execute(search_path_sql(schema))
+
     pool = asyncpg.create_pool(
         url.render_as_string(hide_password=False),
         min_size=0,  # connect on first use: a process starts even with the database down
         max_size=settings.pool_size,
         timeout=settings.connect_timeout_s,
         command_timeout=settings.pool_timeout_s * 3,
-        init=_init,
+        init=init,
         reset=_keep_session,
     )
     return await pool

@@ -27,6 +27,7 @@ from sqlalchemy import MetaData, inspect, text
 from sqlalchemy.engine import Connection
 
 from jobrail.persistence.engine import create_engine
+from jobrail.persistence.platform_schema import create_schema_sql, search_path_sql
 from jobrail.settings import DatabaseSettings, load_settings
 
 if TYPE_CHECKING:
@@ -75,8 +76,12 @@ class MigrationError(Exception):
     version table."""
 
 
-def alembic_config(chain: MigrationChain, database_url: str | None = None) -> "Config":
-    """The Config of `chain`, built in code (no alembic.ini)."""
+def alembic_config(
+    chain: MigrationChain, database_url: str | None = None, schema: str | None = None
+) -> "Config":
+    """The Config of `chain`, built in code (no alembic.ini); with `schema`, the chain's
+    tables and version table go in that Postgres schema (the platform's, see
+    persistence.platform_schema)."""
     from alembic.config import Config
 
     config = Config()
@@ -85,6 +90,8 @@ def alembic_config(chain: MigrationChain, database_url: str | None = None) -> "C
     config.attributes["version_table"] = chain.version_table
     if database_url is not None:
         config.attributes["database_url"] = database_url
+    if schema is not None:
+        config.attributes["schema"] = schema
     return config
 
 
@@ -95,8 +102,11 @@ def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -
 
     ordered = _in_order(chains)
     url = database.url.get_secret_value()
+    schema = database.schema_
     for chain in ordered:
-        config = alembic_config(chain, url)
+        # Only the platform's tables move to the schema: every other chain's stay in the
+        # database's default schema, where a host's own chain keeps its tables too.
+        config = alembic_config(chain, url, schema if chain is PLATFORM else None)
         adopted = asyncio.run(_adoptable_revision(database, chain))
         if adopted is not None:
             command.stamp(config, adopted)
@@ -122,7 +132,10 @@ def _in_order(chains: Sequence[MigrationChain]) -> list[MigrationChain]:
 
 
 async def _adoptable_revision(database: DatabaseSettings, chain: MigrationChain) -> str | None:
-    if not chain.adopts:
+    # jobrail 0.1 kept every table in the default schema: a database it migrated has no
+    # platform schema to adopt (its tables stay where they are, and the platform's chain
+    # starts afresh in the schema).
+    if not chain.adopts or database.schema_ is not None:
         return None
     engine = create_engine(database)
     try:
@@ -156,17 +169,26 @@ def run_environment(
     config = context.config
     if context.is_offline_mode():
         raise SystemExit("offline migrations are not supported; run `jobrail migrate`")
+    platform = version_table == PLATFORM.version_table
     version_table = config.attributes.get("version_table", version_table)
+    schema: str | None = config.attributes.get("schema")
     own = _table_names(metadata)
 
     def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
         return type_ != "table" or name in own
 
     def run(connection: Connection) -> None:
+        if schema is not None:
+            # The revisions name their tables bare: with the schema first on the search
+            # path, they create them there (see persistence.platform_schema).
+            connection.execute(text(create_schema_sql(schema)))
+            connection.execute(text(search_path_sql(schema)))
+            connection.commit()  # before the migrations, which commit on their own
         context.configure(
             connection=connection,
             target_metadata=metadata,
             version_table=version_table,
+            version_table_schema=schema,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
             include_name=include_name,
@@ -179,7 +201,13 @@ def run_environment(
         run(connection)
         return
     url = config.attributes.get("database_url")
-    database = DatabaseSettings(url=url) if url is not None else load_settings().database
+    if url is not None:
+        database = DatabaseSettings(url=url)
+    else:
+        database = load_settings().database
+        if platform and "schema" not in config.attributes:
+            schema = database.schema_
+        database = database.model_copy(update={"schema_": None})  # run() sets it
     asyncio.run(_run_async(database, run))
 
 
