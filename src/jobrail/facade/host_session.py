@@ -29,13 +29,22 @@ _KEY = "jobrail.after_commit"
 class HostSessionUnit:
     """An ``EnqueueUnitOfWork`` over the host's session: ``EnqueueJob.into`` records in
     it, and ``commit`` only hands what it recorded to the session's commit, which the
-    host makes (or not)."""
+    host makes (or not).
 
-    def __init__(self, session: AsyncSession, clock: Clock, hooks: "SessionHooks") -> None:
+    The host's connections do not put the platform's `schema` on their search path: the
+    statements it runs in the session name its tables in that schema."""
+
+    def __init__(
+        self,
+        session: AsyncSession,
+        clock: Clock,
+        hooks: "SessionHooks",
+        schema: str | None = None,
+    ) -> None:
         self._session = session
-        self._outbox = SqlaOutbox(session, clock)
+        self._outbox = SqlaOutbox(session, clock, schema)
         self._hooks = hooks
-        self.intake = TransactionIntake(SqlaJobRepository(session), self._outbox)
+        self.intake = TransactionIntake(SqlaJobRepository(session, schema), self._outbox)
 
     async def __aenter__(self) -> Self:
         return self

@@ -212,7 +212,10 @@ class JobRail:
         if session is None:
             return await enqueue(cmd)
         unit = HostSessionUnit(
-            session, await self.container.get(Clock), await self._session_hooks()
+            session,
+            await self.container.get(Clock),
+            await self._session_hooks(),
+            self.settings.database.schema_,
         )
         result = await enqueue.into(unit, cmd)
         await unit.commit()

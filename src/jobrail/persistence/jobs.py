@@ -17,6 +17,7 @@ from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row, job_row, job_state
 from jobrail.persistence.outbox import insert_outbox_rows
+from jobrail.persistence.platform_schema import qualified
 from jobrail.persistence.tables import jobs
 
 _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
@@ -32,14 +33,21 @@ def _insert_ignoring_duplicate_key(dialect: str, row: dict[str, Any]) -> Any:
 
 
 class SqlaJobRepository:
-    def __init__(self, session: AsyncSession) -> None:
+    """`schema`: the platform's schema, for a session whose connections do not put it on
+    their search path (a host's own, see persistence.platform_schema)."""
+
+    def __init__(self, session: AsyncSession, schema: str | None = None) -> None:
         self._session = session
+        self._options = qualified(schema)
 
     async def add(self, job: Job) -> Job:
         dialect = self._session.get_bind().dialect.name
         with database_errors():
             inserted = (
-                await self._session.execute(_insert_ignoring_duplicate_key(dialect, job_row(job)))
+                await self._session.execute(
+                    _insert_ignoring_duplicate_key(dialect, job_row(job)),
+                    execution_options=self._options,
+                )
             ).scalar_one_or_none()
             if inserted is not None:
                 return job
@@ -49,7 +57,8 @@ class SqlaJobRepository:
                         select(jobs).where(
                             jobs.c.tenant_id == job.tenant_id,
                             jobs.c.idempotency_key == job.idempotency_key,
-                        )
+                        ),
+                        execution_options=self._options,
                     )
                 )
                 .mappings()
@@ -68,7 +77,11 @@ class SqlaJobRepository:
         if for_update:
             query = query.with_for_update()
         with database_errors():
-            row = (await self._session.execute(query)).mappings().first()
+            row = (
+                (await self._session.execute(query, execution_options=self._options))
+                .mappings()
+                .first()
+            )
         return job_from_row(row) if row else None
 
     async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage:
@@ -88,7 +101,11 @@ class SqlaJobRepository:
             )
         query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
         with database_errors():
-            rows = (await self._session.execute(query)).mappings().all()
+            rows = (
+                (await self._session.execute(query, execution_options=self._options))
+                .mappings()
+                .all()
+            )
         items = [job_from_row(row) for row in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
@@ -99,7 +116,8 @@ class SqlaJobRepository:
     async def save(self, job: Job) -> None:
         with database_errors():
             await self._session.execute(
-                update(jobs).where(jobs.c.id == job.id).values(job_state(job))
+                update(jobs).where(jobs.c.id == job.id).values(job_state(job)),
+                execution_options=self._options,
             )
 
 

@@ -39,6 +39,7 @@ from jobrail.kernel.clock import Clock
 from jobrail.messaging.codec import Envelope, EnvelopePublisher, encode
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row
+from jobrail.persistence.platform_schema import qualified
 from jobrail.persistence.tables import jobs, outbox
 
 log = logging.getLogger("jobrail.outbox")
@@ -57,20 +58,32 @@ def outbox_row(envelope: Envelope, now: Any) -> dict[str, Any]:
 
 
 async def insert_outbox_rows(
-    conn: AsyncConnection | AsyncSession, envelopes: Sequence[Envelope], now: Any
+    conn: AsyncConnection | AsyncSession,
+    envelopes: Sequence[Envelope],
+    now: Any,
+    schema: str | None = None,
 ) -> None:
-    await conn.execute(insert(outbox), [outbox_row(e, now) for e in envelopes])
+    await conn.execute(
+        insert(outbox),
+        [outbox_row(e, now) for e in envelopes],
+        execution_options=qualified(schema),
+    )
 
 
 class SqlaOutbox:
-    def __init__(self, session: AsyncSession, clock: Clock) -> None:
+    """`schema`: as SqlaJobRepository's."""
+
+    def __init__(self, session: AsyncSession, clock: Clock, schema: str | None = None) -> None:
         self._session = session
         self._clock = clock
+        self._schema = schema
         self.pending: list[Outgoing] = []
 
     async def add(self, message: Outgoing) -> None:
         with database_errors():
-            await insert_outbox_rows(self._session, [encode(message)], self._clock.now())
+            await insert_outbox_rows(
+                self._session, [encode(message)], self._clock.now(), self._schema
+            )
         self.pending.append(message)
 
 
