@@ -77,12 +77,14 @@ class DatabaseSettings(BaseModel):
         url = info.data.get("url")
         if url is not None and url.get_secret_value().startswith("sqlite"):
             raise ValueError("SQLite has no schemas: unset it, or use a postgresql+asyncpg:// URL")
-        # Never quoted in SQL (search_path, CREATE SCHEMA), so it must need no quoting.
+        # A name that reads the same quoted or not, so that SQL and psql agree on it.
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise ValueError(
                 "use a plain SQL name: lower-case letters, digits and underscores, not "
                 f"starting with a digit, at most 63 characters (got {schema!r})"
             )
+        if schema.startswith("pg_"):
+            raise ValueError("names starting with pg_ are Postgres's own schemas")
         return schema
 
     @property

@@ -31,7 +31,8 @@ def search_path_sql(schema: str) -> str:
     """Put `schema` first on this session's search path, the database's own after it.
 
     Not transactional (``is_local`` false): it lasts as long as the connection."""
-    return f"SELECT set_config('search_path', '{quoted(schema)}, ' || current_setting('search_path'), false)"  # noqa: E501
+    first = f"'{quoted(schema)}, '"
+    return f"SELECT set_config('search_path', {first} || current_setting('search_path'), false)"
 
 
 def create_schema_sql(schema: str) -> str:
@@ -42,4 +43,3 @@ def qualified(schema: str | None) -> dict[str, Any]:
     """Execution options that name the platform's tables in `schema` (none for the
     default schema). Only for statements that touch the platform's tables alone."""
     return {"schema_translate_map": {None: schema}} if schema is not None else {}
-
