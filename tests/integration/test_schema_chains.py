@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from alembic import command
-from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -30,6 +29,7 @@ from jobrail.persistence.schema import (
 from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
 from tests.support.apps import REFERENCE
+from tests.support.host_chain import host_config
 from tests.support.schema import PLATFORM_TABLES, differences, tables
 from tests.support.services import PG_SERVER, require
 
@@ -39,53 +39,6 @@ LEGACY = MigrationChain(
     version_table=LEGACY_VERSION_TABLE,
 )
 NOW = "'2026-12-01 00:00:00+00:00'"
-
-HOST_ENV = """
-import asyncio
-
-from alembic import context
-from sqlalchemy.ext.asyncio import create_async_engine
-
-
-def run(connection):
-    context.configure(connection=connection, target_metadata=None)
-    with context.begin_transaction():
-        context.run_migrations()
-
-
-async def main():
-    engine = create_async_engine(context.config.get_main_option("sqlalchemy.url"))
-    async with engine.connect() as connection:
-        await connection.run_sync(run)
-        await connection.commit()
-    await engine.dispose()
-
-
-asyncio.run(main())
-"""
-
-# The host numbers its revisions as jobrail does: its "0001" is not jobrail 0.1's.
-HOST_REVISION = """
-import sqlalchemy as sa
-from alembic import op
-
-revision = "0001"
-down_revision = None
-branch_labels = None
-depends_on = None
-
-
-def upgrade():
-    op.create_table(
-        "orders",
-        sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("job_id", sa.String(36)),
-    )
-
-
-def downgrade():
-    op.drop_table("orders")
-"""
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -183,24 +136,11 @@ def test_a_host_alembic_version_without_the_platform_tables_is_not_adopted(datab
     assert _version(database, LEGACY_VERSION_TABLE) == ["0005"]
 
 
-def _host_config(tmp_path: Path, url: str) -> Config:
-    scripts = tmp_path / "host_migrations"
-    if not scripts.exists():
-        (scripts / "versions").mkdir(parents=True)
-        (scripts / "env.py").write_text(HOST_ENV)
-        (scripts / "versions" / "0001_orders.py").write_text(HOST_REVISION)
-    config = Config()
-    config.set_main_option("script_location", str(scripts))
-    config.set_main_option("path_separator", "os")
-    config.set_main_option("sqlalchemy.url", url)
-    return config
-
-
 @pytest.mark.parametrize("host_first", [True, False], ids=["host-first", "jobrail-first"])
 def test_a_host_chain_and_the_platform_chain_share_one_database(
     database: str, tmp_path: Path, host_first: bool
 ) -> None:
-    host = _host_config(tmp_path, database)
+    host = host_config(tmp_path, database)
     platform = DatabaseSettings(url=database)  # type: ignore[arg-type]
 
     if host_first:
