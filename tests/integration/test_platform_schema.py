@@ -26,6 +26,7 @@ from jobrail.cli import migrate
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.persistence.engine import create_engine
+from jobrail.persistence.schema import PLATFORM, MigrationError
 from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.tenants.use_cases import CreateTenant
@@ -147,6 +148,49 @@ def test_migrate_puts_the_platform_tables_in_the_schema_alone(
     assert _schemas_of_tables(migrated)["jobs"] == {SCHEMA}
     command.upgrade(host_chain, "head")
     assert _version(migrated, f"{SCHEMA}.jobrail_alembic_version") == ["0009"]
+
+
+def test_a_database_migrated_without_the_schema_is_refused_until_its_tables_move(
+    database: str,
+) -> None:
+    migrate(Settings(database={"url": database}, modules=[]))  # type: ignore[arg-type]
+    job = "00000000-0000-0000-0000-0000000000e1"
+    asyncio.run(
+        _execute(
+            database,
+            "INSERT INTO jobs (id, tenant_id, type, queue, status, payload, attempts, "
+            "max_attempts, trace_context, cancel_requested, created_at, updated_at) VALUES "
+            f"('{job}', 'acme', 'reports.render', 'jobs.default', 'succeeded', '{{}}', 1, 3, "
+            "'{}', false, now(), now())",
+        )
+    )
+
+    with pytest.raises(MigrationError, match="default schema, not in 'jobrail': move them"):
+        migrate(_settings(database, modules=[]))
+    assert SCHEMA not in {
+        schema for schemas in _schemas_of_tables(database).values() for schema in schemas
+    }
+
+    # What the README says to do.
+    moves = [
+        f"ALTER TABLE {table} SET SCHEMA {SCHEMA}"
+        for table in (*PLATFORM_TABLES, PLATFORM.version_table)
+    ]
+    asyncio.run(_execute(database, f"CREATE SCHEMA {SCHEMA}", *moves))
+    migrate(_settings(database, modules=[]))
+
+    assert asyncio.run(_rows(database, f"SELECT id::text FROM {SCHEMA}.jobs")) == [(job,)]
+    assert _version(database, f"{SCHEMA}.jobrail_alembic_version") == ["0009"]
+
+
+async def _execute(url: str, *statements: str) -> None:
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
 
 
 async def _differences(url: str) -> list[Any]:

@@ -103,6 +103,8 @@ def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -
     ordered = _in_order(chains)
     url = database.url.get_secret_value()
     schema = database.schema_
+    if schema is not None:
+        asyncio.run(_refuse_platform_elsewhere(database, schema))
     for chain in ordered:
         # Only the platform's tables move to the schema: every other chain's stay in the
         # database's default schema, where a host's own chain keeps its tables too.
@@ -131,10 +133,31 @@ def _in_order(chains: Sequence[MigrationChain]) -> list[MigrationChain]:
     return ordered
 
 
+async def _refuse_platform_elsewhere(database: DatabaseSettings, schema: str) -> None:
+    """A database migrated without the schema keeps the platform's tables in its default
+    schema: migrating would make empty ones in `schema` and leave the jobs behind."""
+    engine = create_engine(database.model_copy(update={"schema_": None}))
+    try:
+        async with engine.connect() as connection:
+            elsewhere, here = await connection.run_sync(
+                lambda sync: (
+                    inspect(sync).has_table(PLATFORM.version_table),
+                    inspect(sync).has_table(PLATFORM.version_table, schema=schema),
+                )
+            )
+    finally:
+        await engine.dispose()
+    if elsewhere and not here:
+        raise MigrationError(
+            f"the platform's tables are in the database's default schema, not in {schema!r}: "
+            f"move them there first (ALTER TABLE ... SET SCHEMA {schema} for each of them "
+            f"and {PLATFORM.version_table}), or unset JOBRAIL_DATABASE__SCHEMA"
+        )
+
+
 async def _adoptable_revision(database: DatabaseSettings, chain: MigrationChain) -> str | None:
     # jobrail 0.1 kept every table in the default schema: a database it migrated has no
-    # platform schema to adopt (its tables stay where they are, and the platform's chain
-    # starts afresh in the schema).
+    # platform schema to adopt.
     if not chain.adopts or database.schema_ is not None:
         return None
     engine = create_engine(database)
