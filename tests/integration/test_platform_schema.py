@@ -153,7 +153,7 @@ def test_migrate_puts_the_platform_tables_in_the_schema_alone(
 def test_a_database_migrated_without_the_schema_is_refused_until_its_tables_move(
     database: str,
 ) -> None:
-    migrate(Settings(database={"url": database}, modules=[]))  # type: ignore[arg-type]
+    migrate(Settings(database={"url": database}, modules=[]))
     job = "00000000-0000-0000-0000-0000000000e1"
     asyncio.run(
         _execute(
@@ -194,7 +194,7 @@ async def _execute(url: str, *statements: str) -> None:
 
 
 async def _differences(url: str) -> list[Any]:
-    engine = create_engine(DatabaseSettings(url=url, schema=SCHEMA))  # type: ignore[arg-type]
+    engine = create_engine(DatabaseSettings(url=url, schema=SCHEMA))
 
     def compare(sync: Any) -> list[Any]:
         context = MigrationContext.configure(
