@@ -30,6 +30,7 @@ from jobrail.persistence.schema import PLATFORM, MigrationError
 from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.tenants.use_cases import CreateTenant
+from tests.support.apps import REFERENCE
 from tests.support.host_app import RenderReport, declare_jobs
 from tests.support.host_chain import HOST_REVISION, host_config
 from tests.support.schema import PLATFORM_TABLES
@@ -85,7 +86,7 @@ def _settings(url: str, **values: Any) -> Settings:
 @pytest.fixture
 def migrated(database: str, host_chain: Config) -> str:
     command.upgrade(host_chain, "head")
-    migrate(_settings(database))  # the platform's chain, then the contexts'
+    migrate(_settings(database), REFERENCE)  # the platform's chain, then the contexts'
     return database
 
 
@@ -119,7 +120,7 @@ def _version(url: str, table: str) -> list[str]:
 def test_migrate_puts_the_platform_tables_in_the_schema_alone(
     migrated: str, host_chain: Config
 ) -> None:
-    migrate(_settings(migrated))  # and again: nothing left to do
+    migrate(_settings(migrated), REFERENCE)  # and again: nothing left to do
 
     found = _schemas_of_tables(migrated)
     assert {table: found[table] for table in PLATFORM_TABLES - {"jobs"}} == {
@@ -246,6 +247,7 @@ async def host(migrated: str) -> AsyncIterator[Host]:
             mode="embedded",
             environment="test",
             modules=[],
+            scheduler={"embedded": False},  # no housekeeping jobs among those counted
             retry={"base_s": 0.05, "jitter": "none"},
         )
     )
