@@ -1,8 +1,16 @@
 """jobrail: durable jobs for FastAPI services on Taskiq, RabbitMQ, Postgres and Redis.
 
-A host app uses it through ``JobRail`` (``from jobrail import JobRail``). The names
-below are imported on first use, so that importing any part of jobrail does not
-import the facade and everything it composes.
+Public: the names below are what declares and runs jobs and modules. A host app uses
+``JobRail`` (``from jobrail import JobRail``); a module declares its job types with
+``job``, its periodic jobs with ``Schedule``, its integration events with ``EventSpec``,
+and plugs in as a ``Module``. The names are imported on first use, so that importing
+any part of jobrail does not import the facade and everything it composes.
+
+The rest of jobrail's public surface is a few modules, each for one side of a module:
+``jobrail.kernel`` (shared value types: ids, errors, clock, money, events),
+``jobrail.ports`` (what its use cases depend on), ``jobrail.web`` (what its FastAPI
+routes use) and ``jobrail.sql`` (what its SQLAlchemy adapters use). Everything else
+is internal and may change without notice.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,31 +20,49 @@ from jobrail.version import __version__
 if TYPE_CHECKING:
     from jobrail.facade import JobHandle, JobRail
     from jobrail.jobs.context import JobContext
-    from jobrail.jobs.ports import EnqueueResult
+    from jobrail.jobs.events import EventCatalog, EventDelivery, EventSpec
+    from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
+    from jobrail.jobs.registry import job
     from jobrail.kernel.errors import PermanentError, TransientError
     from jobrail.limits.model import Concurrency, Lock, SlidingWindow, TokenBucket
     from jobrail.modules import Module
+    from jobrail.scheduling.schedule import SYSTEM_TENANT, Schedule
+    from jobrail.settings import Settings, SettingsError
 
 __all__ = [
+    "SYSTEM_TENANT",
     "Concurrency",
+    "EnqueueJobCommand",
     "EnqueueResult",
+    "EventCatalog",
+    "EventDelivery",
+    "EventSpec",
     "JobContext",
     "JobHandle",
     "JobRail",
     "Lock",
     "Module",
     "PermanentError",
+    "Schedule",
+    "Settings",
+    "SettingsError",
     "SlidingWindow",
     "TokenBucket",
     "TransientError",
     "__version__",
+    "job",
 ]
 
 _EXPORTS = {
     "JobRail": "jobrail.facade",
     "JobHandle": "jobrail.facade",
     "JobContext": "jobrail.jobs.context",
+    "EventCatalog": "jobrail.jobs.events",
+    "EventDelivery": "jobrail.jobs.events",
+    "EventSpec": "jobrail.jobs.events",
+    "EnqueueJobCommand": "jobrail.jobs.ports",
     "EnqueueResult": "jobrail.jobs.ports",
+    "job": "jobrail.jobs.registry",
     "PermanentError": "jobrail.kernel.errors",
     "TransientError": "jobrail.kernel.errors",
     "Concurrency": "jobrail.limits.model",
@@ -44,6 +70,10 @@ _EXPORTS = {
     "SlidingWindow": "jobrail.limits.model",
     "TokenBucket": "jobrail.limits.model",
     "Module": "jobrail.modules",
+    "SYSTEM_TENANT": "jobrail.scheduling.schedule",
+    "Schedule": "jobrail.scheduling.schedule",
+    "Settings": "jobrail.settings",
+    "SettingsError": "jobrail.settings",
 }
 
 

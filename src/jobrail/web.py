@@ -1,0 +1,25 @@
+"""Public: what a module's FastAPI routes use.
+
+- ``CurrentTenant``: the tenant of the request's API key (a route parameter
+  annotation); every query a route makes is scoped by it.
+- ``RateLimitRead``, ``RateLimitEnqueue``: the API rate limits, as route
+  dependencies; enqueueing routes take the stricter one.
+- ``ERROR_RESPONSES``: the documented error bodies, for a router's ``responses=``.
+- ``RequestModel``: the base of request bodies (unknown fields and lax conversions
+  are refused).
+- ``job_location``: the URL of a job's status, for a ``202``'s ``Location`` header.
+"""
+
+from jobrail.api.auth import CurrentTenant
+from jobrail.api.errors import ERROR_RESPONSES
+from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.api.schemas import RequestModel, job_location
+
+__all__ = [
+    "ERROR_RESPONSES",
+    "CurrentTenant",
+    "RateLimitEnqueue",
+    "RateLimitRead",
+    "RequestModel",
+    "job_location",
+]
