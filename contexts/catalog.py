@@ -5,8 +5,7 @@ An event that is not listed here cannot be published.
 """
 
 from contexts.shared.events import InvoicePaidV1
-from jobrail.jobs.events import EventSpec
-from jobrail.modules import Module
+from jobrail import EventSpec, Module
 
 EVENTS = [
     EventSpec(

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import MetaData
 
-from jobrail.persistence.schema import MigrationChain
-from jobrail.persistence.tables import NAMING_CONVENTION
+from jobrail.sql import NAMING_CONVENTION, MigrationChain
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 

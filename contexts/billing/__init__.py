@@ -8,8 +8,7 @@ from contexts.billing.adapters.api import router
 from contexts.billing.adapters.ioc import BillingProvider
 from contexts.billing.adapters.tasks import auto_pay, pay_invoice
 from contexts.schema import SCHEMA
-from jobrail.modules import Module
-from jobrail.scheduling import Schedule
+from jobrail import Module, Schedule
 
 module = Module(
     name="billing",

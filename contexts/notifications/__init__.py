@@ -4,7 +4,7 @@ from contexts.notifications.adapters.api import router
 from contexts.notifications.adapters.ioc import NotificationsProvider
 from contexts.notifications.adapters.tasks import send_receipt
 from contexts.schema import SCHEMA
-from jobrail.modules import Module
+from jobrail import Module
 
 module = Module(
     name="notifications",

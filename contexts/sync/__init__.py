@@ -17,8 +17,7 @@ from contexts.sync.adapters.ioc import SyncProvider
 from contexts.sync.adapters.sandbox import SandboxState, sandbox_router
 from contexts.sync.adapters.settings import SyncSettings
 from contexts.sync.adapters.tasks import sync_account
-from jobrail.modules import Module
-from jobrail.settings import Settings, SettingsError
+from jobrail import Module, Settings, SettingsError
 
 
 def serves_sandbox(sync: SyncSettings, settings: Settings) -> bool:

@@ -8,6 +8,8 @@ public surface only" holds contexts/ to them.
 import importlib
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -16,6 +18,8 @@ import jobrail
 
 PUBLIC_MODULES = ["jobrail.kernel", "jobrail.ports", "jobrail.web", "jobrail.sql"]
 WITH_ALL = ["jobrail", "jobrail.ports", "jobrail.web", "jobrail.sql"]
+PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
+CONTRACT = "The reference application uses the public surface only"
 
 
 def fresh_interpreter(code: str) -> str:
@@ -87,3 +91,12 @@ def test_the_ports_are_plain_python() -> None:
     )
 
     assert loaded == "[]"
+
+
+def test_the_contract_allows_the_public_modules_and_forbids_every_other_subpackage() -> None:
+    contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == CONTRACT]
+
+    assert contract["forbidden_modules"] == ["jobrail.*"]
+    allowed = {rule.split(" -> ")[1].removesuffix(".**") for rule in contract["ignore_imports"]}
+    assert allowed == set(PUBLIC_MODULES)

@@ -23,10 +23,13 @@ from contexts.billing.application.use_cases import (
     VoidInvoice,
 )
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
-from jobrail.api.auth import CurrentTenant
-from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.schemas import RequestModel
+from jobrail.web import (
+    ERROR_RESPONSES,
+    CurrentTenant,
+    RateLimitEnqueue,
+    RateLimitRead,
+    RequestModel,
+)
 
 router = APIRouter(
     prefix="/billing/invoices", tags=["billing"], route_class=DishkaRoute, responses=ERROR_RESPONSES

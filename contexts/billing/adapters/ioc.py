@@ -11,7 +11,7 @@ from contexts.billing.application.use_cases import (
     StartAutoPay,
     VoidInvoice,
 )
-from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.sql import UnitOfWorkFactory
 
 
 class BillingProvider(Provider):

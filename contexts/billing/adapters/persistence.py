@@ -32,9 +32,7 @@ from contexts.billing.domain.invoice import (
 from contexts.schema import metadata
 from jobrail.kernel.ids import TenantId
 from jobrail.kernel.money import Money
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime
-from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.sql import SqlaUnitOfWork, UtcDateTime, database_errors
 
 AUTO_PAY_DUE = "status = 'issued' AND auto_pay"
 

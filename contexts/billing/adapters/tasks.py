@@ -8,10 +8,8 @@ from pydantic import BaseModel, ConfigDict
 from contexts.billing.application.commands import InvoiceCommand
 from contexts.billing.application.use_cases import PayInvoice, StartAutoPay
 from contexts.billing.domain.invoice import InvoiceId
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.registry import job
+from jobrail import SYSTEM_TENANT, JobContext, job
 from jobrail.kernel.errors import PermanentError
-from jobrail.scheduling import SYSTEM_TENANT
 
 
 class PayInvoicePayload(BaseModel):

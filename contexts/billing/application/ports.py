@@ -3,8 +3,8 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
-from jobrail.jobs.ports import EventPublisher, JobQueue
 from jobrail.kernel.ids import TenantId
+from jobrail.ports import EventPublisher, JobQueue
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,11 @@ from contexts.billing.application.commands import (
 from contexts.billing.application.ports import BillingUnitOfWork, InvoicePage, InvoiceRef
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceLine, InvoicePaid
 from contexts.shared.events import InvoicePaidV1
-from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError, NotFoundError
 from jobrail.kernel.ids import new_id
 from jobrail.kernel.money import Money
+from jobrail.ports import EnqueueJobCommand
 
 
 class CreateInvoice:

@@ -11,9 +11,7 @@ from contexts.notifications.application.use_cases import (
     ListNotificationsQuery,
 )
 from contexts.notifications.domain.notification import Notification
-from jobrail.api.auth import CurrentTenant
-from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import RateLimitRead
+from jobrail.web import ERROR_RESPONSES, CurrentTenant, RateLimitRead
 
 router = APIRouter(
     prefix="/notifications",

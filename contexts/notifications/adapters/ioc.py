@@ -5,7 +5,7 @@ from contexts.notifications.adapters.persistence import SqlaNotificationsUnitOfW
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.ports import EmailSender, NotificationsUnitOfWork
 from contexts.notifications.application.use_cases import ListNotifications, SendReceipt
-from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.sql import UnitOfWorkFactory
 
 
 class NotificationsProvider(Provider):

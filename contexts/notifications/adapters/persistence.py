@@ -22,9 +22,7 @@ from contexts.notifications.domain.notification import (
 )
 from contexts.schema import metadata
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime
-from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.sql import SqlaUnitOfWork, UtcDateTime, database_errors
 
 notifications = Table(
     "notifications",

@@ -5,10 +5,7 @@ from dishka import FromDishka
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
 from contexts.shared.events import InvoicePaidV1
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.events import EventCatalog, EventDelivery
-from jobrail.jobs.registry import job
-from jobrail.limits import Lock, TokenBucket
+from jobrail import EventCatalog, EventDelivery, JobContext, Lock, TokenBucket, job
 
 _settings = NotificationsSettings()
 

@@ -2,8 +2,8 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from contexts.notifications.domain.notification import Notification
-from jobrail.jobs.ports import Inbox
 from jobrail.kernel.ids import TenantId
+from jobrail.ports import Inbox
 
 
 @dataclass(frozen=True, slots=True)

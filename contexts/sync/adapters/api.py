@@ -8,10 +8,13 @@ from pydantic import BaseModel
 
 from contexts.sync.application.use_cases import AccountRef, GetAccount, RequestSync
 from contexts.sync.domain.account import ACCOUNT_ID_PATTERN
-from jobrail.api.auth import CurrentTenant
-from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.schemas import job_location
+from jobrail.web import (
+    ERROR_RESPONSES,
+    CurrentTenant,
+    RateLimitEnqueue,
+    RateLimitRead,
+    job_location,
+)
 
 router = APIRouter(
     prefix="/sync/accounts", tags=["sync"], route_class=DishkaRoute, responses=ERROR_RESPONSES

@@ -10,8 +10,8 @@ from contexts.sync.adapters.throttle import LimitsVendorThrottle
 from contexts.sync.adapters.vendor import HttpVendorClient
 from contexts.sync.application.ports import SyncUnitOfWork, VendorClient, VendorThrottle
 from contexts.sync.application.use_cases import GetAccount, RequestSync, SyncAccount
-from jobrail.limits.model import LimitsBackend
-from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.ports import LimitsBackend
+from jobrail.sql import UnitOfWorkFactory
 
 
 class SyncProvider(Provider):

@@ -20,10 +20,7 @@ from contexts.sync.application.ports import VendorItem
 from contexts.sync.domain.account import Account, AccountStatus
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.dialects import upsert_insert
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import UtcDateTime
-from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.sql import SqlaUnitOfWork, UtcDateTime, database_errors, upsert_insert
 
 accounts = Table(
     "sync_accounts",

@@ -6,9 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contexts.sync.adapters.settings import SyncSettings
 from contexts.sync.application.use_cases import SYNC_JOB, SyncAccount, SyncAccountCommand
 from contexts.sync.domain.account import ACCOUNT_ID_PATTERN
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.registry import job
-from jobrail.limits import Lock, TokenBucket
+from jobrail import JobContext, Lock, TokenBucket, job
 
 _settings = SyncSettings()
 

@@ -3,15 +3,10 @@
 import asyncio
 
 from contexts.sync.application.ports import VendorThrottle
+from jobrail import TokenBucket
 from jobrail.kernel.errors import ThrottledError, TransientError
 from jobrail.kernel.ids import TenantId, new_id
-from jobrail.limits.model import (
-    Acquire,
-    KeyTemplate,
-    LimitsBackend,
-    LimitsUnavailableError,
-    TokenBucket,
-)
+from jobrail.ports import Acquire, KeyTemplate, LimitsBackend, LimitsUnavailableError
 
 
 class LimitsVendorThrottle(VendorThrottle):

@@ -3,8 +3,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 from contexts.sync.domain.account import Account
-from jobrail.jobs.ports import JobQueue
 from jobrail.kernel.ids import TenantId
+from jobrail.ports import JobQueue
 
 
 @dataclass(frozen=True, slots=True)

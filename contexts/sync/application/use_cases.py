@@ -10,11 +10,10 @@ from contexts.sync.application.ports import (
     VendorThrottle,
 )
 from contexts.sync.domain.account import Account
-from jobrail.jobs.domain import Job
-from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError, PermanentError
 from jobrail.kernel.ids import TenantId
+from jobrail.ports import EnqueueJobCommand, Job
 
 SYNC_JOB = "sync.account"
 
