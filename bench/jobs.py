@@ -2,11 +2,7 @@
 
 from pydantic import BaseModel
 
-from jobrail import JobRail
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.registry import job
-from jobrail.limits import Lock, TokenBucket
-from jobrail.modules import Module
+from jobrail import JobContext, JobRail, Lock, Module, TokenBucket, job
 
 
 class Noop(BaseModel):

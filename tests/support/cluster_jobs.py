@@ -4,10 +4,7 @@ holds both, and its admission is one script. Loaded only by the tests of that re
 
 from pydantic import BaseModel
 
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.registry import job
-from jobrail.limits.model import Concurrency, Lock
-from jobrail.modules import Module
+from jobrail import Concurrency, JobContext, Lock, Module, job
 
 
 class Split(BaseModel):

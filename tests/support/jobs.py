@@ -11,11 +11,8 @@ import httpx
 from dishka import FromDishka
 from pydantic import BaseModel
 
-from jobrail.jobs.context import JobContext
-from jobrail.jobs.registry import job
-from jobrail.kernel.errors import TransientError
-from jobrail.limits.model import Concurrency, LimitsBackend, Lock, TokenBucket
-from jobrail.modules import Module
+from jobrail import Concurrency, JobContext, Lock, Module, TokenBucket, TransientError, job
+from jobrail.ports import LimitsBackend
 
 RATE = float(os.environ.get("JOBRAIL_TEST_RATE", "10"))
 BURST = float(os.environ.get("JOBRAIL_TEST_BURST", "5"))
