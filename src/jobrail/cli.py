@@ -79,6 +79,37 @@ def _migrate_or_exit(
         raise SystemExit(1) from None
 
 
+def _check_schema_or_exit(settings: Settings, modules: Sequence["Module"], app: str | None) -> None:
+    """A serving process on a database that is not migrated for its modules (or a SQLite
+    file that is not there) stops here in one line, exit 1, rather than with a traceback
+    from its first query."""
+    from jobrail.modules import load_modules
+    from jobrail.persistence.schema import MigrationError, not_up_to_date
+
+    loaded = [*load_modules(settings.modules), *modules]
+    try:
+        problem = not_up_to_date(
+            settings.database, [chain for module in loaded for chain in module.migrations]
+        )
+    except MigrationError as exc:
+        problem = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the database's own error, told apart below
+        # Refused (no such database, role or password): a mistake. Unreachable: an outage
+        # the process waits out, as it does one that starts later.
+        refusal = _connection_refused(exc)
+        if refusal is not None:
+            print(f"jobrail: cannot use the database: {refusal}", file=sys.stderr)
+            raise SystemExit(1) from None
+        return
+    if problem is not None:
+        command = "jobrail migrate" + (f" --app {app}" if app else "")
+        print(
+            f"jobrail: the database is not migrated: {problem} (run `{command}`)",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+
+
 def _connection_refused(error: BaseException) -> str | None:
     """Why Postgres refused the connection (no such database, role or password), if it
     did: asyncpg's error is the cause of SQLAlchemy's."""
@@ -266,6 +297,7 @@ def run_worker(
     # load or a job type the settings refuse (an unknown queue, a name taken twice) is a
     # traceback, and the process is started again, for good.
     _check_job_catalog(settings, modules)
+    _check_schema_or_exit(settings, modules, app)
     argv = [
         sys.executable,
         "-m",
@@ -364,6 +396,8 @@ def _command(args: argparse.Namespace, settings: Settings, rail: "JobRail | None
         _migrate_or_exit(settings, modules)
         serve_api(settings, rail)
     elif args.command == "api":
+        _check_job_catalog(settings, modules)
+        _check_schema_or_exit(settings, modules, args.app)
         serve_api(settings, rail)
     elif args.command == "worker":
         run_worker(settings, args.taskiq_args, args.app, modules)
@@ -371,6 +405,7 @@ def _command(args: argparse.Namespace, settings: Settings, rail: "JobRail | None
         from jobrail.scheduling.process import ScheduleConfigError, run_scheduler
 
         _check_job_catalog(settings, modules)
+        _check_schema_or_exit(settings, modules, args.app)
         try:
             run_scheduler(settings, modules)
         except ScheduleConfigError as exc:

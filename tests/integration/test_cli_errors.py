@@ -1,13 +1,18 @@
 """What an operator can type gets a one-line answer and a non-zero exit, never a
 traceback: a module that does not load, a database that is not there or not migrated."""
 
+import asyncio
 import os
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from jobrail.persistence.admin import create_database_if_missing, drop_database
 from tests.support.processes import BIN, ROOT
+from tests.support.services import PG_SERVER, require
 
 
 def jobrail(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -81,3 +86,79 @@ def test_tenants_on_a_database_not_migrated_is_one_line_saying_so(tmp_path: Path
         "is it there and migrated (`jobrail migrate`)?"
     ]
     assert done.stdout == ""
+
+
+# -- a serving process on a database that is not there or not migrated ------------------
+
+
+@pytest.mark.parametrize("command", ["api", "worker", "scheduler"])
+def test_a_sqlite_file_that_is_not_there_is_one_line_naming_it(
+    command: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere" / "jobrail.db"
+    done = jobrail(
+        command,
+        # The worker and the scheduler refuse the embedded mode before any database.
+        JOBRAIL_MODE="embedded" if command == "api" else "stack",
+        JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{missing}",
+    )
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"jobrail: the database is not migrated: the SQLite file {missing} does not exist "
+        "(run `jobrail migrate`)"
+    ]
+    assert not missing.exists()
+
+
+@pytest.fixture
+def empty_database() -> Iterator[str]:
+    require("postgres")
+    url = f"{PG_SERVER}/jobrail_cli_{uuid.uuid4().hex[:8]}"
+    asyncio.run(create_database_if_missing(url))
+    yield url
+    asyncio.run(drop_database(url))
+
+
+@pytest.mark.parametrize("command", ["api", "worker", "scheduler"])
+def test_a_database_not_migrated_is_one_line_saying_which_chain(
+    command: str, empty_database: str
+) -> None:
+    done = jobrail(command, JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=empty_database)
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("jobrail: the database is not migrated: chain 'jobrail' has no revision")
+    assert line.endswith("(run `jobrail migrate`)")
+
+
+def test_a_database_without_the_apps_chains_names_the_chain_and_the_app(
+    empty_database: str,
+) -> None:
+    migrated = jobrail("migrate", JOBRAIL_DATABASE__URL=empty_database)  # the platform's only
+    assert migrated.returncode == 0, migrated.stderr
+
+    done = jobrail(
+        "worker",
+        "--app",
+        "workers.app:rail",
+        JOBRAIL_MODE="stack",
+        JOBRAIL_DATABASE__URL=empty_database,
+    )
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "chain 'contexts' has no revision yet" in line
+    assert line.endswith("(run `jobrail migrate --app workers.app:rail`)")
+
+
+def test_a_postgres_database_that_is_not_there_is_one_line_saying_how_to_make_it() -> None:
+    require("postgres")
+    name = f"jobrail_missing_{uuid.uuid4().hex[:8]}"
+    done = jobrail("api", JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=f"{PG_SERVER}/{name}")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f'jobrail: cannot use the database: database "{name}" does not exist '
+        "(`jobrail migrate --create-database` creates it)"
+    ]

@@ -247,3 +247,53 @@ async def _run_async(database: DatabaseSettings, run: Callable[[Connection], Non
 def _table_names(metadata: MetaData | Sequence[MetaData]) -> set[str]:
     metadatas = [metadata] if isinstance(metadata, MetaData) else list(metadata)
     return {name for each in metadatas for name in each.tables}
+
+
+def not_up_to_date(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -> str | None:
+    """Why a process should not start on `database`, if its schema is not at the heads of
+    the platform's chain and `chains` (a SQLite file that is not there, a chain with no
+    revision yet or an older one); None when it is. The database's own errors (it cannot
+    be reached, it refuses the connection) are raised: the caller tells an outage, which a
+    serving process waits out (``/ready``), from a mistake."""
+    if database.is_sqlite:
+        path = database.url.get_secret_value().split(":///", 1)[-1]
+        if path and path != ":memory:" and not Path(path).is_file():
+            return f"the SQLite file {path} does not exist"
+    current = asyncio.run(asyncio.wait_for(_revisions(database, _in_order(chains)), 10))
+    for chain, revision in current:
+        heads = _heads(chain)
+        if revision is None:
+            return f"chain {chain.name!r} has no revision yet (head: {', '.join(heads)})"
+        if revision not in heads:
+            return f"chain {chain.name!r} is at {revision}, not at its head {', '.join(heads)}"
+    return None
+
+
+def _heads(chain: MigrationChain) -> tuple[str, ...]:
+    from alembic.script import ScriptDirectory
+
+    return tuple(ScriptDirectory(str(chain.location)).get_heads())
+
+
+async def _revisions(
+    database: DatabaseSettings, chains: Sequence[MigrationChain]
+) -> list[tuple[MigrationChain, str | None]]:
+    from alembic.runtime.migration import MigrationContext
+
+    def read(connection: Connection) -> list[tuple[MigrationChain, str | None]]:
+        found = []
+        for chain in chains:
+            schema = database.schema_ if chain is PLATFORM else None
+            context = MigrationContext.configure(
+                connection,
+                opts={"version_table": chain.version_table, "version_table_schema": schema},
+            )
+            found.append((chain, context.get_current_revision()))
+        return found
+
+    engine = create_engine(database.model_copy(update={"schema_": None}))
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(read)
+    finally:
+        await engine.dispose()
