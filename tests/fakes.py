@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, Job, JobStatus
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -18,6 +18,7 @@ from jobrail.jobs.ports import (
     JobIdentity,
     JobPage,
     StoreUnavailableError,
+    WaitNote,
 )
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import JobId, TenantId
@@ -143,6 +144,7 @@ class FakeJobStore:
     outbox: list[Envelope] = field(default_factory=list)
     unavailable_for: int = 0
     calls: int = 0
+    wait_statements: int = 0
 
     def _maybe_fail(self) -> None:
         self.calls += 1
@@ -205,6 +207,13 @@ class FakeJobStore:
         self._maybe_fail()
         job = self.jobs.get(job_id)
         return bool(job and job.cancel_requested)
+
+    async def note_waits(self, notes: Sequence[WaitNote]) -> None:
+        self.wait_statements += 1
+        for note in notes:
+            job = self.jobs.get(note.job_id)
+            if job and job.status in CLAIMABLE_STATUSES and job.updated_at <= note.at:
+                job.waiting = note.wait
 
 
 @dataclass

@@ -44,6 +44,7 @@ from jobrail.jobs.use_cases import (
     RedriveJob,
 )
 from jobrail.jobs.use_cases.overview import GetOpsOverview
+from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.limits.admin import LimitsAdmin
 from jobrail.limits.api import ApiRateLimiter
@@ -303,7 +304,15 @@ class PlatformProvider(Provider):
         # after those before it, and is told the attempt is over before them.
         middleware = (LimitsAndLock(gate, clock),)
         return JobRunner(
-            store, dispatcher, publisher, clock, retry, config, middleware, observer=metrics.jobs
+            store,
+            dispatcher,
+            publisher,
+            clock,
+            retry,
+            config,
+            middleware,
+            observer=metrics.jobs,
+            wait_notes=WaitNotes(store),
         )
 
     @provide(scope=Scope.APP)

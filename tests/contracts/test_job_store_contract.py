@@ -12,8 +12,8 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli import migrate
-from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.ports import ClaimToken, JobIdentity
+from jobrail.jobs.domain import Job, JobStatus, Wait, WaitsOn
+from jobrail.jobs.ports import ClaimToken, JobIdentity, WaitNote
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
 from jobrail.persistence.tables import outbox
@@ -420,3 +420,64 @@ async def test_intake_adds_made_together_with_one_key_store_one_job_and_one_mess
     assert len({job.id for job in stored}) == 1
     assert stored[0].id in {job.id for job in jobs_}
     assert await messages() == 1
+
+
+# -- what deferred jobs wait for -------------------------------------------------------
+
+
+def _wait(at: Any, seconds: float = 5) -> Wait:
+    return Wait(
+        on=(WaitsOn("lock", "lock", "report:acme:r-1"), WaitsOn("rate_limit", "vendor", "v:acme")),
+        until=at + timedelta(seconds=seconds),
+        since=at,
+    )
+
+
+async def test_notes_of_many_jobs_are_written_and_read_back(subject: StoreUnderTest) -> None:
+    first, second = make_job(), make_job()
+    await subject.put(first)
+    await subject.put(second)
+    later = START + timedelta(seconds=1)
+
+    await subject.store.note_waits(
+        [WaitNote(first.id, _wait(later), later), WaitNote(second.id, _wait(later, 9), later)]
+    )
+
+    assert (await subject.read(first)).waiting == _wait(later)
+    assert (await subject.read(second)).waiting == _wait(later, 9)
+
+
+async def test_a_note_on_a_job_that_started_or_changed_since_is_dropped(
+    subject: StoreUnderTest,
+) -> None:
+    started, changed = make_job(), make_job()
+    await subject.put(started)
+    await subject.put(changed)
+    noted_at = START + timedelta(seconds=1)
+    assert (await subject.store.claim(started.id, START + timedelta(seconds=2), LEASE)).job
+    changed.cancel_requested = False
+    changed.updated_at = START + timedelta(seconds=3)  # e.g. a retry recorded after the note
+    await subject.put(changed)
+
+    await subject.store.note_waits(
+        [
+            WaitNote(started.id, _wait(noted_at), noted_at),
+            WaitNote(changed.id, _wait(noted_at), noted_at),
+        ]
+    )
+
+    assert (await subject.read(started)).waiting is None
+    assert (await subject.read(changed)).waiting is None
+
+
+async def test_a_claim_clears_what_the_job_waited_for(subject: StoreUnderTest) -> None:
+    job = make_job()
+    await subject.put(job)
+    noted_at = START + timedelta(seconds=1)
+    await subject.store.note_waits([WaitNote(job.id, _wait(noted_at), noted_at)])
+
+    claimed = (await subject.store.claim(job.id, START + timedelta(seconds=6), LEASE)).job
+
+    assert claimed is not None
+    assert claimed.waiting is None
+    assert (await subject.read(job)).waiting is None

@@ -96,6 +96,15 @@ def _with_labels(labels: dict[str, object]) -> bytes:
         (_with_labels({"tenant_id": 7}), "label tenant_id must be a string"),
         (_with_labels({"prepaid": "k"}), "label prepaid must be a list of strings"),
         (_with_labels({"limit_keys": [1]}), "label limit_keys must be a list of strings"),
+        (_with_labels({"not_before": 1e20}), "label not_before is not a time"),
+        (
+            b'{"task_id": "1", "task_name": "a.b", "kwargs": {"job_id": "'
+            + str(uuid.uuid4()).encode()
+            + b'"}, "labels": {"not_before": NaN}}',
+            "label not_before is not a time",
+        ),
+        (_with_labels({"waiting_since": "a while"}), "label waiting_since must be a number"),
+        (_with_labels({"waiting_since": -1e300}), "label waiting_since is not a time"),
     ],
 )
 def test_anything_but_a_job_message_is_refused_with_a_reason(body: bytes, reason: str) -> None:
@@ -115,3 +124,21 @@ def test_ids_are_time_ordered_uuid7() -> None:
     assert all(i.version == 7 for i in ids)
     assert len(set(ids)) == 1000
     assert [i.int >> 80 for i in ids] == sorted(i.int >> 80 for i in ids)
+
+
+def test_the_time_a_job_started_waiting_rides_with_its_message() -> None:
+    from datetime import UTC, datetime
+
+    from jobrail.jobs.messages import JobMessage
+    from jobrail.messaging.codec import decode, encode
+
+    since = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
+    message = JobMessage(JobId(uuid.uuid4()), "a.b", "jobs.default", "acme")
+    again = message.again(since, deferred=True, waiting_since=since)
+    later = again.again(
+        since + timedelta(seconds=9), deferred=True, waiting_since=datetime.now(UTC)
+    )
+
+    assert decode(encode(again).body).waiting_since == since
+    assert decode(encode(later).body).waiting_since == since  # the first deferral's
+    assert decode(encode(message).body).waiting_since is None

@@ -37,6 +37,20 @@ class JobAccepted(BaseModel):
     status: JobStatusName
 
 
+class WaitsOnOut(BaseModel):
+    kind: str = Field(
+        description="rate_limit, concurrency or lock; limits_store while Redis is away."
+    )
+    name: str = Field(description="The limit's name in its job type (`lock` for the lock).")
+    key: str = Field(description="Its key for this job.")
+
+
+class WaitingOut(BaseModel):
+    on: list[WaitsOnOut] = Field(description="What turned the job away at its last try.")
+    until: datetime = Field(description="When it tries again.")
+    since: datetime = Field(description="Since when it has been waiting.")
+
+
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
@@ -53,6 +67,10 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     run_after: datetime | None = Field(description="When a retrying job's next attempt is due.")
+    waiting: WaitingOut | None = Field(
+        default=None,
+        description="A due job its limits or lock defer: what it waits for, until when.",
+    )
 
     @classmethod
     def of(cls, job: Job) -> "JobOut":
@@ -72,6 +90,13 @@ class JobOut(BaseModel):
             started_at=job.started_at,
             finished_at=job.finished_at,
             run_after=job.run_after,
+            waiting=None
+            if job.waiting is None
+            else WaitingOut(
+                on=[WaitsOnOut(kind=w.kind, name=w.name, key=w.key) for w in job.waiting.on],
+                until=job.waiting.until,
+                since=job.waiting.since,
+            ),
         )
 
 

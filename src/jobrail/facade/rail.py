@@ -86,6 +86,7 @@ class JobRail:
         lock: Lock | None = None,
         retry_base_s: float | None = None,
         retry_cap_s: float | None = None,
+        max_wait_s: float | None = None,
     ) -> Callable[[HandlerFunc], JobHandle[P]]:
         """Declare a job type whose handler is the decorated function, as
         ``jobrail.jobs.registry.job`` does, and return its ``JobHandle``.
@@ -94,7 +95,8 @@ class JobRail:
         (it may also ask for ``FromDishka[...]`` dependencies). ``limits`` and ``lock``
         are acquired together before each attempt, their keys templated from the
         payload's fields and ``tenant_id``; ``max_attempts``, ``retry_base_s`` and
-        ``retry_cap_s`` override the retry policy for this type."""
+        ``retry_cap_s`` override the retry policy for this type; ``max_wait_s`` caps how
+        long a job may wait for its limits and lock before it fails."""
         declare = job(
             name,
             payload=payload,
@@ -105,6 +107,7 @@ class JobRail:
             lock=lock,
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
+            max_wait_s=max_wait_s,
         )
 
         def register(handler: HandlerFunc) -> JobHandle[P]:

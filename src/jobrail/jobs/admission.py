@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobrail.jobs.attempt import Attempt, JobRun
+from jobrail.jobs.domain import Wait
 from jobrail.jobs.gating import Admitted, Deferred, JobGate, job_owner
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.middleware import Defer, GiveBack, NotStartable
+from jobrail.jobs.middleware import Defer, GiveBack, GiveUp, NotStartable
 from jobrail.kernel.clock import Clock
 from jobrail.limits.model import JobLimits
 
@@ -58,7 +59,7 @@ class LimitsAndLock:
     def applies_to(self, run: JobRun) -> bool:
         return bool(run.limits)
 
-    async def before_claim(self, attempt: Attempt) -> Held | Defer | NotStartable:
+    async def before_claim(self, attempt: Attempt) -> Held | Defer | NotStartable | GiveUp:
         delivery, limits = attempt.delivery, attempt.run.limits
         keys = delivery.limit_keys
         if keys is None or len(keys) != len(limits.all()):
@@ -73,14 +74,26 @@ class LimitsAndLock:
             return Held(keys, verdict)
         if verdict.own:
             return Held(keys, None)  # held by the job's own earlier admissions: claim first
+        # From the clock after Redis answered: never earlier than the reserved token.
+        now = self._clock.now()
+        until = now + verdict.delay
+        since = delivery.waiting_since or now
+        max_wait = attempt.run.max_wait
+        if max_wait is not None and until - since > max_wait:
+            return GiveUp(
+                f"waited longer than its type allows ({max_wait.total_seconds():g} s, "
+                f"since {since.isoformat()}): {verdict.reason}"
+            )
         log.info(
             "job %s deferred %.3fs: %s",
             delivery.job_id,
             verdict.delay.total_seconds(),
             verdict.reason,
         )
-        # From the clock after Redis answered: never earlier than the reserved token.
-        return Defer(deferred_message(delivery, verdict, self._clock.now() + verdict.delay))
+        return Defer(
+            deferred_message(delivery, verdict, until, since),
+            Wait(on=verdict.waits_on, until=until, since=since),
+        )
 
     async def after_claim(self, attempt: Attempt, state: Held) -> Held | GiveBack:
         admitted = state.admitted
@@ -100,7 +113,7 @@ class LimitsAndLock:
                     taken.reason,
                 )
                 now = self._clock.now()
-                message = deferred_message(delivery, taken, now + taken.delay)
+                message = deferred_message(delivery, taken, now + taken.delay, now)
                 return GiveBack(message, taken.reason, now)
             admitted = taken
             state = Held(state.keys, taken)
@@ -139,11 +152,14 @@ class LimitsAndLock:
         )
 
 
-def deferred_message(delivery: JobMessage, verdict: Deferred, not_before: datetime) -> JobMessage:
-    """The message again after the limits turned it away (see the module)."""
+def deferred_message(
+    delivery: JobMessage, verdict: Deferred, not_before: datetime, now: datetime
+) -> JobMessage:
+    """The message again after the limits turned it away at `now` (see the module)."""
     return delivery.again(
         not_before,
         deferred=True,
         prepaid=verdict.prepaid,
         outages=delivery.outages + 1 if verdict.unavailable else 0,
+        waiting_since=now,
     )

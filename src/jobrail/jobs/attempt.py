@@ -26,6 +26,9 @@ class JobRun:
     retry_base_s: float | None = None
     """The type's own retry backoff base and cap (None: the platform's policy)."""
     retry_cap_s: float | None = None
+    max_wait: timedelta | None = None
+    """How long a job may wait for its limits and lock, from its first deferral since
+    it last ran, before it fails (None: as long as it takes)."""
 
 
 @dataclass(slots=True)

@@ -54,6 +54,45 @@ class RetriesExhaustedError(ConflictError):
         super().__init__(f"job {job.id} has used {job.attempts} of {job.max_attempts} attempts")
 
 
+@dataclass(frozen=True, slots=True)
+class WaitsOn:
+    """One thing a deferred job waits for: a limit or its lock, by kind (``rate_limit``,
+    ``concurrency``, ``lock``; ``limits_store`` while the limits cannot be asked), the
+    name its job type gave it, and its key for this job."""
+
+    kind: str
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why a job that is due has not started: what turned it away at its last try
+    (`on`), when it tries again (`until`), and since when it has been waiting (its first
+    deferral since it last ran)."""
+
+    on: tuple[WaitsOn, ...]
+    until: datetime
+    since: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "on": [{"kind": w.kind, "name": w.name, "key": w.key} for w in self.on],
+            "until": self.until.isoformat(),
+            "since": self.since.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "Wait | None":
+        if not data:
+            return None
+        return cls(
+            on=tuple(WaitsOn(str(w["kind"]), str(w["name"]), str(w["key"])) for w in data["on"]),
+            until=datetime.fromisoformat(data["until"]),
+            since=datetime.fromisoformat(data["since"]),
+        )
+
+
 def _clip(error: str) -> str:
     error = error.replace("\x00", "")  # Postgres text cannot hold NUL
     return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 1] + "…"
@@ -81,6 +120,8 @@ class Job:
     run_after: datetime | None = None
     lease_until: datetime | None = None
     cancel_requested: bool = False
+    waiting: Wait | None = None
+    """What the job waits for while its limits defer it (None once it starts)."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id
@@ -142,6 +183,7 @@ class Job:
         self.updated_at = now
         self.lease_until = now + lease
         self.run_after = None
+        self.waiting = None
 
     def succeed(self, result: dict[str, Any] | None, now: datetime) -> None:
         self._require(JobStatus.RUNNING, "succeed")
@@ -215,6 +257,7 @@ class Job:
         self.finished_at = now
         self.updated_at = now
         self.lease_until = None
+        self.waiting = None
 
     def _require(self, status: JobStatus, action: str) -> None:
         if self.status is not status:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from jobrail.jobs.domain import WaitsOn
 from jobrail.jobs.watchdog import Kept
 from jobrail.limits.model import JobLimits
 
@@ -38,6 +39,8 @@ class Deferred:
     """Denied only by locks or slots that earlier admissions of the same job hold (a
     dead attempt's, typically): the caller may take them over once it has made sure,
     by claiming the job, that none of those admissions' attempts is alive."""
+    waits_on: tuple[WaitsOn, ...] = ()
+    """What turned the job away: each limit or lock that denied it, and its key."""
 
 
 class Admitted(Protocol):

@@ -48,6 +48,8 @@ class JobMessage:
     """The W3C trace context of the job's enqueue (traceparent, tracestate)."""
     outages: int = 0
     """Deferrals in a row because the limits store could not be reached (its backoff)."""
+    waiting_since: datetime | None = None
+    """When the limits first deferred the job since it last ran (None: never)."""
 
     @classmethod
     def of(
@@ -76,9 +78,11 @@ class JobMessage:
         deferred: bool = False,
         prepaid: Sequence[str] | None = None,
         outages: int | None = None,
+        waiting_since: datetime | None = None,
     ) -> "JobMessage":
         """The same message under a new id, to send anew (counting a deferral by the
-        limits with `deferred`)."""
+        limits with `deferred`, which started waiting at `waiting_since` unless it
+        already was)."""
         return replace(
             self,
             message_id=_new_message_id(),
@@ -86,6 +90,7 @@ class JobMessage:
             deferrals=self.deferrals + 1 if deferred else self.deferrals,
             prepaid=self.prepaid if prepaid is None else tuple(prepaid),
             outages=self.outages if outages is None else outages,
+            waiting_since=self.waiting_since or waiting_since,
         )
 
 

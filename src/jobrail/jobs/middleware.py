@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from jobrail.jobs.attempt import Attempt, JobRun
-from jobrail.jobs.domain import Job
+from jobrail.jobs.domain import Job, Wait
 from jobrail.jobs.messages import JobMessage
 
 S = TypeVar("S")
@@ -34,9 +34,19 @@ S = TypeVar("S")
 
 @dataclass(frozen=True, slots=True)
 class Defer:
-    """Turned away before the claim: `message` goes round again instead."""
+    """Turned away before the claim: `message` goes round again instead; the job notes
+    what it waits for (`wait`), when known."""
 
     message: JobMessage
+    wait: Wait | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Turned away for good before the claim: the job has waited longer than its type
+    allows. It is claimed and failed with `reason`, without running."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +80,9 @@ class AttemptMiddleware(Protocol[S]):
         """Whether it takes part in the attempts of this job type."""
         ...
 
-    async def before_claim(self, attempt: Attempt) -> S | Defer | NotStartable:
+    async def before_claim(self, attempt: Attempt) -> S | Defer | NotStartable | GiveUp:
         """Let the delivery in (its state for the attempt) or turn it away; no attempt
-        is spent either way."""
+        is spent either way, but for giving up."""
         ...
 
     async def after_claim(self, attempt: Attempt, state: S) -> S | GiveBack:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, Self
 
-from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.domain import Job, JobStatus, Wait
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
@@ -165,6 +165,15 @@ class ClaimResult:
     current: Job | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WaitNote:
+    """What a deferred job waits for, as the limits said at `at`."""
+
+    job_id: JobId
+    wait: Wait
+    at: datetime
+
+
 class JobStore(Protocol):
     """The worker's short transactions on the jobs table."""
 
@@ -190,6 +199,12 @@ class JobStore(Protocol):
         ...
 
     async def cancel_requested(self, job_id: JobId) -> bool: ...
+
+    async def note_waits(self, notes: Sequence[WaitNote]) -> None:
+        """Write what each job waits for, in one statement, on jobs still pending or
+        retrying that have not changed since the note was made (a job that started
+        meanwhile keeps no note)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ class JobSpec:
     """The first retry's upper bound for this type (JOBRAIL_RETRY__BASE_S otherwise)."""
     retry_cap_s: float | None = None
     """The longest wait between this type's retries (JOBRAIL_RETRY__CAP_S otherwise)."""
+    max_wait_s: float | None = None
+    """How long a job of this type may wait for its limits and lock (from its first
+    deferral since it last ran) before it fails without running; None: no cap."""
 
     def __post_init__(self) -> None:
         if not JOB_NAME.match(self.name):
@@ -53,7 +56,11 @@ class JobSpec:
             )
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"job type {self.name}: max_attempts must be at least 1")
-        for name, value in (("retry_base_s", self.retry_base_s), ("retry_cap_s", self.retry_cap_s)):
+        for name, value in (
+            ("retry_base_s", self.retry_base_s),
+            ("retry_cap_s", self.retry_cap_s),
+            ("max_wait_s", self.max_wait_s),
+        ):
             if value is not None and value <= 0:
                 raise ValueError(f"job type {self.name}: {name} must be positive")
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -72,13 +79,17 @@ def job(
     lock: Lock | None = None,
     retry_base_s: float | None = None,
     retry_cap_s: float | None = None,
+    max_wait_s: float | None = None,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
 
     ``limits`` and ``lock`` are acquired together, all or nothing, before each attempt;
     their keys are templates over the payload's fields and ``tenant_id``.
     ``max_attempts``, ``retry_base_s`` and ``retry_cap_s`` override the platform's retry
-    policy for this type (exponential backoff with full jitter between attempts)."""
+    policy for this type (exponential backoff with full jitter between attempts).
+    ``max_wait_s`` caps how long a job may wait for its limits and lock, from its first
+    deferral since it last ran: past it, the job fails without running, saying what it
+    waited for."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -92,6 +103,7 @@ def job(
             limits=JobLimits(limits=tuple(limits), lock=lock),
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
+            max_wait_s=max_wait_s,
         )
 
     return declare

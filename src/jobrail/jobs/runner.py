@@ -72,7 +72,7 @@ from jobrail.jobs.attempt import Attempt, JobRun
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
-from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
+from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, GiveUp, NotStartable
 from jobrail.jobs.outcomes import Next, Verdict, classify, retry_limit, stored_result
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -85,6 +85,7 @@ from jobrail.jobs.ports import (
 )
 from jobrail.jobs.rerouting import Done, Refuse, leased_elsewhere, unclaimed, when_due
 from jobrail.jobs.retry import RetryPolicy, backoff
+from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.jobs.waiting import hold
 from jobrail.jobs.watchdog import Kept, KeptClaim, Watchdog
 from jobrail.kernel.clock import Clock
@@ -155,9 +156,12 @@ class JobRunner:
         middleware: Sequence[AttemptMiddleware[Any]] = (),
         observer: JobObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wait_notes: WaitNotes | None = None,
     ) -> None:
-        """`middleware`: the attempt's chain, in order (see ``jobrail.jobs.middleware``)."""
+        """`middleware`: the attempt's chain, in order (see ``jobrail.jobs.middleware``);
+        `wait_notes`: where a deferred job notes what it waits for."""
         self._sleep = sleep
+        self._wait_notes = wait_notes
         self._middleware = tuple(middleware)
         self._observer = observer or _NoObserver()
         self._store = store
@@ -205,19 +209,26 @@ class JobRunner:
             delivery, job_run, lambda: self._hold_store(lambda: self._store.get(delivery.job_id))
         )
         entered: list[tuple[AttemptMiddleware[Any], Any]] = []
+        give_up: GiveUp | None = None
         try:
             for middleware in self._middleware:
                 if not middleware.applies_to(job_run):
                     continue
                 state = await middleware.before_claim(attempt)
                 if isinstance(state, Defer):
+                    noted_at = self._clock.now()
                     await self._hold_broker(state.message)
+                    if state.wait is not None and self._wait_notes is not None:
+                        self._wait_notes.note(delivery.job_id, state.wait, noted_at)
                     return None
                 if isinstance(state, NotStartable):
                     await self._not_claimed(delivery, state.current, state.now)
                     return None
+                if isinstance(state, GiveUp):
+                    give_up = state
+                    break
                 entered.append((middleware, state))
-            if job_run.limits and not entered:
+            if job_run.limits and not entered and give_up is None:
                 # Fail closed: a limited job never runs unlimited because the chain was
                 # built without the middleware that enforces its limits.
                 raise RuntimeError(
@@ -244,6 +255,15 @@ class JobRunner:
             job = attempt.job = claim.job
             claimed.append(job)
             token = attempt.token = ClaimToken.of(job)
+            if give_up is not None:
+                # Claimed only to fail it, as an attempt that ran out of attempts is.
+                log.warning("job %s failed without running: %s", job.id, give_up.reason)
+                self._observer.claimed(job)
+                outbox = self._fail(job, give_up.reason, delivery)
+                if await self._hold_store(lambda: self._store.record(job, token, outbox)):
+                    self._observer.recorded(job, token.started_at)
+                    await self._dispatcher.dispatch(outbox)
+                return None
             for i, (middleware, state) in enumerate(entered):
                 after = await middleware.after_claim(attempt, state)
                 if isinstance(after, GiveBack):

@@ -37,6 +37,7 @@ from datetime import timedelta
 
 from opentelemetry import trace
 
+from jobrail.jobs.domain import WaitsOn
 from jobrail.jobs.gating import Deferred
 from jobrail.jobs.retry import backoff
 from jobrail.jobs.watchdog import RENEWAL_MARGIN
@@ -51,6 +52,14 @@ from jobrail.limits.model import (
 )
 
 log = logging.getLogger("jobrail.limits")
+
+# How a deferred job names what it waits for (jobrail.jobs.domain.WaitsOn.kind).
+_WAIT_KINDS = {
+    "TokenBucket": "rate_limit",
+    "SlidingWindow": "rate_limit",
+    "Concurrency": "concurrency",
+    "Lock": "lock",
+}
 _tracer = trace.get_tracer("jobrail.limits")
 
 
@@ -228,7 +237,10 @@ class JobGate:
                 self._config.unavailable_retry_max.total_seconds(),
             )
             return Deferred(
-                self._jittered(wait), f"limits store unavailable: {exc}", unavailable=True
+                self._jittered(wait),
+                f"limits store unavailable: {exc}",
+                unavailable=True,
+                waits_on=(WaitsOn("limits_store", "limits store", ""),),
             )
         if admission.grant is not None:
             self._counters.admitted += 1
@@ -263,6 +275,13 @@ class JobGate:
             f"limited by {', '.join(admission.denied_by)}",
             prepaid=tuple(reserved),
             own=all(d.allowed or d.own for d in admission.decisions),
+            waits_on=tuple(
+                WaitsOn(
+                    _WAIT_KINDS.get(type(item.limit).__name__, "limit"), item.limit.name, item.key
+                )
+                for item, decision in zip(items, admission.decisions, strict=True)
+                if not decision.allowed
+            ),
         )
 
     def _jittered(self, seconds: float) -> timedelta:

@@ -89,6 +89,8 @@ def encode(message: Outgoing) -> Envelope:
         labels["limit_keys"] = list(message.limit_keys)
     if message.outages:
         labels["outages"] = message.outages
+    if message.waiting_since is not None:
+        labels["waiting_since"] = message.waiting_since.timestamp()
     labels.update(message.trace_context)
     body: dict[str, Any] = {
         "task_id": message.message_id,
@@ -172,6 +174,7 @@ def from_parts(
         raise MalformedMessageError("job_id is not a UUID") from None
     _check_labels(labels)
     not_before = labels.get("not_before")
+    waiting_since = labels.get("waiting_since")
     limit_keys = labels.get("limit_keys")
     return JobMessage(
         job_id=job_id,
@@ -181,7 +184,8 @@ def from_parts(
         message_id=task_id,
         deferrals=labels.get("deferrals") or 0,
         outages=labels.get("outages") or 0,
-        not_before=None if not_before is None else datetime.fromtimestamp(not_before, UTC),
+        not_before=_time("not_before", not_before),
+        waiting_since=_time("waiting_since", waiting_since),
         prepaid=tuple(labels.get("prepaid") or ()),
         limit_keys=None if limit_keys is None else tuple(limit_keys),
         trace_context={
@@ -215,11 +219,23 @@ def _check_labels(labels: Mapping[str, Any]) -> None:
         ("deferrals", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
         ("outages", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
         ("not_before", "a number", lambda v: type(v) in (int, float)),
+        ("waiting_since", "a number", lambda v: type(v) in (int, float)),
         ("prepaid", "a list of strings", _strings),
         ("limit_keys", "a list of strings", _strings),
     ):
         if name in labels and labels[name] is not None and not ok(labels[name]):
             raise MalformedMessageError(f"label {name} must be {wanted}")
+
+
+def _time(label: str, value: float | None) -> datetime | None:
+    """A label's Unix time as a datetime; one no datetime can hold (NaN, infinite, out
+    of range) makes the message malformed."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (ValueError, OverflowError, OSError):
+        raise MalformedMessageError(f"label {label} is not a time") from None
 
 
 def _strings(value: object) -> bool:

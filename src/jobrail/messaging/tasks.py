@@ -197,6 +197,7 @@ class JobRoutes:
             limits=spec.limits,
             retry_base_s=spec.retry_base_s,
             retry_cap_s=spec.retry_cap_s,
+            max_wait=None if spec.max_wait_s is None else timedelta(seconds=spec.max_wait_s),
         )
         return _Route(spec, job_run, f"run {spec.name}")
 

@@ -4,12 +4,20 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, true, update
+from sqlalchemy import and_, bindparam, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import ClaimResult, ClaimToken, Cursor, JobFilter, JobIdentity, JobPage
+from jobrail.jobs.ports import (
+    ClaimResult,
+    ClaimToken,
+    Cursor,
+    JobFilter,
+    JobIdentity,
+    JobPage,
+    WaitNote,
+)
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.codec import encode
@@ -163,6 +171,7 @@ class SqlaJobStore:
                 updated_at=now,
                 lease_until=now + lease,
                 run_after=None,
+                waiting=None,
             )
             .returning(*jobs.c)
         )
@@ -224,6 +233,26 @@ class SqlaJobStore:
                     select(jobs.c.cancel_requested).where(jobs.c.id == job_id)
                 )
         return bool(value)
+
+    async def note_waits(self, notes: Sequence[WaitNote]) -> None:
+        if not notes:
+            return
+        statement = (
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("note_id"),
+                # Spelled out: an IN list cannot be executed many times in one call.
+                or_(*(jobs.c.status == status for status in _CLAIMABLE)),
+                jobs.c.updated_at <= bindparam("note_at"),
+            )
+            .values(waiting=bindparam("note_waiting"))
+        )
+        rows = [
+            {"note_id": n.job_id, "note_at": n.at, "note_waiting": n.wait.as_json()} for n in notes
+        ]
+        with database_errors():
+            async with self._engine.begin() as conn:
+                await conn.execute(statement, rows)
 
 
 class SqlaJobIntake:

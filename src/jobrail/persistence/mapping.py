@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.domain import Job, JobStatus, Wait
 from jobrail.kernel.ids import JobId, TenantId
 
 
@@ -29,6 +29,7 @@ def job_from_row(row: Any) -> Job:
         run_after=row["run_after"],
         lease_until=row["lease_until"],
         cancel_requested=row["cancel_requested"],
+        waiting=Wait.from_json(row["waiting"]),
     )
 
 
@@ -45,6 +46,7 @@ def job_state(job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "run_after": job.run_after,
         "lease_until": job.lease_until,
+        "waiting": None if job.waiting is None else job.waiting.as_json(),
     }
 
 

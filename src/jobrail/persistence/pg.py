@@ -21,7 +21,13 @@ from sqlalchemy.engine import make_url
 from jobrail.batching import Coalescer
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, StoreUnavailableError
+from jobrail.jobs.ports import (
+    ClaimResult,
+    ClaimToken,
+    JobIdentity,
+    StoreUnavailableError,
+    WaitNote,
+)
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.codec import Envelope, encode
@@ -34,12 +40,13 @@ from jobrail.settings import DatabaseSettings
 log = logging.getLogger("jobrail.outbox")
 
 COLUMNS = ", ".join(column.name for column in jobs.columns)
-# ENQUEUE binds values in this order.
-assert COLUMNS == (
+# ENQUEUE binds values in this order; the columns after them start NULL.
+ENQUEUED = (
     "id, tenant_id, type, queue, status, entity_id, idempotency_key, payload, result, "
     "attempts, max_attempts, last_error, trace_context, cancel_requested, created_at, "
     "updated_at, started_at, finished_at, run_after, lease_until"
-), "the jobs table changed: update ENQUEUE's parameters"
+)
+assert f"{ENQUEUED}, waiting" == COLUMNS, "the jobs table changed: update ENQUEUE's parameters"
 
 # The SQL below is assembled from constants only; every value is a bind parameter.
 GET = f"SELECT {COLUMNS} FROM jobs WHERE id = $1"
@@ -47,7 +54,7 @@ GET = f"SELECT {COLUMNS} FROM jobs WHERE id = $1"
 CLAIM = f"""
 UPDATE jobs
    SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
-       lease_until = $3, run_after = NULL
+       lease_until = $3, run_after = NULL, waiting = NULL
  WHERE id = $1
    AND ((status IN ('pending', 'retrying') AND (run_after IS NULL OR run_after <= $4))
         OR (status = 'running' AND lease_until <= $2))
@@ -78,7 +85,7 @@ SELECT count(*) FROM updated
 CLAIM_MANY = f"""
 UPDATE jobs
    SET status = 'running', attempts = jobs.attempts + 1, started_at = c.now,
-       updated_at = c.now, lease_until = c.lease_until, run_after = NULL
+       updated_at = c.now, lease_until = c.lease_until, run_after = NULL, waiting = NULL
   FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
               $5::text[], $6::text[])
        AS c(id, now, lease_until, due_by, tenant_id, type)
@@ -108,6 +115,14 @@ RETURNING jobs.id
 
 CANCEL_REQUESTED = "SELECT cancel_requested FROM jobs WHERE id = $1"
 
+# What deferred jobs wait for, many at once; a note made before the job last changed
+# (it started meanwhile, or was cancelled) is dropped.
+NOTE_WAITS = """
+UPDATE jobs SET waiting = n.waiting::jsonb
+  FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS n(id, waiting, at)
+ WHERE jobs.id = n.id AND jobs.status IN ('pending', 'retrying') AND jobs.updated_at <= n.at
+"""
+
 EXTEND_LEASE = """
 UPDATE jobs SET lease_until = $4
  WHERE id = $1 AND status = 'running' AND attempts = $2 AND started_at = $3
@@ -121,7 +136,7 @@ RETURNING id
 # the last statement ride along (see PgOutboxMarks).
 ENQUEUE = f"""
 WITH added AS (
-    INSERT INTO jobs ({COLUMNS})
+    INSERT INTO jobs ({ENQUEUED})
     SELECT id, tenant_id, type, queue, status, entity_id, idempotency_key, payload::jsonb,
            result::jsonb, attempts, max_attempts, last_error, trace_context::jsonb,
            cancel_requested, created_at, updated_at, started_at, finished_at, run_after,
@@ -131,7 +146,7 @@ WITH added AS (
                   $13::text[], $14::bool[], $15::timestamptz[], $16::timestamptz[],
                   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[],
                   $20::timestamptz[])
-           WITH ORDINALITY AS j({COLUMNS}, n)
+           WITH ORDINALITY AS j({ENQUEUED}, n)
      ORDER BY n
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id
@@ -394,6 +409,15 @@ class PgJobStore(_Pg):
     async def cancel_requested(self, job_id: JobId) -> bool:
         row = await self._fetchrow(CANCEL_REQUESTED, job_id)
         return bool(row and row[0])
+
+    async def note_waits(self, notes: Sequence[WaitNote]) -> None:
+        if notes:
+            await self._execute(
+                NOTE_WAITS,
+                [n.job_id for n in notes],
+                [json.dumps(n.wait.as_json()) for n in notes],
+                [n.at for n in notes],
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,8 @@ jobs = Table(
     Column("finished_at", UtcDateTime),
     Column("run_after", UtcDateTime),
     Column("lease_until", UtcDateTime),
+    # What a job the limits defer waits for (jobrail.jobs.domain.Wait), or NULL.
+    Column("waiting", Json),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).

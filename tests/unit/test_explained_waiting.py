@@ -1,0 +1,191 @@
+"""A job the limits defer says what it waits for and until when (``Job.waiting``, noted in
+batches by jobrail.jobs.wait_notes), and a job type may cap how long a job waits."""
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from jobrail.jobs.admission import LimitsAndLock
+from jobrail.jobs.attempt import JobRun
+from jobrail.jobs.context import JobContext
+from jobrail.jobs.domain import JobStatus, Wait, WaitsOn
+from jobrail.jobs.gating import Deferred
+from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.middleware import Defer, GiveUp
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.jobs.wait_notes import WaitNotes
+from jobrail.limits.model import JobLimits, Lock
+from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+from tests.unit.test_attempt_chain import ScriptedGate, _attempt
+
+LOCKED = JobLimits(lock=Lock(key="account:{message}", ttl_s=30))
+ON_LOCK = (WaitsOn("lock", "lock", "account:hi"),)
+
+
+def _deferred(seconds: float) -> Deferred:
+    return Deferred(timedelta(seconds=seconds), "limited by lock", waits_on=ON_LOCK)
+
+
+async def test_a_deferral_says_what_the_job_waits_for_until_when_and_since_when() -> None:
+    clock = FixedClock()
+    middleware = LimitsAndLock(ScriptedGate([_deferred(3)]), clock)
+
+    verdict = await middleware.before_claim(_attempt(make_job(), LOCKED))
+
+    assert isinstance(verdict, Defer)
+    assert verdict.wait == Wait(
+        on=ON_LOCK, until=clock.now() + timedelta(seconds=3), since=clock.now()
+    )
+    assert verdict.message.waiting_since == clock.now()
+
+
+async def test_a_job_deferred_again_keeps_the_time_it_started_waiting() -> None:
+    clock = FixedClock()
+    started = clock.now() - timedelta(seconds=40)
+    middleware = LimitsAndLock(ScriptedGate([_deferred(3)]), clock)
+
+    verdict = await middleware.before_claim(
+        _attempt(make_job(), LOCKED, deferrals=4, waiting_since=started)
+    )
+
+    assert isinstance(verdict, Defer)
+    assert verdict.wait is not None
+    assert verdict.wait.since == started
+    assert verdict.message.waiting_since == started
+
+
+async def test_past_its_types_longest_wait_the_job_gives_up_saying_what_it_waited_for() -> None:
+    clock = FixedClock()
+    started = clock.now() - timedelta(seconds=58)
+    middleware = LimitsAndLock(ScriptedGate([_deferred(3)]), clock)
+    attempt = _attempt(make_job(), LOCKED, deferrals=9, waiting_since=started)
+    attempt.run = replace(attempt.run, max_wait=timedelta(seconds=60))
+
+    verdict = await middleware.before_claim(attempt)
+
+    assert isinstance(verdict, GiveUp)
+    assert "waited longer than its type allows (60 s" in verdict.reason
+    assert "limited by lock" in verdict.reason
+
+
+async def test_within_its_longest_wait_the_job_is_deferred() -> None:
+    clock = FixedClock()
+    middleware = LimitsAndLock(ScriptedGate([_deferred(3)]), clock)
+    attempt = _attempt(make_job(), LOCKED, deferrals=1, waiting_since=clock.now())
+    attempt.run = replace(attempt.run, max_wait=timedelta(seconds=60))
+
+    assert isinstance(await middleware.before_claim(attempt), Defer)
+
+
+class Worker:
+    def __init__(self, *verdicts: Any, max_wait: timedelta | None = None) -> None:
+        self.clock = FixedClock()
+        self.store = FakeJobStore()
+        self.publisher = FakePublisher()
+        self.dispatcher = FakeDispatcher()
+        self.notes = WaitNotes(self.store, interval_s=0.01)
+        self.ran = 0
+        self.max_wait = max_wait
+        self.runner = JobRunner(
+            self.store,
+            self.dispatcher,
+            self.publisher,
+            self.clock,
+            RetryPolicy(base_s=1, cap_s=60, jitter=False),
+            RunnerConfig(
+                dead_letter_queue="jobs.dlq",
+                lease_grace=timedelta(seconds=10),
+                store_retry_max=timedelta(milliseconds=1),
+            ),
+            (LimitsAndLock(ScriptedGate(list(verdicts)), self.clock),),
+            wait_notes=self.notes,
+        )
+
+    async def run(self, message: JobMessage) -> None:
+        async def handler(payload: Mapping[str, Any], ctx: JobContext) -> None:
+            self.ran += 1
+
+        await self.runner.run(
+            message, JobRun(handler, timedelta(seconds=30), LOCKED, max_wait=self.max_wait)
+        )
+
+
+async def test_the_deferrals_of_many_jobs_are_noted_in_one_statement() -> None:
+    w = Worker(*[_deferred(5) for _ in range(20)])
+    jobs = [make_job() for _ in range(20)]
+    for job in jobs:
+        w.store.jobs[job.id] = job
+
+    await asyncio.gather(*(w.run(JobMessage(j.id, j.type, j.queue, j.tenant_id)) for j in jobs))
+    await asyncio.sleep(0.05)
+
+    assert w.store.wait_statements == 1
+    for job in jobs:
+        waiting = w.store.jobs[job.id].waiting
+        assert waiting == Wait(
+            on=ON_LOCK, until=w.clock.now() + timedelta(seconds=5), since=w.clock.now()
+        )
+    assert len(w.publisher.published) == 20  # every job sent round again, no attempt spent
+    assert {w.store.jobs[j.id].attempts for j in jobs} == {0}
+
+
+async def test_a_job_that_started_meanwhile_keeps_no_note() -> None:
+    w = Worker(_deferred(5))
+    job = make_job()
+    w.store.jobs[job.id] = job
+
+    await w.run(JobMessage(job.id, job.type, job.queue, job.tenant_id))
+    w.clock.advance(timedelta(seconds=5))
+    w.store.jobs[job.id].start(w.clock.now(), timedelta(seconds=30))  # before the flush
+    await w.notes.flush()
+
+    assert w.store.jobs[job.id].waiting is None
+
+
+async def test_starting_clears_what_the_job_waited_for() -> None:
+    job = make_job()
+    job.waiting = Wait(on=ON_LOCK, until=job.created_at, since=job.created_at)
+
+    job.start(job.created_at, timedelta(seconds=30))
+
+    assert job.waiting is None
+
+
+async def test_a_job_that_waited_too_long_fails_without_running_and_is_dead_lettered() -> None:
+    w = Worker(_deferred(3), max_wait=timedelta(seconds=10))
+    job = make_job()
+    w.store.jobs[job.id] = job
+    since = w.clock.now() - timedelta(seconds=20)
+
+    await w.run(
+        JobMessage(job.id, job.type, job.queue, job.tenant_id, deferrals=6, waiting_since=since)
+    )
+
+    failed = w.store.jobs[job.id]
+    assert failed.status is JobStatus.FAILED
+    assert w.ran == 0
+    assert failed.last_error is not None
+    assert failed.last_error.startswith("waited longer than its type allows (10 s")
+    [letter] = w.dispatcher.dispatched
+    assert letter.queue == "jobs.dlq"
+    assert any("waited longer" in value for value in letter.headers.values())
+
+
+async def test_notes_a_store_refuses_are_dropped_without_failing_anything() -> None:
+    store = FakeJobStore()
+
+    class Broken(FakeJobStore):
+        async def note_waits(self, notes: Any) -> None:
+            raise RuntimeError("database away")
+
+    notes = WaitNotes(Broken(), interval_s=0)
+    job = make_job()
+    store.jobs[job.id] = job
+    notes.note(job.id, Wait(on=ON_LOCK, until=job.created_at, since=job.created_at), job.created_at)
+
+    await notes.flush()
+
+    assert notes.written == 0
