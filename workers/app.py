@@ -1,8 +1,9 @@
 """The reference application: jobrail with the billing, sync and notifications contexts.
 
-Every process of it starts from this ``JobRail``: the API (``jobrail api --app
-workers.app:rail``, or ``jobrail run`` in the embedded mode), the workers, the scheduler
-and ``jobrail migrate``, which runs the contexts' Alembic chain after the platform's.
+Every process of it starts from this ``JobRail`` (``--app workers.app:rail``, or
+``JOBRAIL_APP=workers.app:rail``): the API (``jobrail api``, or ``jobrail run`` in the
+embedded mode), the workers, the scheduler and ``jobrail migrate``, which runs the
+contexts' Alembic chain after the platform's.
 ``JOBRAIL_MODULES`` adds installed modules (the default: ``demo``).
 """
 

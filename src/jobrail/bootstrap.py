@@ -1,6 +1,6 @@
 """Builds a process: modules, job registry, broker and DI container, from settings.
 
-The API (``jobrail.api.app``) and the workers (``workers.broker``) both start here,
+The API (``jobrail.api.app``) and the workers (``jobrail.facade.worker``) both start here,
 so they run the same use cases with the same wiring.
 """
 

@@ -19,7 +19,6 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobrail.facade.loading import APP_ENV
@@ -36,10 +35,11 @@ def migrate(settings: Settings, modules: "Sequence[Module]" = ()) -> None:
     settings, then `modules` (see jobrail.persistence.schema). A chain two modules
     name runs once."""
     from jobrail.modules import load_modules
-    from jobrail.persistence.schema import upgrade
+    from jobrail.persistence.schema import sqlite_path, upgrade
 
-    if settings.database.is_sqlite:
-        _ensure_sqlite_dir(settings.database.url.get_secret_value())
+    path = sqlite_path(settings.database)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     loaded = [*load_modules(settings.modules), *modules]
     upgrade(settings.database, [chain for module in loaded for chain in module.migrations])
 
@@ -123,12 +123,6 @@ def _connection_refused(error: BaseException) -> str | None:
             return f"{cause}{hint if isinstance(cause, asyncpg.InvalidCatalogNameError) else ''}"
         cause = cause.__cause__
     return None
-
-
-def _ensure_sqlite_dir(url: str) -> None:
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def _settings_refused(exc: SettingsError) -> NoReturn:
@@ -414,6 +408,7 @@ def _command(args: argparse.Namespace, settings: Settings, rail: "JobRail | None
     elif args.command == "tenants":
         from jobrail.jobs.ports import StoreUnavailableError
 
+        _check_schema_or_exit(settings, modules, args.app)
         try:
             print(json.dumps(asyncio.run(_tenants_command(settings, args))))
         except StoreUnavailableError as exc:

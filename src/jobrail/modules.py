@@ -87,6 +87,10 @@ def load_modules(names: Sequence[str]) -> list[Module]:
             raise ModuleLoadError(
                 f"module {name!r} ({point.value}) cannot be imported: {exc}"
             ) from exc
+        except Exception as exc:  # the module's own code failed at import
+            raise ModuleLoadError(
+                f"module {name!r} ({point.value}): importing it failed: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(module, Module):
             raise ModuleLoadError(f"module {name!r}: {point.value} is not a Module")
         modules.append(module)

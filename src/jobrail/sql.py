@@ -11,13 +11,15 @@
   reached into ``StoreUnavailableError`` (a job is retried, a route answers 503).
 - ``upsert_insert``: an ``INSERT`` that supports ``ON CONFLICT``, for the session's
   dialect (Postgres or SQLite).
-- ``MigrationChain``: a module's Alembic chain, run by ``jobrail migrate``.
+- ``MigrationChain``: a module's Alembic chain, run by ``jobrail migrate``, and
+  ``run_environment``, the body of that chain's ``env.py`` (its version table, the
+  database ``jobrail migrate`` names).
 """
 
 from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.schema import MigrationChain
+from jobrail.persistence.schema import MigrationChain, run_environment
 from jobrail.persistence.tables import NAMING_CONVENTION, UtcDateTime
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 
@@ -29,5 +31,6 @@ __all__ = [
     "UnitOfWorkFactory",
     "UtcDateTime",
     "database_errors",
+    "run_environment",
     "upsert_insert",
 ]

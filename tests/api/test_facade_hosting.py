@@ -19,6 +19,7 @@ from tests.api.conftest import embedded_settings, migrated
 from tests.api.test_facade import finished
 from tests.support.apps import REFERENCE
 from tests.support.host_app import RenderReport, declare_jobs
+from tests.support.services import wait_for
 
 
 async def api_key(container: AsyncContainer, tenant: str) -> dict[str, str]:
@@ -94,6 +95,27 @@ async def test_a_mounted_app_says_where_its_jobs_are_under_the_prefix(tmp_path: 
     assert location == f"/jobrail/jobs/{accepted.json()['job_id']}"
     assert status.status_code == 200
     assert status.json()["id"] == accepted.json()["job_id"]
+
+
+async def test_the_rails_whole_api_mounted_runs_in_the_hosts_lifespan(tmp_path: Path) -> None:
+    rail = JobRail(await migrated(embedded_settings(tmp_path, modules=["demo"])))
+    host = FastAPI(lifespan=rail.lifespan)
+    host.mount("/jobrail", rail.app())
+    demo = {"Authorization": "Bearer demo-key"}
+
+    async with host.router.lifespan_context(host), client(host) as http:
+        accepted = await http.post("/jobrail/demo/echo", json={"message": "hi"}, headers=demo)
+        location = accepted.headers["Location"]
+
+        async def done() -> dict[str, object] | None:
+            body: dict[str, object] = (await http.get(location, headers=demo)).json()
+            return body if body["status"] == "succeeded" else None
+
+        finished = await wait_for(done, timeout=10, what="the demo job to succeed")
+
+    assert accepted.status_code == 202
+    assert location == f"/jobrail/jobs/{accepted.json()['job_id']}"
+    assert finished["result"] == {"echo": "hi"}
 
 
 async def test_the_jobs_router_in_a_host_app_answers_in_json(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 traceback: a module that does not load, a database that is not there or not migrated."""
 
 import asyncio
+import json
 import os
 import subprocess
 import uuid
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail.persistence.admin import create_database_if_missing, drop_database
 from tests.support.processes import BIN, ROOT
@@ -82,10 +85,21 @@ def test_tenants_on_a_database_not_migrated_is_one_line_saying_so(tmp_path: Path
 
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "jobrail: the database cannot be used (OperationalError: no such table: tenants); "
-        "is it there and migrated (`jobrail migrate`)?"
+        f"jobrail: the database is not migrated: the SQLite file {tmp_path}/x.db does not "
+        "exist (run `jobrail migrate`)"
     ]
     assert done.stdout == ""
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_sqlite_url_with_options_is_the_file_it_names(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/q.db?timeout=5"
+    assert jobrail("migrate", JOBRAIL_DATABASE__URL=url).returncode == 0
+
+    done = jobrail("tenants", "list", JOBRAIL_DATABASE__URL=url)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"tenants": []}
 
 
 # -- a serving process on a database that is not there or not migrated ------------------
@@ -120,11 +134,12 @@ def empty_database() -> Iterator[str]:
     asyncio.run(drop_database(url))
 
 
-@pytest.mark.parametrize("command", ["api", "worker", "scheduler"])
+@pytest.mark.parametrize("command", ["api", "worker", "scheduler", "tenants"])
 def test_a_database_not_migrated_is_one_line_saying_which_chain(
     command: str, empty_database: str
 ) -> None:
-    done = jobrail(command, JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=empty_database)
+    args = [command, "list"] if command == "tenants" else [command]
+    done = jobrail(*args, JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=empty_database)
 
     assert done.returncode == 1, done.stderr
     [line] = done.stderr.strip().splitlines()
@@ -152,13 +167,53 @@ def test_a_database_without_the_apps_chains_names_the_chain_and_the_app(
     assert line.endswith("(run `jobrail migrate --app workers.app:rail`)")
 
 
-def test_a_postgres_database_that_is_not_there_is_one_line_saying_how_to_make_it() -> None:
+@pytest.mark.parametrize("command", ["api", "tenants"])
+def test_a_postgres_database_that_is_not_there_is_one_line_saying_how_to_make_it(
+    command: str,
+) -> None:
     require("postgres")
     name = f"jobrail_missing_{uuid.uuid4().hex[:8]}"
-    done = jobrail("api", JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=f"{PG_SERVER}/{name}")
+    args = [command, "list"] if command == "tenants" else [command]
+    done = jobrail(*args, JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=f"{PG_SERVER}/{name}")
 
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [
         f'jobrail: cannot use the database: database "{name}" does not exist '
         "(`jobrail migrate --create-database` creates it)"
+    ]
+
+
+def test_a_database_a_newer_jobrail_migrated_is_used_as_it_is(empty_database: str) -> None:
+    """A rolling deploy or a rollback: this code's processes still start."""
+    assert jobrail("migrate", JOBRAIL_DATABASE__URL=empty_database).returncode == 0
+
+    async def ahead() -> None:
+        engine = create_async_engine(empty_database)
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE jobrail_alembic_version SET version_num = '9999'"))
+        await engine.dispose()
+
+    asyncio.run(ahead())
+    done = jobrail("tenants", "list", JOBRAIL_MODE="stack", JOBRAIL_DATABASE__URL=empty_database)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"tenants": []}
+
+
+def test_an_app_whose_import_fails_is_one_line_naming_the_error(tmp_path: Path) -> None:
+    (tmp_path / "broken_app.py").write_text("raise RuntimeError('no config here')\n")
+    done = subprocess.run(
+        [str(BIN / "jobrail"), "migrate", "--app", "broken_app:rail"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "jobrail: --app 'broken_app:rail': importing broken_app failed: "
+        "RuntimeError: no config here"
     ]

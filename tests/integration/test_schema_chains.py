@@ -30,7 +30,7 @@ from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
 from tests.support.apps import REFERENCE
 from tests.support.host_chain import host_config
-from tests.support.schema import PLATFORM_TABLES, differences, tables
+from tests.support.schema import PLATFORM_TABLES, differences, platform_head, tables
 from tests.support.services import PG_SERVER, require
 
 LEGACY = MigrationChain(
@@ -110,7 +110,7 @@ def test_a_database_of_the_single_chain_is_adopted_with_its_rows(database: str, 
     _migrate(database)
     _migrate(database)  # and again: nothing left to do
 
-    assert _version(database, "jobrail_alembic_version") == ["0009"]
+    assert _version(database, "jobrail_alembic_version") == [platform_head()]
     assert _version(database, "contexts_alembic_version") == ["0006"]
     assert _version(database, LEGACY_VERSION_TABLE) == [old]  # left for an older release
     assert _sql(database, "SELECT type, status FROM jobs") == [("demo.echo", "succeeded")]
@@ -132,7 +132,7 @@ def test_a_host_alembic_version_without_the_platform_tables_is_not_adopted(datab
     upgrade(DatabaseSettings(url=database))  # type: ignore[arg-type]
 
     assert tables(database) >= PLATFORM_TABLES
-    assert _version(database, "jobrail_alembic_version") == ["0009"]
+    assert _version(database, "jobrail_alembic_version") == [platform_head()]
     assert _version(database, LEGACY_VERSION_TABLE) == ["0005"]
 
 
@@ -157,14 +157,14 @@ def test_a_host_chain_and_the_platform_chain_share_one_database(
         "alembic_version",
     }
     assert _version(database, "alembic_version") == ["0001"]
-    assert _version(database, PLATFORM.version_table) == ["0009"]
+    assert _version(database, PLATFORM.version_table) == [platform_head()]
     _sql(database, _job_row("00000000-0000-0000-0000-0000000000d1"))
 
     command.downgrade(host, "base")
 
     assert tables(database) == {*PLATFORM_TABLES, "jobrail_alembic_version", "alembic_version"}
     assert _version(database, "alembic_version") == []
-    assert _version(database, PLATFORM.version_table) == ["0009"]
+    assert _version(database, PLATFORM.version_table) == [platform_head()]
     assert _sql(database, "SELECT count(*) FROM jobs") == [(1,)]
     assert differences(database, metadata) == []
 
@@ -172,7 +172,7 @@ def test_a_host_chain_and_the_platform_chain_share_one_database(
     command.upgrade(host, "head")
 
     assert _version(database, "alembic_version") == ["0001"]
-    assert _version(database, PLATFORM.version_table) == ["0009"]
+    assert _version(database, PLATFORM.version_table) == [platform_head()]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Job types used by the integration tests (loaded with JOBRAIL_MODULES in the workers).
+"""Job types used by the integration tests (workers load them with
+JOBRAIL_APP=tests.support.apps:test_jobs).
 
 Their limits read the environment at import, so each test can tune them.
 """

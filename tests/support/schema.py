@@ -42,3 +42,14 @@ def tables(url: str) -> set[str]:
         return set(names)
 
     return asyncio.run(run())
+
+
+def platform_head() -> str:
+    """The revision the platform's chain ends at, in this code."""
+    from alembic.script import ScriptDirectory
+
+    from jobrail.persistence.schema import PLATFORM
+
+    head = ScriptDirectory(str(PLATFORM.location)).get_current_head()
+    assert head is not None
+    return head

@@ -35,6 +35,10 @@ def load_rail(path: str) -> "JobRail":
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppLoadError(f"--app {path!r}: {module_name} cannot be imported: {exc}") from exc
+    except Exception as exc:  # the app's own code failed at import: say which, in one line
+        raise AppLoadError(
+            f"--app {path!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     rail = getattr(module, attribute, None)
     if not isinstance(rail, JobRail):
         found = "missing" if rail is None else type(rail).__name__

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import MetaData, inspect, text
+from sqlalchemy import MetaData, inspect, make_url, text
 from sqlalchemy.engine import Connection
 
 from jobrail.persistence.engine import create_engine
@@ -33,6 +33,7 @@ from jobrail.settings import DatabaseSettings, load_settings
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.runtime.environment import EnvironmentContext
+    from alembic.script import ScriptDirectory
 
 LEGACY_VERSION_TABLE = "alembic_version"
 # What tells a database of jobrail 0.1 from one where a host's own chain keeps
@@ -255,24 +256,44 @@ def not_up_to_date(database: DatabaseSettings, chains: Sequence[MigrationChain] 
     revision yet or an older one); None when it is. The database's own errors (it cannot
     be reached, it refuses the connection) are raised: the caller tells an outage, which a
     serving process waits out (``/ready``), from a mistake."""
-    if database.is_sqlite:
-        path = database.url.get_secret_value().split(":///", 1)[-1]
-        if path and path != ":memory:" and not Path(path).is_file():
-            return f"the SQLite file {path} does not exist"
+    path = sqlite_path(database)
+    if path is not None and not path.is_file():
+        return f"the SQLite file {path} does not exist"
     current = asyncio.run(asyncio.wait_for(_revisions(database, _in_order(chains)), 10))
     for chain, revision in current:
-        heads = _heads(chain)
+        script = _script(chain)
+        heads = tuple(script.get_heads())
         if revision is None:
             return f"chain {chain.name!r} has no revision yet (head: {', '.join(heads)})"
-        if revision not in heads:
-            return f"chain {chain.name!r} is at {revision}, not at its head {', '.join(heads)}"
+        if revision in heads or not _known(script, revision):
+            # At its head, or ahead of this code (a newer jobrail migrated it: a rolling
+            # deploy or a rollback, whose revisions only add): this code runs on it.
+            continue
+        return f"chain {chain.name!r} is at {revision}, not at its head {', '.join(heads)}"
     return None
 
 
-def _heads(chain: MigrationChain) -> tuple[str, ...]:
+def sqlite_path(database: DatabaseSettings) -> Path | None:
+    """The file of a SQLite database (None: not SQLite, or in memory)."""
+    if not database.is_sqlite:
+        return None
+    name = make_url(database.url.get_secret_value()).database
+    return Path(name) if name and name != ":memory:" else None
+
+
+def _script(chain: MigrationChain) -> "ScriptDirectory":
     from alembic.script import ScriptDirectory
 
-    return tuple(ScriptDirectory(str(chain.location)).get_heads())
+    return ScriptDirectory(str(chain.location))
+
+
+def _known(script: "ScriptDirectory", revision: str) -> bool:
+    from alembic.util import CommandError
+
+    try:
+        return script.get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 async def _revisions(
