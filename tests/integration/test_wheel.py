@@ -3,7 +3,9 @@ the repository (tests.support.wheel's `installed`), `jobrail migrate` finds the 
 chain inside the package."""
 
 import asyncio
+import json
 import os
+import shutil
 import subprocess
 import uuid
 import zipfile
@@ -125,3 +127,32 @@ def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
     )
 
     assert loaded.split() == ["maintenance", "demo"]
+
+
+def test_the_reference_application_runs_beside_the_installed_wheel_as_in_the_image(
+    installed: Path, database_url: str, tmp_path: Path
+) -> None:
+    """The image's layout (infra/Dockerfile): the wheel installed, contexts/, workers/ and
+    migrations/ copied into the working directory, JOBRAIL_APP naming the application."""
+    app = tmp_path / "app"
+    for directory in ("contexts", "workers", "migrations"):
+        shutil.copytree(
+            ROOT / directory, app / directory, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    env = {**_env(database_url), "JOBRAIL_APP": "workers.app:rail", "JOBRAIL_MODE": "stack"}
+    asyncio.run(create_database_if_missing(database_url))
+
+    run(installed / "jobrail", "migrate", cwd=app, env=env)
+    listed = run(installed / "jobrail", "tenants", "list", cwd=app, env=env)
+
+    assert tables(database_url) == {
+        *PLATFORM_TABLES,
+        "jobrail_alembic_version",
+        "billing_invoices",
+        "billing_invoice_lines",
+        "notifications",
+        "sync_accounts",
+        "sync_items",
+        "contexts_alembic_version",
+    }
+    assert json.loads(listed) == {"tenants": []}
