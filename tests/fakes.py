@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, Job, JobStatus
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, Job, JobProgress, JobStatus
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -145,6 +145,7 @@ class FakeJobStore:
     unavailable_for: int = 0
     calls: int = 0
     wait_statements: int = 0
+    progress_writes: int = 0
 
     def _maybe_fail(self) -> None:
         self.calls += 1
@@ -182,6 +183,7 @@ class FakeJobStore:
         cancel_requested = current.cancel_requested or job.cancel_requested
         self.jobs[job.id] = copy.deepcopy(job)
         self.jobs[job.id].cancel_requested = cancel_requested
+        self.jobs[job.id].progress = current.progress  # written by write_progress only
         self.outbox.extend(encode(message) for message in outbox)
         return True
 
@@ -192,6 +194,16 @@ class FakeJobStore:
             return False
         assert current is not None
         current.lease_until = until
+        return True
+
+    async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
+        self._maybe_fail()
+        current = self.jobs.get(job_id)
+        if not self._running(current, claim):
+            return False
+        assert current is not None
+        current.progress = progress
+        self.progress_writes += 1
         return True
 
     @staticmethod

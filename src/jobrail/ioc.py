@@ -299,6 +299,7 @@ class PlatformProvider(Provider):
             store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
             lease=timedelta(seconds=settings.jobs.lease_s),
             max_result_bytes=settings.jobs.max_result_bytes,
+            progress_interval=timedelta(milliseconds=settings.jobs.progress_interval_ms),
         )
         # The attempt's middleware, in order: each lets the delivery in before the claim
         # after those before it, and is told the attempt is over before them.

@@ -225,6 +225,12 @@ class JobsSettings(BaseModel):
         description="A job whose handler returns a larger result (UTF-8 JSON) fails, "
         "permanently, saying so: results are small JSON, not blobs.",
     )
+    progress_interval_ms: PositiveInt = Field(
+        default=250,
+        description="A running job writes its progress reports (ctx.progress) at most "
+        "once per this: the first at once, then the latest at the end of each interval, "
+        "and the last before its outcome.",
+    )
 
 
 class OutboxSettings(BaseModel):

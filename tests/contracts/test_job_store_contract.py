@@ -12,7 +12,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli import migrate
-from jobrail.jobs.domain import Job, JobStatus, Wait, WaitsOn
+from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait, WaitsOn
 from jobrail.jobs.ports import ClaimToken, JobIdentity, WaitNote
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
 from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
@@ -204,6 +204,39 @@ async def test_record_keeps_a_cancel_request_made_while_running(subject: StoreUn
     assert await subject.store.record(claimed, ClaimToken.of(claimed), [])
 
     assert (await subject.read(job)).cancel_requested
+
+
+async def test_progress_is_written_only_for_the_claim_that_holds_the_job(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job()
+    await subject.put(job)
+    first = (await subject.store.claim(job.id, START, LEASE)).job
+    assert first is not None
+    token = ClaimToken.of(first)
+    halfway = JobProgress(2.5, 5, "rows", START + timedelta(seconds=1))
+
+    assert await subject.store.write_progress(job.id, token, halfway)
+    assert (await subject.read(job)).progress == halfway
+    assert (await subject.store.get(job.id)).progress == halfway  # type: ignore[union-attr]
+    # Its lease ends; another worker takes the job over (and sees the progress so far):
+    # the first attempt's progress no longer lands.
+    taken = (await subject.store.claim(job.id, START + 2 * LEASE, LEASE)).job
+    assert taken is not None
+    assert taken.progress == halfway
+    late = JobProgress(5, 5, None, START + 2 * LEASE)
+    assert not await subject.store.write_progress(job.id, token, late)
+    assert (await subject.read(job)).progress == halfway
+    # The outcome keeps the progress the attempt wrote; after it, none lands.
+    done = JobProgress(7, None, None, START + 2 * LEASE)
+    assert await subject.store.write_progress(job.id, ClaimToken.of(taken), done)
+    taken.succeed({}, START + 2 * LEASE)
+    assert await subject.store.record(taken, ClaimToken.of(taken), [])
+    assert not await subject.store.write_progress(job.id, ClaimToken.of(taken), late)
+    stored = await subject.read(job)
+    assert stored.status is JobStatus.SUCCEEDED
+    assert stored.progress == done
+    assert not await subject.store.write_progress(make_job().id, token, late)
 
 
 @pytest.fixture(params=["fake", "sqlite", "postgres"])

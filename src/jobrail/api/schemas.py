@@ -51,6 +51,13 @@ class WaitingOut(BaseModel):
     since: datetime = Field(description="Since when it has been waiting.")
 
 
+class ProgressOut(BaseModel):
+    current: int | float
+    total: int | float | None = Field(description="null when the job does not know it.")
+    message: str | None
+    updated_at: datetime = Field(description="When the running attempt reported it.")
+
+
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
@@ -70,6 +77,11 @@ class JobOut(BaseModel):
     waiting: WaitingOut | None = Field(
         default=None,
         description="A due job its limits or lock defer: what it waits for, until when.",
+    )
+    progress: ProgressOut | None = Field(
+        default=None,
+        description="The latest progress its handler reported (`ctx.progress`), or null: "
+        "written a few times a second while it runs, and last before its outcome.",
     )
 
     @classmethod
@@ -96,6 +108,14 @@ class JobOut(BaseModel):
                 on=[WaitsOnOut(kind=w.kind, name=w.name, key=w.key) for w in job.waiting.on],
                 until=job.waiting.until,
                 since=job.waiting.since,
+            ),
+            progress=None
+            if job.progress is None
+            else ProgressOut(
+                current=job.progress.current,
+                total=job.progress.total,
+                message=job.progress.message,
+                updated_at=job.progress.updated_at,
             ),
         )
 

@@ -1,8 +1,11 @@
 """What a job handler sees of the job it runs."""
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from jobrail.jobs.domain import JobProgress
 from jobrail.jobs.ports import JobStore
+from jobrail.jobs.progress import ProgressReporter
 from jobrail.kernel.ids import JobId, TenantId
 
 
@@ -21,8 +24,27 @@ class JobContext:
     fence: int | None = None
     """The fencing token of the job's lock, if it declares one. Pass it to writes that
     the lock protects, so that a write from a holder that lost the lock is refused."""
+    _progress: ProgressReporter | None = None
 
     async def checkpoint(self) -> None:
         """Stop here if cancel was requested. Long handlers call this between steps."""
         if await self._store.cancel_requested(self.job_id):
             raise JobCancelledError(f"job {self.job_id} was cancelled")
+
+    async def progress(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Say how far the job has got: `current` of `total` (None: not known), and a
+        short message (at most 200 characters). Raises ValueError for a negative or
+        non-finite number, `current` above `total`, or a message too long or with a NUL.
+
+        Call it as often as you like: reports are coalesced into a few writes a second
+        (JOBRAIL_JOBS__PROGRESS_INTERVAL_MS), the latest written before the outcome, so
+        a finished job shows its final progress. It never waits for the database, and a
+        write that fails is dropped, never the job's failure."""
+        if self._progress is None:
+            # A context made by hand (a handler called directly, in a test): the
+            # report is checked, and kept nowhere.
+            JobProgress(current, total, message, datetime.now(UTC))
+            return
+        self._progress.report(current, total, message)

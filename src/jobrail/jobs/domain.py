@@ -10,6 +10,7 @@ A running job whose lease has ended (its worker died) may be started again: the
 new start is a takeover and counts as an attempt.
 """
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -93,6 +94,49 @@ class Wait:
         )
 
 
+MAX_PROGRESS_MESSAGE_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """How far the running attempt says it has got: `current` of `total` (None: a total
+    not known), with a short message. Numbers are finite and not negative, and `current`
+    is at most `total` when both are given."""
+
+    current: int | float
+    total: int | float | None
+    message: str | None
+    updated_at: datetime
+
+    def __post_init__(self) -> None:
+        _require_amount("current", self.current)
+        if self.total is not None:
+            _require_amount("total", self.total)
+            if self.current > self.total:
+                raise ValueError(
+                    f"progress current ({self.current}) is larger than its total ({self.total})"
+                )
+        if self.message is not None:
+            if not isinstance(self.message, str):
+                raise ValueError("progress message must be a string")
+            if len(self.message) > MAX_PROGRESS_MESSAGE_LENGTH:
+                raise ValueError(
+                    f"progress message is longer than {MAX_PROGRESS_MESSAGE_LENGTH} characters"
+                )
+            if "\x00" in self.message:
+                raise ValueError("progress message holds a NUL character")
+
+
+def _require_amount(name: str, value: object) -> None:
+    # bool is an int to Python, never an amount of work.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"progress {name} must be a number, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"progress {name} must be finite, not {value}")
+    if value < 0:
+        raise ValueError(f"progress {name} must not be negative ({value})")
+
+
 def _clip(error: str) -> str:
     error = error.replace("\x00", "")  # Postgres text cannot hold NUL
     return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 1] + "…"
@@ -122,6 +166,9 @@ class Job:
     cancel_requested: bool = False
     waiting: Wait | None = None
     """What the job waits for while its limits defer it (None once it starts)."""
+    progress: JobProgress | None = None
+    """The latest progress an attempt reported (kept across attempts until a new one
+    reports; written by the attempt, never by a state change)."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id

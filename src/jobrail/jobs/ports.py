@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, Self
 
-from jobrail.jobs.domain import Job, JobStatus, Wait
+from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
@@ -204,6 +204,11 @@ class JobStore(Protocol):
         """Write what each job waits for, in one statement, on jobs still pending or
         retrying that have not changed since the note was made (a job that started
         meanwhile keeps no note)."""
+        ...
+
+    async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
+        """Store the progress of a running job, only if it is still running that claim.
+        False when it is not (another worker took it over, or it ended)."""
         ...
 
 

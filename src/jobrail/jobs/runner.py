@@ -83,6 +83,7 @@ from jobrail.jobs.ports import (
     Publisher,
     StoreUnavailableError,
 )
+from jobrail.jobs.progress import ProgressReporter
 from jobrail.jobs.rerouting import Done, Refuse, leased_elsewhere, unclaimed, when_due
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.jobs.wait_notes import WaitNotes
@@ -135,6 +136,9 @@ class RunnerConfig:
     max_result_bytes: int = 64 * 1024
     """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
     the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
+    progress_interval: timedelta = timedelta(milliseconds=250)
+    """An attempt writes its progress reports at most once per this
+    (JOBRAIL_JOBS__PROGRESS_INTERVAL_MS, see ``jobrail.jobs.progress``)."""
 
     def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
         """How long a claim of a job with this timeout lasts, and whether it is renewed."""
@@ -357,6 +361,9 @@ class JobRunner:
         send. One watchdog keeps what the attempt holds while the handler runs: with
         `renew`, the claim's lease; what the middleware hold (`Attempt.kept`)."""
         job_run = attempt.run
+        progress = ProgressReporter(
+            self._store, job.id, token, self._clock, self._config.progress_interval
+        )
         ctx = JobContext(
             job_id=job.id,
             job_type=job.type,
@@ -365,6 +372,7 @@ class JobRunner:
             max_attempts=job.max_attempts,
             _store=self._store,
             fence=attempt.fence,
+            _progress=progress,
         )
         timeout = job_run.timeout
         if job.cancel_requested:  # asked while its previous worker was dying
@@ -386,6 +394,9 @@ class JobRunner:
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
             return await self._conclude(job, verdict, job_run, attempt.delivery)
+        finally:
+            # The latest report lands before the outcome is recorded.
+            await progress.close()
         job.succeed(stored, self._clock.now())
         return ()
 

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobStatus
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobProgress, JobStatus
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import (
     ClaimResult,
@@ -23,7 +23,7 @@ from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.codec import encode
 from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.mapping import job_from_row, job_row, job_state
+from jobrail.persistence.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.persistence.outbox import insert_outbox_rows
 from jobrail.persistence.platform_schema import qualified
 from jobrail.persistence.tables import jobs
@@ -253,6 +253,22 @@ class SqlaJobStore:
         with database_errors():
             async with self._engine.begin() as conn:
                 await conn.execute(statement, rows)
+
+    async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
+        statement = (
+            update(jobs)
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.status == JobStatus.RUNNING.value,
+                jobs.c.attempts == claim.attempt,
+                jobs.c.started_at == claim.started_at,
+            )
+            .values(progress=progress_document(progress))
+        )
+        with database_errors():
+            async with self._engine.begin() as conn:
+                result = await conn.execute(statement)
+        return bool(result.rowcount == 1)
 
 
 class SqlaJobIntake:

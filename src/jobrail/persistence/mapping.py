@@ -1,8 +1,9 @@
 """Rows of the jobs table to and from the Job aggregate."""
 
+from datetime import datetime
 from typing import Any
 
-from jobrail.jobs.domain import Job, JobStatus, Wait
+from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait
 from jobrail.kernel.ids import JobId, TenantId
 
 
@@ -30,6 +31,28 @@ def job_from_row(row: Any) -> Job:
         lease_until=row["lease_until"],
         cancel_requested=row["cancel_requested"],
         waiting=Wait.from_json(row["waiting"]),
+        progress=progress_from_document(row["progress"]),
+    )
+
+
+def progress_document(progress: JobProgress) -> dict[str, Any]:
+    """The progress column's JSON (written only by an attempt, see JobStore.write_progress)."""
+    return {
+        "current": progress.current,
+        "total": progress.total,
+        "message": progress.message,
+        "updated_at": progress.updated_at.isoformat(),
+    }
+
+
+def progress_from_document(document: Any) -> JobProgress | None:
+    if document is None:
+        return None
+    return JobProgress(
+        current=document["current"],
+        total=document["total"],
+        message=document["message"],
+        updated_at=datetime.fromisoformat(document["updated_at"]),
     )
 
 

@@ -19,7 +19,7 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from jobrail.batching import Coalescer
-from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobProgress
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import (
     ClaimResult,
@@ -32,7 +32,7 @@ from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.codec import Envelope, encode
 from jobrail.persistence import json_codec
-from jobrail.persistence.mapping import job_from_row
+from jobrail.persistence.mapping import job_from_row, progress_document
 from jobrail.persistence.platform_schema import search_path_sql
 from jobrail.persistence.tables import jobs
 from jobrail.settings import DatabaseSettings
@@ -46,7 +46,9 @@ ENQUEUED = (
     "attempts, max_attempts, last_error, trace_context, cancel_requested, created_at, "
     "updated_at, started_at, finished_at, run_after, lease_until"
 )
-assert f"{ENQUEUED}, waiting" == COLUMNS, "the jobs table changed: update ENQUEUE's parameters"
+assert f"{ENQUEUED}, waiting, progress" == COLUMNS, (
+    "the jobs table changed: update ENQUEUE's parameters"
+)
 
 # The SQL below is assembled from constants only; every value is a bind parameter.
 GET = f"SELECT {COLUMNS} FROM jobs WHERE id = $1"
@@ -125,6 +127,12 @@ UPDATE jobs SET waiting = n.waiting::jsonb
 
 EXTEND_LEASE = """
 UPDATE jobs SET lease_until = $4
+ WHERE id = $1 AND status = 'running' AND attempts = $2 AND started_at = $3
+RETURNING id
+"""
+
+WRITE_PROGRESS = """
+UPDATE jobs SET progress = $4
  WHERE id = $1 AND status = 'running' AND attempts = $2 AND started_at = $3
 RETURNING id
 """
@@ -418,6 +426,12 @@ class PgJobStore(_Pg):
                 [json.dumps(n.wait.as_json()) for n in notes],
                 [n.at for n in notes],
             )
+
+    async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
+        row = await self._fetchrow(
+            WRITE_PROGRESS, job_id, claim.attempt, claim.started_at, progress_document(progress)
+        )
+        return row is not None
 
 
 @dataclass(frozen=True, slots=True)

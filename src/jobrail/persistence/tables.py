@@ -84,6 +84,8 @@ jobs = Table(
     Column("lease_until", UtcDateTime),
     # What a job the limits defer waits for (jobrail.jobs.domain.Wait), or NULL.
     Column("waiting", Json),
+    # {"current", "total", "message", "updated_at"}: the latest an attempt reported.
+    Column("progress", Json),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
