@@ -6,7 +6,7 @@ from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.kernel.errors import PermanentError, TransientError
 
-CHECKPOINT_EVERY_S = 0.25
+CHECKPOINT_EVERY_MS = 250
 
 
 class EchoPayload(BaseModel):
@@ -25,11 +25,14 @@ class EchoPayload(BaseModel):
 
 @job("demo.echo", payload=EchoPayload, queue="jobs.default", timeout_s=30)
 async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str]:
-    """Sleep, fail as asked, then echo the message back as the job's result."""
-    remaining = payload.sleep_ms / 1000
-    while remaining > 0:
-        await asyncio.sleep(min(remaining, CHECKPOINT_EVERY_S))
-        remaining -= CHECKPOINT_EVERY_S
+    """Sleep (reporting the milliseconds slept as its progress), fail as asked, then echo
+    the message back as the job's result."""
+    slept_ms = 0
+    while slept_ms < payload.sleep_ms:
+        step_ms = min(payload.sleep_ms - slept_ms, CHECKPOINT_EVERY_MS)
+        await asyncio.sleep(step_ms / 1000)
+        slept_ms += step_ms
+        await ctx.progress(slept_ms, payload.sleep_ms, "sleeping")
         await ctx.checkpoint()
     if payload.permanent:
         raise PermanentError("asked to fail permanently")
