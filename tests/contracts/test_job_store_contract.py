@@ -414,6 +414,44 @@ async def test_claims_and_records_made_together_share_a_statement_with_the_same_
     await engine.dispose()
 
 
+async def test_progress_writes_made_together_share_a_statement_with_the_same_fence(
+    database_url: str,
+) -> None:
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+    pool = await create_pool(DatabaseSettings(url=database_url))
+    store = PgJobStore(pool, window_s=0.005)
+    jobs_ = [make_job() for _ in range(4)]
+    async with AsyncSession(engine) as session:
+        for job in jobs_:
+            await SqlaJobRepository(session).add(job)
+        await session.commit()
+    claimed = [(await store.claim(job.id, START, LEASE)).job for job in jobs_]
+    tokens = [ClaimToken.of(job) for job in claimed if job is not None]
+    stale = jobs_[0].id
+    await store.claim(stale, START + LEASE, LEASE)  # taken over before it reports
+
+    written = await asyncio.gather(
+        *(
+            store.write_progress(job.id, token, JobProgress(n, 10, f"job {n}", START))
+            for n, (job, token) in enumerate(zip(jobs_, tokens, strict=True))
+        )
+    )
+
+    assert written == [False, True, True, True]
+    async with AsyncSession(engine) as session:
+        stored = [await SqlaJobRepository(session).get(job.id) for job in jobs_]
+    assert [job.progress.message if job and job.progress else None for job in stored] == [
+        None,
+        "job 1",
+        "job 2",
+        "job 3",
+    ]
+    await pool.close()
+    await engine.dispose()
+
+
 async def test_intake_adds_made_together_each_store_their_job_and_message(intake: Any) -> None:
     from jobrail.jobs.messages import JobMessage
 

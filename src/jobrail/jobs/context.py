@@ -1,9 +1,8 @@
 """What a job handler sees of the job it runs."""
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from jobrail.jobs.domain import JobProgress
+from jobrail.jobs.domain import check_progress
 from jobrail.jobs.ports import JobStore
 from jobrail.jobs.progress import ProgressReporter
 from jobrail.kernel.ids import JobId, TenantId
@@ -45,6 +44,6 @@ class JobContext:
         if self._progress is None:
             # A context made by hand (a handler called directly, in a test): the
             # report is checked, and kept nowhere.
-            JobProgress(current, total, message, datetime.now(UTC))
+            check_progress(current, total, message)
             return
         self._progress.report(current, total, message)

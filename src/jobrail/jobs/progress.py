@@ -11,14 +11,16 @@ never the job's failure; the next report (or the closing write) carries on.
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from jobrail.jobs.domain import JobProgress
+from jobrail.jobs.domain import JobProgress, check_progress
 from jobrail.jobs.ports import ClaimToken, JobStore
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import JobId
 
 log = logging.getLogger("jobrail.progress")
+
+_Report = tuple[float, float | None, str | None, datetime]
 
 
 class ProgressReporter:
@@ -37,27 +39,24 @@ class ProgressReporter:
         self._clock = clock
         self._interval_s = interval.total_seconds()
         self._sleep = sleep
-        self._latest: JobProgress | None = None
-        self._written: JobProgress | None = None
+        self._latest: _Report | None = None
+        self._written: _Report | None = None
         """The latest report whose write has ended (landed, or failed and dropped)."""
         self._writer: asyncio.Task[None] | None = None
         self._waiting = False
         self._fenced_out = False
         self._closed = False
 
-    @property
-    def latest(self) -> JobProgress | None:
-        return self._latest
-
     def report(
         self, current: float, total: float | None = None, message: str | None = None
     ) -> None:
         """Take a report (ValueError if it is not one, see JobProgress); it is written
         now if nothing was written this interval, else at the interval's end."""
-        progress = JobProgress(current, total, message, self._clock.now())
+        check_progress(current, total, message)
         if self._closed or self._fenced_out:
             return
-        self._latest = progress
+        # Made into a JobProgress only when written: a tight loop reports far more often.
+        self._latest = (current, total, message, self._clock.now())
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_pending())
 
@@ -87,16 +86,17 @@ class ProgressReporter:
         finally:
             self._writer = None
 
-    async def _write(self, progress: JobProgress | None) -> None:
-        if progress is None or self._fenced_out:
+    async def _write(self, report: "_Report | None") -> None:
+        if report is None or self._fenced_out:
             return
+        progress = JobProgress(*report)
         try:
             landed = await self._store.write_progress(self._job_id, self._claim, progress)
         except Exception as exc:  # noqa: BLE001 - progress never fails the job
             log.warning("job %s: its progress was not written (%s); dropped", self._job_id, exc)
             return
         finally:
-            self._written = progress
+            self._written = report
         if not landed:
             # Another attempt holds the job, or it ended: nothing more of ours lands.
             self._fenced_out = True

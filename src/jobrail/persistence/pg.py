@@ -137,6 +137,15 @@ UPDATE jobs SET progress = $4
 RETURNING id
 """
 
+WRITE_PROGRESS_MANY = """
+UPDATE jobs SET progress = p.progress
+  FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::jsonb[])
+       AS p(id, claimed_attempt, claimed_at, progress)
+ WHERE jobs.id = p.id AND jobs.status = 'running'
+   AND jobs.attempts = p.claimed_attempt AND jobs.started_at = p.claimed_at
+RETURNING jobs.id
+"""
+
 # Enqueue: the jobs of every request in the batch and their messages, in one statement.
 # JSON documents arrive as text, encoded per request (a NUL is refused for that request
 # alone, before any statement runs). A row whose key is taken (by an earlier row of the
@@ -314,14 +323,17 @@ class _Claim:
 
 
 class PgJobStore(_Pg):
-    """The worker's job store (see JobStore): one statement per call, and claims and
-    records made in the same loop turn share one statement."""
+    """The worker's job store (see JobStore): one statement per call, and claims,
+    records and progress writes made in the same loop turn share one statement."""
 
     def __init__(self, pool: asyncpg.Pool, window_s: float = 0.0) -> None:
         super().__init__(pool)
         self._claims: Coalescer[_Claim, Job | None] = Coalescer(self._claim_many, window_s)
         self._records: Coalescer[tuple[Job, ClaimToken], bool] = Coalescer(
             self._record_many, window_s
+        )
+        self._progress: Coalescer[tuple[JobId, ClaimToken, JobProgress], bool] = Coalescer(
+            self._write_progress_many, window_s
         )
 
     async def get(self, job_id: JobId) -> Job | None:
@@ -428,10 +440,26 @@ class PgJobStore(_Pg):
             )
 
     async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
-        row = await self._fetchrow(
-            WRITE_PROGRESS, job_id, claim.attempt, claim.started_at, progress_document(progress)
+        return await self._progress.submit((job_id, claim, progress))
+
+    async def _write_progress_many(
+        self, writes: Sequence[tuple[JobId, ClaimToken, JobProgress]]
+    ) -> list[bool]:
+        if len(writes) == 1:
+            job_id, claim, progress = writes[0]
+            row = await self._fetchrow(
+                WRITE_PROGRESS, job_id, claim.attempt, claim.started_at, progress_document(progress)
+            )
+            return [row is not None]
+        rows = await self._fetch(
+            WRITE_PROGRESS_MANY,
+            [job_id for job_id, _, _ in writes],
+            [claim.attempt for _, claim, _ in writes],
+            [claim.started_at for _, claim, _ in writes],
+            [progress_document(progress) for _, _, progress in writes],
         )
-        return row is not None
+        written = {row["id"] for row in rows}
+        return [job_id in written for job_id, _, _ in writes]
 
 
 @dataclass(frozen=True, slots=True)
