@@ -16,6 +16,7 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
+from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.jobs.watchdog import Kept
 from jobrail.limits.model import JobLimits, Lock, TokenBucket
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
@@ -71,9 +72,12 @@ class Recording:
 
 
 class Worker:
-    def __init__(self, *middleware: AttemptMiddleware[Any]) -> None:
+    def __init__(
+        self, *middleware: AttemptMiddleware[Any], notes_every_s: float | None = None
+    ) -> None:
         self.clock = FixedClock()
         self.store = FakeJobStore()
+        self.notes = WaitNotes(self.store, notes_every_s) if notes_every_s is not None else None
         self.publisher = FakePublisher()
         self.dispatcher = FakeDispatcher()
         self.events: list[str] = []
@@ -89,6 +93,7 @@ class Worker:
                 store_retry_max=timedelta(milliseconds=1),
             ),
             middleware,
+            wait_notes=self.notes,
         )
 
     def add(self) -> Job:

@@ -14,12 +14,11 @@ from jobrail.jobs.domain import JobStatus, Wait, WaitsOn
 from jobrail.jobs.gating import Deferred
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.middleware import Defer, GiveUp
-from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRunner, RunnerConfig
 from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.limits.model import JobLimits, Lock
-from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+from tests.fakes import FakeJobStore, FixedClock, make_job
 from tests.unit.test_attempt_chain import ScriptedGate, _attempt
+from tests.unit.test_attempt_chain import Worker as ChainWorker
 
 LOCKED = JobLimits(lock=Lock(key="account:{message}", ttl_s=30))
 ON_LOCK = (WaitsOn("lock", "lock", "account:hi"),)
@@ -80,37 +79,23 @@ async def test_within_its_longest_wait_the_job_is_deferred() -> None:
     assert isinstance(await middleware.before_claim(attempt), Defer)
 
 
-class Worker:
+class Worker(ChainWorker):
+    """The chain's worker with the limits middleware over scripted verdicts, noting waits."""
+
     def __init__(self, *verdicts: Any, max_wait: timedelta | None = None) -> None:
-        self.clock = FixedClock()
-        self.store = FakeJobStore()
-        self.publisher = FakePublisher()
-        self.dispatcher = FakeDispatcher()
-        self.notes = WaitNotes(self.store, interval_s=0.01)
         self.ran = 0
         self.max_wait = max_wait
-        self.runner = JobRunner(
-            self.store,
-            self.dispatcher,
-            self.publisher,
-            self.clock,
-            RetryPolicy(base_s=1, cap_s=60, jitter=False),
-            RunnerConfig(
-                dead_letter_queue="jobs.dlq",
-                lease_grace=timedelta(seconds=10),
-                store_retry_max=timedelta(milliseconds=1),
-            ),
-            (LimitsAndLock(ScriptedGate(list(verdicts)), self.clock),),
-            wait_notes=self.notes,
+        # Its own clock shows the worker's time: both start at the same instant.
+        super().__init__(
+            LimitsAndLock(ScriptedGate(list(verdicts)), FixedClock()), notes_every_s=0.01
         )
 
-    async def run(self, message: JobMessage) -> None:
+    async def run_message(self, message: JobMessage) -> None:
         async def handler(payload: Mapping[str, Any], ctx: JobContext) -> None:
             self.ran += 1
 
-        await self.runner.run(
-            message, JobRun(handler, timedelta(seconds=30), LOCKED, max_wait=self.max_wait)
-        )
+        job_run = JobRun(handler, timedelta(seconds=30), LOCKED, max_wait=self.max_wait)
+        await self.runner.run(message, job_run)
 
 
 async def test_the_deferrals_of_many_jobs_are_noted_in_one_statement() -> None:
@@ -119,7 +104,9 @@ async def test_the_deferrals_of_many_jobs_are_noted_in_one_statement() -> None:
     for job in jobs:
         w.store.jobs[job.id] = job
 
-    await asyncio.gather(*(w.run(JobMessage(j.id, j.type, j.queue, j.tenant_id)) for j in jobs))
+    await asyncio.gather(
+        *(w.run_message(JobMessage(j.id, j.type, j.queue, j.tenant_id)) for j in jobs)
+    )
     await asyncio.sleep(0.05)
 
     assert w.store.wait_statements == 1
@@ -137,9 +124,10 @@ async def test_a_job_that_started_meanwhile_keeps_no_note() -> None:
     job = make_job()
     w.store.jobs[job.id] = job
 
-    await w.run(JobMessage(job.id, job.type, job.queue, job.tenant_id))
+    await w.run_message(JobMessage(job.id, job.type, job.queue, job.tenant_id))
     w.clock.advance(timedelta(seconds=5))
     w.store.jobs[job.id].start(w.clock.now(), timedelta(seconds=30))  # before the flush
+    assert w.notes is not None
     await w.notes.flush()
 
     assert w.store.jobs[job.id].waiting is None
@@ -160,7 +148,7 @@ async def test_a_job_that_waited_too_long_fails_without_running_and_is_dead_lett
     w.store.jobs[job.id] = job
     since = w.clock.now() - timedelta(seconds=20)
 
-    await w.run(
+    await w.run_message(
         JobMessage(job.id, job.type, job.queue, job.tenant_id, deferrals=6, waiting_since=since)
     )
 

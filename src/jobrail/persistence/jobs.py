@@ -129,6 +129,16 @@ class SqlaJobRepository:
             )
 
 
+def _held_by(job_id: JobId, claim: ClaimToken) -> tuple[Any, ...]:
+    """The job is still running the attempt of `claim` (a write of that attempt's)."""
+    return (
+        jobs.c.id == job_id,
+        jobs.c.status == JobStatus.RUNNING.value,
+        jobs.c.attempts == claim.attempt,
+        jobs.c.started_at == claim.started_at,
+    )
+
+
 class SqlaJobStore:
     """Each method is one short transaction of its own: a worker never holds a
     transaction open while a job runs."""
@@ -189,16 +199,7 @@ class SqlaJobStore:
         state = job_state(job)
         # cancel_requested belongs to whoever asked to cancel; the worker only reads it.
         del state["cancel_requested"]
-        statement = (
-            update(jobs)
-            .where(
-                jobs.c.id == job.id,
-                jobs.c.status == JobStatus.RUNNING.value,
-                jobs.c.attempts == claim.attempt,
-                jobs.c.started_at == claim.started_at,
-            )
-            .values(state)
-        )
+        statement = update(jobs).where(*_held_by(job.id, claim)).values(state)
         with database_errors():
             async with self._engine.begin() as conn:
                 result = await conn.execute(statement)
@@ -211,16 +212,7 @@ class SqlaJobStore:
         return True
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
-        statement = (
-            update(jobs)
-            .where(
-                jobs.c.id == job_id,
-                jobs.c.status == JobStatus.RUNNING.value,
-                jobs.c.attempts == claim.attempt,
-                jobs.c.started_at == claim.started_at,
-            )
-            .values(lease_until=until)
-        )
+        statement = update(jobs).where(*_held_by(job_id, claim)).values(lease_until=until)
         with database_errors():
             async with self._engine.begin() as conn:
                 result = await conn.execute(statement)
@@ -257,12 +249,7 @@ class SqlaJobStore:
     async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
         statement = (
             update(jobs)
-            .where(
-                jobs.c.id == job_id,
-                jobs.c.status == JobStatus.RUNNING.value,
-                jobs.c.attempts == claim.attempt,
-                jobs.c.started_at == claim.started_at,
-            )
+            .where(*_held_by(job_id, claim))
             .values(progress=progress_document(progress))
         )
         with database_errors():
