@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.persistence.tables import jobs
+from tests.support.apps import reference_and_test_jobs
 from tests.support.fixtures import settings_from
 from tests.support.processes import Process, start_worker
 from tests.support.rabbit import RabbitProbe
@@ -120,7 +121,9 @@ async def api(
     make_api: Callable[..., Any],
     rabbit: RabbitProbe,
 ) -> Any:
-    async with make_api(settings_from(fault_env, monkeypatch)) as client:
+    async with make_api(
+        settings_from(fault_env, monkeypatch), reference_and_test_jobs.modules
+    ) as client:
         yield client
 
 
