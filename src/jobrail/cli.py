@@ -28,20 +28,27 @@ from jobrail.settings import Settings, SettingsError, load_settings
 if TYPE_CHECKING:
     from jobrail.facade.rail import JobRail
     from jobrail.modules import Module
+    from jobrail.persistence.schema import MigrationChain
 
 
 def migrate(settings: Settings, modules: "Sequence[Module]" = ()) -> None:
     """The platform's Alembic chain, then the chains the modules name: those of the
     settings, then `modules` (see jobrail.persistence.schema). A chain two modules
     name runs once."""
-    from jobrail.modules import load_modules
     from jobrail.persistence.schema import sqlite_path, upgrade
 
     path = sqlite_path(settings.database)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.database, _chains(settings, modules))
+
+
+def _chains(settings: Settings, modules: "Sequence[Module]") -> "list[MigrationChain]":
+    """The Alembic chains the modules of the settings, then `modules`, name."""
+    from jobrail.modules import load_modules
+
     loaded = [*load_modules(settings.modules), *modules]
-    upgrade(settings.database, [chain for module in loaded for chain in module.migrations])
+    return [chain for module in loaded for chain in module.migrations]
 
 
 def _migrate_or_exit(
@@ -83,14 +90,11 @@ def _check_schema_or_exit(settings: Settings, modules: Sequence["Module"], app: 
     """A serving process on a database that is not migrated for its modules (or a SQLite
     file that is not there) stops here in one line, exit 1, rather than with a traceback
     from its first query."""
-    from jobrail.modules import load_modules
     from jobrail.persistence.schema import MigrationError, not_up_to_date
 
-    loaded = [*load_modules(settings.modules), *modules]
+    chains = _chains(settings, modules)  # a module that does not load: main's one line
     try:
-        problem = not_up_to_date(
-            settings.database, [chain for module in loaded for chain in module.migrations]
-        )
+        problem = not_up_to_date(settings.database, chains)
     except MigrationError as exc:
         problem = str(exc)
     except Exception as exc:  # noqa: BLE001 - the database's own error, told apart below
