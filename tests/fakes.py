@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, Job, JobProgress, JobStatus
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, Job, JobProgress, JobStatus
+from jobrail.jobs.flow import Flow
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
@@ -85,6 +86,82 @@ class FakeJobRepository:
     async def save(self, job: Job) -> None:
         self._jobs[job.id] = copy.deepcopy(job)
 
+    async def add_new(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            self._jobs[job.id] = copy.deepcopy(job)
+
+    async def save_held(self, job: Job, claim: ClaimToken) -> bool:
+        current = self._jobs.get(job.id)
+        if not FakeJobStore._running(current, claim):
+            return False
+        assert current is not None
+        kept = current.cancel_requested  # the worker only reads it
+        self._jobs[job.id] = copy.deepcopy(job)
+        self._jobs[job.id].cancel_requested = kept
+        return True
+
+
+class FakeFlowRepository:
+    """Flows in a dict, their jobs in the unit of work's jobs (FakeUnitOfWork)."""
+
+    def __init__(self, flows: dict[uuid.UUID, Flow], jobs: dict[JobId, Job]) -> None:
+        self._flows = flows
+        self._jobs = jobs
+
+    async def add(self, flow: Flow) -> Flow:
+        if flow.idempotency_key is not None:
+            for existing in self._flows.values():
+                if (existing.tenant_id, existing.idempotency_key) == (
+                    flow.tenant_id,
+                    flow.idempotency_key,
+                ):
+                    return copy.deepcopy(existing)
+        self._flows[flow.id] = copy.deepcopy(flow)
+        return flow
+
+    async def get(
+        self, flow_id: uuid.UUID, tenant_id: TenantId | None = None, *, for_update: bool = False
+    ) -> Flow | None:
+        flow = self._flows.get(flow_id)
+        if flow is None or (tenant_id is not None and flow.tenant_id != tenant_id):
+            return None
+        return copy.deepcopy(flow)
+
+    async def save(self, flow: Flow) -> None:
+        self._flows[flow.id] = copy.deepcopy(flow)
+
+    async def jobs(
+        self,
+        flow_id: uuid.UUID,
+        *,
+        roles: Sequence[FlowRole] | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        for_update: bool = False,
+    ) -> list[Job]:
+        found = [
+            copy.deepcopy(job)
+            for job in self._jobs.values()
+            if job.flow is not None
+            and job.flow.flow_id == flow_id
+            and (roles is None or job.flow.role in roles)
+            and (statuses is None or job.status in statuses)
+        ]
+        last = 1 << 62
+        return sorted(
+            found,
+            key=lambda job: (
+                job.flow.step if job.flow and job.flow.step is not None else last,
+                job.created_at,
+                job.id,
+            ),
+        )
+
+    async def counts(self, flow_id: uuid.UUID) -> dict[JobStatus, int]:
+        counts: dict[JobStatus, int] = {}
+        for job in await self.jobs(flow_id, roles=[FlowRole.MEMBER]):
+            counts[job.status] = counts.get(job.status, 0) + 1
+        return counts
+
 
 class FakeJobIntake:
     """Stores jobs into a dict shared with FakeUnitOfWork, with the idempotency rule."""
@@ -104,32 +181,44 @@ class FakeOutbox:
     def __init__(self) -> None:
         self.added: list[Envelope] = []
 
-    async def add(self, message: Outgoing) -> None:
+    async def add(self, message: Outgoing, *, dispatch: bool = True) -> None:
         self.added.append(encode(message))
+
+    async def add_many(self, messages: Sequence[Outgoing]) -> None:
+        self.added.extend(encode(message) for message in messages)
 
 
 class FakeUnitOfWork:
-    """Changes become visible in `store` only on commit, like a real transaction."""
+    """Changes become visible in `store` (and `flows`) only on commit, like a real
+    transaction."""
 
-    def __init__(self, store: dict[JobId, Job] | None = None) -> None:
+    def __init__(
+        self, store: dict[JobId, Job] | None = None, flows: dict[uuid.UUID, Flow] | None = None
+    ) -> None:
         self.store: dict[JobId, Job] = store if store is not None else {}
+        self.flow_store: dict[uuid.UUID, Flow] = flows if flows is not None else {}
         self.published: list[Envelope] = []
         self.commits = 0
         self.committed = False
 
     async def __aenter__(self) -> Self:
         self._working = copy.deepcopy(self.store)
+        self._working_flows = copy.deepcopy(self.flow_store)
         self.jobs = FakeJobRepository(self._working)
+        self.flows = FakeFlowRepository(self._working_flows, self._working)
         self.outbox = FakeOutbox()
         self.committed = False
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._working = {}
+        self._working_flows = {}
 
     async def commit(self) -> None:
         self.store.clear()
         self.store.update(self._working)
+        self.flow_store.clear()
+        self.flow_store.update(self._working_flows)
         self.published.extend(self.outbox.added)
         self.outbox.added = []
         self.commits += 1
@@ -219,6 +308,9 @@ class FakeJobStore:
         self._maybe_fail()
         job = self.jobs.get(job_id)
         return bool(job and job.cancel_requested)
+
+    async def flow_members(self, flow_id: uuid.UUID) -> list[Job]:
+        return await FakeFlowRepository({}, self.jobs).jobs(flow_id, roles=[FlowRole.MEMBER])
 
     async def note_waits(self, notes: Sequence[WaitNote]) -> None:
         self.wait_statements += 1

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.admission import LimitsAndLock
 from jobrail.jobs.events import EventCatalog
+from jobrail.jobs.flow_recording import FlowRecordingStore
 from jobrail.jobs.ports import (
     DeadLetterQueue,
     JobCatalog,
@@ -43,6 +44,7 @@ from jobrail.jobs.use_cases import (
     RedriveDeadLetters,
     RedriveJob,
 )
+from jobrail.jobs.use_cases.flows import FlowService, Workflows
 from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.kernel.clock import Clock, SystemClock
@@ -276,10 +278,20 @@ class PlatformProvider(Provider):
     revoke_api_key = provide(RevokeApiKey, scope=Scope.APP)
 
     @provide(scope=Scope.APP)
-    def job_store(self, pool: PgPool | None, engine: AsyncEngine, settings: Settings) -> JobStore:
-        if pool is None:
-            return SqlaJobStore(engine)
-        return PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
+    def job_store(
+        self,
+        pool: PgPool | None,
+        engine: AsyncEngine,
+        settings: Settings,
+        factory: UnitOfWorkFactory,
+    ) -> JobStore:
+        store: JobStore = (
+            SqlaJobStore(engine)
+            if pool is None
+            else PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
+        )
+        # The end of a batch's or chain's member is recorded with what it does to the rest.
+        return FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
 
     @provide(scope=Scope.APP)
     def runner(
@@ -356,6 +368,14 @@ class PlatformProvider(Provider):
             clock,
             settings.retry.max_attempts,
         )
+
+    @provide(scope=Scope.APP)
+    def workflows(self, factory: UnitOfWorkFactory) -> Workflows:
+        return factory.workflows
+
+    @provide(scope=Scope.APP)
+    def flow_service(self, factory: UnitOfWorkFactory) -> FlowService:
+        return FlowService(lambda: factory(SqlaUnitOfWork), factory.workflows)
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

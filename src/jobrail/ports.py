@@ -12,10 +12,14 @@ jobrail implements them, which may move; this module is what stays.
 - ``LimitsBackend`` and its requests (``Acquire`` with a key from ``KeyTemplate``) and
   answers (``Admission``, ``Grant``, ``Decision``), for a use case that waits on a rate
   limit itself; ``LimitsUnavailableError`` when the store cannot be reached.
+- ``BatchCommand`` and ``ChainCommand`` of ``FlowJob``s: a batch or a chain to start in
+  the current transaction (``uow.workflows.batch`` / ``.chain`` of a
+  ``SqlaUnitOfWork``); ``FlowStarted`` out, with its jobs and callbacks.
 """
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult, EventPublisher, Inbox, JobQueue
+from jobrail.jobs.use_cases.flows import BatchCommand, ChainCommand, FlowJob, FlowStarted
 from jobrail.limits.model import (
     Acquire,
     Admission,
@@ -29,10 +33,14 @@ from jobrail.limits.model import (
 __all__ = [
     "Acquire",
     "Admission",
+    "BatchCommand",
+    "ChainCommand",
     "Decision",
     "EnqueueJobCommand",
     "EnqueueResult",
     "EventPublisher",
+    "FlowJob",
+    "FlowStarted",
     "Grant",
     "Inbox",
     "Job",

@@ -6,8 +6,9 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from jobrail.jobs.use_cases import EnqueueJobCommand
+from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import jobs
+from jobrail.persistence.tables import flows, jobs
 from jobrail.persistence.uow import SqlaUnitOfWork
 from tests.fakes import FakeDispatcher
 from tests.support.units import sqlite_units
@@ -37,3 +38,40 @@ async def test_a_job_enqueued_in_a_transaction_commits_with_it_or_not_at_all(
     assert stored == 1
     assert result.created
     assert len(dispatcher.dispatched) == 1
+
+
+async def test_a_batch_started_in_a_transaction_commits_with_it_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    dispatcher = FakeDispatcher()
+    engine, factory = await sqlite_units(tmp_path, dispatcher)
+    command = BatchCommand(
+        tenant_id=TenantId("acme"),
+        jobs=[FlowJob("demo.echo", {"message": str(n)}) for n in range(3)],
+        then=FlowJob("demo.echo", {"message": "done"}),
+    )
+
+    async with factory(SqlaUnitOfWork) as uow:
+        await uow.workflows.batch(command)  # rolled back: no flow, no job, no message
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(flows)) == 0
+        assert await conn.scalar(select(func.count()).select_from(jobs)) == 0
+    assert dispatcher.dispatched == []
+
+    async with factory(SqlaUnitOfWork) as uow:
+        started = await uow.workflows.batch(command)
+        assert dispatcher.dispatched == []  # nothing before the commit
+        await uow.commit()
+
+    async with engine.connect() as conn:
+        statuses = {
+            (role, status)
+            for role, status in (await conn.execute(select(jobs.c.flow_role, jobs.c.status)))
+        }
+        stored = await conn.scalar(select(func.count()).select_from(jobs))
+    await engine.dispose()
+    assert stored == 4
+    assert statuses == {("member", "pending"), ("then", "blocked")}
+    assert started.flow.total == 3
+    # The members' messages leave after the commit; the callback's waits for its release.
+    assert len(dispatcher.dispatched) == 3

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.kernel.ids import JobId
 from jobrail.persistence.tables import jobs
 from tests.support.apps import reference_and_test_jobs
 from tests.support.fixtures import settings_from
@@ -25,6 +26,7 @@ from tests.support.rabbit import RabbitProbe
 from tests.support.recorder import Recorder
 from tests.support.servers import RunningSandbox, SmtpSink, sandbox_vendor, smtp_server
 from tests.support.services import reachable, wait_for
+from tests.support.wire import job_envelope
 
 APP = "tests.support.apps:reference_and_test_jobs"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -174,6 +176,21 @@ async def wait_all_terminal(engine: AsyncEngine, expected: int, timeout: float) 
             f"not all terminal: {await job_counts(engine)}; unfinished: {stuck[:10]}"
         ) from None
     return time.monotonic()
+
+
+async def republish_all(rabbit: RabbitProbe, engine: AsyncEngine) -> int:
+    """Publish every job's message once more, as RabbitMQ may redeliver it (a blocked
+    job's too); return how many."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(select(jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.tenant_id))
+        ).all()
+    for row in rows:
+        envelope = job_envelope(
+            job_id=JobId(row.id), job_type=row.type, queue=row.queue, tenant_id=row.tenant_id
+        )
+        await rabbit.publish_raw(rabbit.topology.queues[row.queue], envelope.body)
+    return len(rows)
 
 
 def rabbitmqctl(*args: str) -> None:

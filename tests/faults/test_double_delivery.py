@@ -8,30 +8,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import items
-from jobrail.kernel.ids import JobId
 from jobrail.persistence.tables import jobs
-from tests.faults.conftest import job_counts, wait_all_terminal
+from tests.faults.conftest import job_counts, republish_all, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import RabbitProbe
 from tests.support.recorder import Recorder
 from tests.support.servers import RunningSandbox, SmtpSink
-from tests.support.wire import job_envelope
 
 PAGES = 3
-
-
-async def _republish(rabbit: RabbitProbe, engine: AsyncEngine) -> int:
-    """Publish every job's message once more, as RabbitMQ may redeliver it."""
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(select(jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.tenant_id))
-        ).all()
-    for row in rows:
-        envelope = job_envelope(
-            job_id=JobId(row.id), job_type=row.type, queue=row.queue, tenant_id=row.tenant_id
-        )
-        await rabbit.publish_raw(rabbit.topology.queues[row.queue], envelope.body)
-    return len(rows)
 
 
 async def test_each_message_type_delivered_twice_has_one_effect(
@@ -65,7 +49,7 @@ async def test_each_message_type_delivered_twice_has_one_effect(
     await api.enqueue("billing.pay_invoice", {"invoice_id": invoice["id"]})
     account = f"twice-pages-{PAGES}"
     await api.post(f"/sync/accounts/{account}/sync")
-    first_copies = await _republish(rabbit, engine)
+    first_copies = await republish_all(rabbit, engine)
     # pay_invoice publishes invoice.paid.v1: one send_receipt job, which runs too.
     await wait_all_terminal(engine, 5, timeout=30)
     async with engine.connect() as conn:
@@ -79,7 +63,7 @@ async def test_each_message_type_delivered_twice_has_one_effect(
     await api.enqueue("notifications.send_receipt", dict(receipt.payload))
     await wait_all_terminal(engine, 6, timeout=30)
     # Then every message once more, after its job finished.
-    late_copies = await _republish(rabbit, engine)
+    late_copies = await republish_all(rabbit, engine)
     await asyncio.sleep(2)  # time enough for the late copies to be consumed
     await wait_all_terminal(engine, 6, timeout=30)
 

@@ -19,6 +19,7 @@ from jobrail.jobs.use_cases import (
     RedriveJob,
     RedriveJobCommand,
 )
+from jobrail.jobs.use_cases.flows import Workflows
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
 from jobrail.messaging.brokers import EmbeddedJobBroker
@@ -221,7 +222,7 @@ async def test_cancel_of_a_pending_job_is_immediate(
 ) -> None:
     created = await enqueue(greet_cmd())
 
-    job = await CancelJob(uow, clock)(CancelJobCommand(ACME, created.job.id))
+    job = await _cancel(uow, clock)(CancelJobCommand(ACME, created.job.id))
 
     assert job.status is JobStatus.CANCELLED
     assert uow.store[created.job.id].status is JobStatus.CANCELLED
@@ -233,7 +234,7 @@ async def test_cancel_of_a_running_job_only_requests_it(
     created = await enqueue(greet_cmd())
     uow.store[created.job.id].start(clock.now(), timedelta(seconds=30))
 
-    job = await CancelJob(uow, clock)(CancelJobCommand(ACME, created.job.id))
+    job = await _cancel(uow, clock)(CancelJobCommand(ACME, created.job.id))
 
     assert job.status is JobStatus.RUNNING
     assert uow.store[created.job.id].cancel_requested
@@ -245,7 +246,7 @@ async def test_cancel_of_another_tenants_job_is_not_found(
     created = await enqueue(greet_cmd())
 
     with pytest.raises(NotFoundError):
-        await CancelJob(uow, clock)(CancelJobCommand(GLOBEX, created.job.id))
+        await _cancel(uow, clock)(CancelJobCommand(GLOBEX, created.job.id))
     assert uow.store[created.job.id].status is JobStatus.PENDING
 
 
@@ -275,3 +276,7 @@ async def test_redrive_of_a_pending_job_is_a_conflict_and_publishes_nothing(
     with pytest.raises(ConflictError):
         await RedriveJob(uow, clock, dlq, NO_TYPES)(RedriveJobCommand(ACME, created.job.id))
     assert uow.published == []
+
+
+def _cancel(uow: FakeUnitOfWork, clock: FixedClock) -> CancelJob:
+    return CancelJob(uow, clock, Workflows(NO_TYPES, clock, 3))

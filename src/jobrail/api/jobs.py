@@ -20,6 +20,8 @@ from jobrail.jobs.use_cases import (
     RedriveJob,
     RedriveJobCommand,
 )
+from jobrail.jobs.use_cases.flows import FlowService
+from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
 
 
@@ -32,8 +34,20 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JobsRoute, respons
 
 
 @router.get("/{job_id}", summary="A job and its status", dependencies=[RateLimitRead])
-async def get_job(job_id: uuid.UUID, tenant: CurrentTenant, get: FromDishka[GetJob]) -> JobOut:
-    return JobOut.of(await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id))))
+async def get_job(
+    job_id: uuid.UUID,
+    tenant: CurrentTenant,
+    get: FromDishka[GetJob],
+    flows: FromDishka[FlowService],
+) -> JobOut:
+    job = await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id)))
+    view = None
+    if job.flow is not None:  # a member or callback of a batch or chain shows it
+        try:
+            view = await flows.get(tenant, job.flow.flow_id)
+        except NotFoundError:
+            view = None  # the flow's row is gone (retention): the job still shows
+    return JobOut.of(job, view)
 
 
 @router.get("", summary="Jobs, newest first", dependencies=[RateLimitRead])

@@ -8,8 +8,10 @@ from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobrail.jobs.domain import Job
+from jobrail.jobs.flow import FlowCounts
 from jobrail.jobs.ports import Cursor
 from jobrail.jobs.use_cases import EnqueueResult
+from jobrail.jobs.use_cases.flows import FlowView
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId
 
@@ -29,7 +31,9 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-JobStatusName = Literal["pending", "running", "retrying", "succeeded", "failed", "cancelled"]
+JobStatusName = Literal[
+    "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked"
+]
 
 
 class JobAccepted(BaseModel):
@@ -58,6 +62,71 @@ class ProgressOut(BaseModel):
     updated_at: datetime = Field(description="When the running attempt reported it.")
 
 
+class FlowCountsOut(BaseModel):
+    total: int
+    pending: int = Field(
+        description="Waiting to run: pending, retrying, or a chain's later steps not released yet."
+    )
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+    @classmethod
+    def of(cls, counts: FlowCounts) -> "FlowCountsOut":
+        return cls(
+            total=counts.total,
+            pending=counts.pending,
+            running=counts.running,
+            succeeded=counts.succeeded,
+            failed=counts.failed,
+            cancelled=counts.cancelled,
+        )
+
+
+class FlowOut(BaseModel):
+    id: uuid.UUID
+    kind: Literal["batch", "chain"]
+    name: str | None
+    status: Literal["running", "succeeded", "failed", "cancelled"] = Field(
+        description="running until every member has ended; then succeeded (all did), "
+        "failed (one or more failed) or cancelled."
+    )
+    cancel_requested: bool
+    counts: FlowCountsOut = Field(description="Its members by state, as they are now.")
+    callbacks: dict[Literal["then", "catch", "finally"], uuid.UUID] = Field(
+        description="The callback jobs: blocked until released, cancelled if never due."
+    )
+    created_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, view: FlowView) -> "FlowOut":
+        flow = view.flow
+        return cls(
+            id=flow.id,
+            kind=flow.kind.value,
+            name=flow.name,
+            status=flow.status.value,
+            cancel_requested=flow.cancel_requested,
+            counts=FlowCountsOut.of(view.counts),
+            callbacks={role.value: job_id for role, job_id in flow.callbacks.items()},
+            created_at=flow.created_at,
+            finished_at=flow.finished_at,
+        )
+
+
+class JobFlowOut(BaseModel):
+    id: uuid.UUID = Field(description="The batch's or chain's id.")
+    kind: Literal["batch", "chain"] | None = Field(description="null in lists.")
+    role: Literal["member", "then", "catch", "finally"]
+    step: int | None = Field(description="A member's place (0 first).")
+    status: Literal["running", "succeeded", "failed", "cancelled"] | None = None
+    counts: FlowCountsOut | None = Field(
+        default=None, description="Its members by state (on `GET /jobs/{id}`; null in lists)."
+    )
+
+
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
@@ -83,9 +152,12 @@ class JobOut(BaseModel):
         description="The latest progress its handler reported (`ctx.progress`), or null: "
         "written a few times a second while it runs, and last before its outcome.",
     )
+    flow: JobFlowOut | None = Field(
+        default=None, description="The batch or chain the job belongs to, if any."
+    )
 
     @classmethod
-    def of(cls, job: Job) -> "JobOut":
+    def of(cls, job: Job, flow: FlowView | None = None) -> "JobOut":
         return cls(
             id=job.id,
             type=job.type,
@@ -117,7 +189,21 @@ class JobOut(BaseModel):
                 message=job.progress.message,
                 updated_at=job.progress.updated_at,
             ),
+            flow=_job_flow(job, flow),
         )
+
+
+def _job_flow(job: Job, view: FlowView | None) -> JobFlowOut | None:
+    if job.flow is None:
+        return None
+    return JobFlowOut(
+        id=job.flow.flow_id,
+        kind=view.flow.kind.value if view else None,
+        role=job.flow.role.value,
+        step=job.flow.step,
+        status=view.flow.status.value if view else None,
+        counts=FlowCountsOut.of(view.counts) if view else None,
+    )
 
 
 class JobList(BaseModel):

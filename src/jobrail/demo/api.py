@@ -1,14 +1,18 @@
+import uuid
 from typing import Annotated
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Request, Response
+from pydantic import Field
 
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import EnqueueTenant
-from jobrail.api.schemas import JobAccepted, accepted
-from jobrail.demo.jobs import EchoPayload
+from jobrail.api.schemas import JobAccepted, RequestModel, accepted
+from jobrail.demo.jobs import EchoPayload, batch_sum
 from jobrail.demo.jobs import echo as echo_job
+from jobrail.jobs.domain import FlowRole
 from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob, FlowService
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES
@@ -38,3 +42,60 @@ async def echo(
         )
     )
     return accepted(result, response, request)
+
+
+class DemoBatch(RequestModel):
+    count: int = Field(ge=1, le=100, description="How many echo jobs (a demo: at most 100).")
+    fail_times: int = Field(default=0, ge=0, le=100, description="Each fails this often first.")
+    sleep_ms: int = Field(default=0, ge=0, le=60_000, description="Each sleeps this long.")
+
+
+class BatchAccepted(RequestModel):
+    batch_id: uuid.UUID
+    job_ids: list[uuid.UUID]
+    then_job_id: uuid.UUID
+
+
+@router.post(
+    "/batch",
+    status_code=202,
+    summary="Start a demo batch of echo jobs",
+    description="`count` echo jobs (job i returns the value i), and a `then` callback "
+    "that records the sum of their values once all have succeeded. Poll "
+    "`GET /batches/{batch_id}` for its counts, `GET /jobs/{then_job_id}` for the sum.",
+)
+async def batch(
+    body: DemoBatch,
+    request: Request,
+    response: Response,
+    tenant: EnqueueTenant,
+    flows: FromDishka[FlowService],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+) -> BatchAccepted:
+    started = await flows.batch(
+        BatchCommand(
+            tenant_id=tenant,
+            jobs=[
+                FlowJob(
+                    echo_job.name,
+                    {
+                        "message": f"member {i}",
+                        "value": i,
+                        "fail_times": body.fail_times,
+                        "sleep_ms": body.sleep_ms,
+                    },
+                )
+                for i in range(body.count)
+            ],
+            then=FlowJob(batch_sum.name, {}),
+            idempotency_key=idempotency_key,
+            name="demo batch",
+        )
+    )
+    response.headers["Location"] = str(request.url_for("get_batch", batch_id=started.flow.id))
+    if not started.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    then = started.callbacks[FlowRole.THEN]
+    return BatchAccepted(
+        batch_id=started.flow.id, job_ids=[job.id for job in started.members], then_job_id=then.id
+    )

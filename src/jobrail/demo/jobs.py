@@ -21,10 +21,13 @@ class EchoPayload(BaseModel):
     permanent: bool = Field(
         default=False, description="Fail the first attempt with a permanent error instead."
     )
+    value: int | None = Field(
+        default=None, description="A number to return beside the echo (a batch sums them)."
+    )
 
 
 @job("demo.echo", payload=EchoPayload, queue="jobs.default", timeout_s=30)
-async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str]:
+async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str | int]:
     """Sleep (reporting the milliseconds slept as its progress), fail as asked, then echo
     the message back as the job's result."""
     slept_ms = 0
@@ -40,4 +43,18 @@ async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str]:
         raise TransientError(
             f"asked to fail {payload.fail_times} time(s); this was attempt {ctx.attempt}"
         )
+    if payload.value is not None:
+        return {"echo": payload.message, "value": payload.value}
     return {"echo": payload.message}
+
+
+class BatchSumPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+@job("demo.batch_sum", payload=BatchSumPayload, queue="jobs.default", timeout_s=30)
+async def batch_sum(payload: BatchSumPayload, ctx: JobContext) -> dict[str, int]:
+    """A demo batch's `then` callback: the sum of its members' values."""
+    results = await ctx.flow_results()
+    values = [r.get("value", 0) for r in results if r is not None]
+    return {"sum": sum(v for v in values if isinstance(v, int)), "members": len(results)}

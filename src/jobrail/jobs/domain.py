@@ -1,16 +1,18 @@
 """The job aggregate: what a job is and which state changes are legal.
 
+    blocked ──release──► pending      (a later step of a chain, a batch's callback)
     pending ──start──► running ──succeed──► succeeded
        ▲                 │  ├──retry_later──► retrying ──start──► running
        │                 │  ├──fail──► failed ──redrive──► pending
        │                 │  └──cancelled (at a checkpoint, after cancel was requested)
-    pending | retrying ──cancel──► cancelled
+    pending | retrying | blocked ──cancel──► cancelled
 
 A running job whose lease has ended (its worker died) may be started again: the
 new start is a takeover and counts as an attempt.
 """
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -27,6 +29,9 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"
+    """Waits for other jobs to end (its chain's step before it, its batch's members);
+    it has no message until they release it (jobrail.jobs.flow)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -35,6 +40,8 @@ class JobStatus(StrEnum):
 
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 CLAIMABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.RETRYING})
+# A job in one of these may be cancelled at once (none of its attempts is running).
+IDLE_STATUSES = CLAIMABLE_STATUSES | {JobStatus.BLOCKED}
 
 MAX_ERROR_LENGTH = 2000
 
@@ -141,6 +148,29 @@ def _require_amount(name: str, value: object) -> None:
         raise ValueError(f"progress {name} must not be negative ({value})")
 
 
+class FlowRole(StrEnum):
+    """A job's part in its batch or chain."""
+
+    MEMBER = "member"
+    """One of a batch's jobs, or one step of a chain: counted in the flow's totals."""
+    THEN = "then"
+    """A batch's callback once every member succeeded."""
+    CATCH = "catch"
+    """A batch's callback at its first failed member."""
+    FINALLY = "finally"
+    """A batch's callback once every member has ended, however."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLink:
+    """Which batch or chain (a flow, jobrail.jobs.flow) a job belongs to, as what, and
+    for a chain's step, its place (0 first)."""
+
+    flow_id: uuid.UUID
+    role: FlowRole
+    step: int | None = None
+
+
 def _clip(error: str) -> str:
     error = error.replace("\x00", "")  # Postgres text cannot hold NUL
     return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 1] + "…"
@@ -173,6 +203,8 @@ class Job:
     progress: JobProgress | None = None
     """The latest progress an attempt reported (kept across attempts until a new one
     reports; written by the attempt, never by a state change)."""
+    flow: FlowLink | None = None
+    """The batch or chain the job belongs to, and its part in it."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id
@@ -195,6 +227,8 @@ class Job:
         idempotency_key: str | None = None,
         run_after: datetime | None = None,
         trace_context: dict[str, str] | None = None,
+        flow: FlowLink | None = None,
+        blocked: bool = False,
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -211,6 +245,8 @@ class Job:
             idempotency_key=idempotency_key,
             run_after=run_after,
             trace_context=dict(trace_context or {}),
+            flow=flow,
+            status=JobStatus.BLOCKED if blocked else JobStatus.PENDING,
         )
 
     def can_start(self, now: datetime) -> bool:
@@ -274,9 +310,22 @@ class Job:
         self.last_error = _clip(error)
         self._finish(now)
 
+    def release(self, now: datetime) -> None:
+        """What a blocked job waited for has happened: it may run (a message follows)."""
+        self._require(JobStatus.BLOCKED, "release")
+        self.status = JobStatus.PENDING
+        self.updated_at = now
+
+    def stop_blocked(self, reason: str, now: datetime) -> None:
+        """What a blocked job waited for will never happen: it is cancelled, saying why."""
+        self._require(JobStatus.BLOCKED, "stop")
+        self.status = JobStatus.CANCELLED
+        self.last_error = _clip(reason)
+        self._finish(now)
+
     def cancel(self, now: datetime) -> None:
         """Cancel now if the job has not started; otherwise ask the running attempt to stop."""
-        if self.status in CLAIMABLE_STATUSES:
+        if self.status in IDLE_STATUSES:
             self.status = JobStatus.CANCELLED
             self.run_after = None
             self._finish(now)

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, Self
 
-from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
@@ -58,6 +59,47 @@ class JobRepository(Protocol):
 
     async def save(self, job: Job) -> None:
         """Write the job's mutable state back."""
+        ...
+
+    async def add_new(self, jobs: Sequence[Job]) -> None:
+        """Insert jobs that carry no idempotency key (a flow's), all in one statement."""
+        ...
+
+    async def save_held(self, job: Job, claim: "ClaimToken") -> bool:
+        """Write the outcome of an attempt back, only if the job is still running that
+        claim (as JobStore.record). False when another worker took it over."""
+        ...
+
+
+class FlowRepository(Protocol):
+    """Batches and chains (jobrail.jobs.flow), and their jobs, in a unit of work.
+    Whoever locks a flow's row locks it before any of its jobs' rows."""
+
+    async def add(self, flow: Flow) -> Flow:
+        """Insert the flow; if its tenant already has one with its idempotency key,
+        insert nothing and return that one instead."""
+        ...
+
+    async def get(
+        self, flow_id: FlowId, tenant_id: TenantId | None = None, *, for_update: bool = False
+    ) -> Flow | None: ...
+
+    async def save(self, flow: Flow) -> None: ...
+
+    async def jobs(
+        self,
+        flow_id: FlowId,
+        *,
+        roles: Sequence[FlowRole] | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        for_update: bool = False,
+    ) -> list[Job]:
+        """The flow's jobs (of those roles, in those states), in the order they were
+        made (a chain's steps in order)."""
+        ...
+
+    async def counts(self, flow_id: FlowId) -> dict[JobStatus, int]:
+        """The flow's members by status (callbacks not counted)."""
         ...
 
 
@@ -113,17 +155,28 @@ class OutboxMarks(Protocol):
 
 
 class Outbox(Protocol):
-    async def add(self, message: Outgoing) -> None:
-        """Record a message to publish once the transaction commits."""
+    async def add(self, message: Outgoing, *, dispatch: bool = True) -> None:
+        """Record a message to publish once the transaction commits. `dispatch=False`:
+        its caller publishes it itself after the commit (the relay does if it cannot)."""
+        ...
+
+    async def add_many(self, messages: Sequence[Outgoing]) -> None:
+        """`add` for many messages, in one statement."""
         ...
 
 
 class JobsUnitOfWork(Protocol):
-    """One transaction over jobs and the outbox. Rolls back unless `commit` is called;
-    after a commit, the outbox's new messages are handed to the publisher."""
+    """One transaction over jobs, their flows and the outbox. Rolls back unless `commit`
+    is called; after a commit, the outbox's new messages are handed to the publisher."""
 
-    jobs: JobRepository
-    outbox: Outbox
+    @property
+    def jobs(self) -> JobRepository: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+    @property
+    def flows(self) -> FlowRepository: ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -209,6 +262,10 @@ class JobStore(Protocol):
     async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
         """Store the progress of a running job, only if it is still running that claim.
         False when it is not (another worker took it over, or it ended)."""
+        ...
+
+    async def flow_members(self, flow_id: FlowId) -> list[Job]:
+        """The members of a batch or chain, in the order they were made."""
         ...
 
 

@@ -60,6 +60,9 @@ def unclaimed(message: JobMessage, current: Job | None, now: datetime) -> Refuse
         return Refuse(f"the message's tenant or type does not match job {message.job_id}")
     if current.status.is_terminal:
         return Done()
+    if current.status is JobStatus.BLOCKED:
+        # Waiting for the rest of its batch or chain: the release sends its own message.
+        return Done()
     # Not due yet, or still leased by a live attempt: come back when that ends.
     at = (
         current.lease_until

@@ -373,6 +373,7 @@ class JobRunner:
             _store=self._store,
             fence=attempt.fence,
             _progress=progress,
+            flow=job.flow,
         )
         timeout = job_run.timeout
         if job.cancel_requested:  # asked while its previous worker was dying

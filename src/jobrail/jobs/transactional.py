@@ -6,9 +6,10 @@
   for its commit.
 - ``IntakeUnitOfWork`` is the unit of work of one statement that ``EnqueueJob`` uses
   on its own (routes, the scheduler).
-- ``TransactionJobQueue`` and ``OutboxEventPublisher`` are what a unit of work
-  offers its use cases besides repositories: enqueueing jobs and publishing
-  integration events in the caller's transaction.
+- ``TransactionJobQueue``, ``TransactionWorkflows`` and ``OutboxEventPublisher`` are
+  what a unit of work offers its use cases besides repositories: enqueueing jobs,
+  starting batches and chains, and publishing integration events in the caller's
+  transaction.
 """
 
 from collections.abc import Callable, Sequence
@@ -22,10 +23,12 @@ from jobrail.jobs.ports import (
     EnqueueUnitOfWork,
     JobIntake,
     JobRepository,
+    JobsUnitOfWork,
     Outbox,
     OutboxDispatcher,
 )
 from jobrail.jobs.use_cases.enqueue import EnqueueJob, EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.use_cases.flows import BatchCommand, ChainCommand, FlowStarted, Workflows
 from jobrail.kernel.events import IntegrationEvent
 
 
@@ -127,6 +130,21 @@ class TransactionJobQueue:
 
     async def enqueue(self, cmd: EnqueueJobCommand) -> EnqueueResult:
         return await self._enqueue.into(self._uow, cmd)
+
+
+class TransactionWorkflows:
+    """Start a batch or a chain in an open unit of work: its rows and first messages
+    commit with the caller's other writes or not at all (the caller commits)."""
+
+    def __init__(self, workflows: Workflows, uow: JobsUnitOfWork) -> None:
+        self._workflows = workflows
+        self._uow = uow
+
+    async def batch(self, cmd: BatchCommand) -> FlowStarted:
+        return await self._workflows.start_batch(self._uow, cmd)
+
+    async def chain(self, cmd: ChainCommand) -> FlowStarted:
+        return await self._workflows.start_chain(self._uow, cmd)
 
 
 class OutboxEventPublisher:

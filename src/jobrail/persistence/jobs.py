@@ -1,13 +1,21 @@
 """The jobs table: the repository used by use cases and the store used by workers."""
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, or_, select, true, update
+from sqlalchemy import and_, bindparam, insert, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job, JobProgress, JobStatus
+from jobrail.jobs.domain import (
+    CLAIMABLE_STATUSES,
+    DUE_TOLERANCE,
+    FlowRole,
+    Job,
+    JobProgress,
+    JobStatus,
+)
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import (
     ClaimResult,
@@ -128,6 +136,25 @@ class SqlaJobRepository:
                 execution_options=self._options,
             )
 
+    async def add_new(self, new: Sequence[Job]) -> None:
+        if not new:
+            return
+        assert all(job.idempotency_key is None for job in new)
+        with database_errors():
+            await self._session.execute(
+                insert(jobs), [job_row(job) for job in new], execution_options=self._options
+            )
+
+    async def save_held(self, job: Job, claim: ClaimToken) -> bool:
+        state = job_state(job)
+        del state["cancel_requested"]  # as SqlaJobStore.record
+        with database_errors():
+            result = await self._session.execute(
+                update(jobs).where(*_held_by(job.id, claim)).values(state),
+                execution_options=self._options,
+            )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
 
 def _held_by(job_id: JobId, claim: ClaimToken) -> tuple[Any, ...]:
     """The job is still running the attempt of `claim` (a write of that attempt's)."""
@@ -225,6 +252,17 @@ class SqlaJobStore:
                     select(jobs.c.cancel_requested).where(jobs.c.id == job_id)
                 )
         return bool(value)
+
+    async def flow_members(self, flow_id: uuid.UUID) -> list[Job]:
+        query = (
+            select(jobs)
+            .where(jobs.c.flow_id == flow_id, jobs.c.flow_role == FlowRole.MEMBER.value)
+            .order_by(jobs.c.flow_step, jobs.c.created_at, jobs.c.id)
+        )
+        with database_errors():
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).mappings().all()
+        return [job_from_row(row) for row in rows]
 
     async def note_waits(self, notes: Sequence[WaitNote]) -> None:
         if not notes:

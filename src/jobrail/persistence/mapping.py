@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobProgress, JobStatus, Wait
 from jobrail.kernel.ids import JobId, TenantId
 
 
@@ -32,6 +32,11 @@ def job_from_row(row: Any) -> Job:
         cancel_requested=row["cancel_requested"],
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
+        flow=(
+            None
+            if row["flow_id"] is None
+            else FlowLink(row["flow_id"], FlowRole(row["flow_role"]), row["flow_step"])
+        ),
     )
 
 
@@ -85,5 +90,8 @@ def job_row(job: Job) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "trace_context": job.trace_context,
         "created_at": job.created_at,
+        "flow_id": None if job.flow is None else job.flow.flow_id,
+        "flow_role": None if job.flow is None else job.flow.role.value,
+        "flow_step": None if job.flow is None else job.flow.step,
         **job_state(job),
     }

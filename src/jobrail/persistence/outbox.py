@@ -79,12 +79,22 @@ class SqlaOutbox:
         self._schema = schema
         self.pending: list[Outgoing] = []
 
-    async def add(self, message: Outgoing) -> None:
+    async def add(self, message: Outgoing, *, dispatch: bool = True) -> None:
         with database_errors():
             await insert_outbox_rows(
                 self._session, [encode(message)], self._clock.now(), self._schema
             )
-        self.pending.append(message)
+        if dispatch:
+            self.pending.append(message)
+
+    async def add_many(self, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        with database_errors():
+            await insert_outbox_rows(
+                self._session, [encode(m) for m in messages], self._clock.now(), self._schema
+            )
+        self.pending.extend(messages)
 
 
 class SqlaOutboxMarks:

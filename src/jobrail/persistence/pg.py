@@ -10,6 +10,7 @@ in ``tests/contracts`` hold both, and the fakes, to the same rules.
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,7 +47,9 @@ ENQUEUED = (
     "attempts, max_attempts, last_error, trace_context, cancel_requested, created_at, "
     "updated_at, started_at, finished_at, run_after, lease_until"
 )
-assert f"{ENQUEUED}, waiting, progress" == COLUMNS, (
+# A job enqueued alone belongs to no flow (batches and chains are written in a unit of
+# work, jobrail.jobs.use_cases.flows).
+assert f"{ENQUEUED}, waiting, progress, flow_id, flow_role, flow_step" == COLUMNS, (
     "the jobs table changed: update ENQUEUE's parameters"
 )
 
@@ -116,6 +119,11 @@ RETURNING jobs.id
 """
 
 CANCEL_REQUESTED = "SELECT cancel_requested FROM jobs WHERE id = $1"
+
+FLOW_MEMBERS = (
+    f"SELECT {COLUMNS} FROM jobs WHERE flow_id = $1 AND flow_role = 'member' "
+    "ORDER BY flow_step, created_at, id"
+)
 
 # What deferred jobs wait for, many at once; a note made before the job last changed
 # (it started meanwhile, or was cancelled) is dropped.
@@ -429,6 +437,9 @@ class PgJobStore(_Pg):
     async def cancel_requested(self, job_id: JobId) -> bool:
         row = await self._fetchrow(CANCEL_REQUESTED, job_id)
         return bool(row and row[0])
+
+    async def flow_members(self, flow_id: uuid.UUID) -> list[Job]:
+        return [job_from_row(row) for row in await self._fetch(FLOW_MEMBERS, flow_id)]
 
     async def note_waits(self, notes: Sequence[WaitNote]) -> None:
         if notes:

@@ -57,7 +57,15 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 Json: Any = JSON().with_variant(JSONB(), "postgresql")
 
-JOB_STATUSES = ("pending", "running", "retrying", "succeeded", "failed", "cancelled")
+JOB_STATUSES = (
+    "pending",
+    "running",
+    "retrying",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "blocked",
+)
 
 jobs = Table(
     "jobs",
@@ -86,6 +94,10 @@ jobs = Table(
     Column("waiting", Json),
     # {"current", "total", "message", "updated_at"}: the latest an attempt reported.
     Column("progress", Json),
+    # The batch or chain the job belongs to (flows.id), its part in it and its place.
+    Column("flow_id", Uuid),
+    Column("flow_role", String(16)),
+    Column("flow_step", Integer),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
@@ -94,6 +106,51 @@ jobs = Table(
     Index("ix_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
     Index("ix_jobs_tenant_entity_created", "tenant_id", "entity_id", "created_at"),
     Index("ix_jobs_status_created", "status", "created_at"),
+    Index(
+        "ix_jobs_flow",
+        "flow_id",
+        "flow_step",
+        postgresql_where=text("flow_id IS NOT NULL"),
+        sqlite_where=text("flow_id IS NOT NULL"),
+    ),
+)
+
+FLOW_KINDS = ("batch", "chain")
+FLOW_STATUSES = ("running", "succeeded", "failed", "cancelled")
+
+# Batches and chains (jobrail.jobs.flow): the counts of their members' ends, kept
+# exact by the transactions that record those ends (each locks the row first).
+flows = Table(
+    "flows",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("name", String(255)),
+    Column("idempotency_key", String(255)),
+    Column("total", Integer, nullable=False),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("cancelled", Integer, nullable=False, server_default=text("0")),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    # {"then": job id, "catch": ..., "finally": ...}
+    Column("callbacks", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    CheckConstraint("kind IN (" + ", ".join(f"'{k}'" for k in FLOW_KINDS) + ")", name="kind"),
+    CheckConstraint(
+        "status IN (" + ", ".join(f"'{s}'" for s in FLOW_STATUSES) + ")", name="status"
+    ),
+    CheckConstraint(
+        "succeeded >= 0 AND failed >= 0 AND cancelled >= 0 "
+        "AND succeeded + failed + cancelled <= total",
+        name="counts",
+    ),
+    Index("uq_flows_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
+    Index("ix_flows_tenant_created", "tenant_id", "created_at"),
+    Index("ix_flows_finished", "finished_at"),
 )
 
 outbox = Table(

@@ -9,10 +9,13 @@ from jobrail.jobs.transactional import (
     OutboxEventPublisher,
     TransactionIntake,
     TransactionJobQueue,
+    TransactionWorkflows,
 )
 from jobrail.jobs.use_cases.enqueue import EnqueueJob
+from jobrail.jobs.use_cases.flows import Workflows
 from jobrail.kernel.clock import Clock
 from jobrail.persistence.errors import database_errors
+from jobrail.persistence.flows import SqlaFlowRepository
 from jobrail.persistence.inbox import SqlaInbox
 from jobrail.persistence.jobs import SqlaJobRepository
 from jobrail.persistence.outbox import SqlaOutbox
@@ -30,9 +33,11 @@ class SqlaUnitOfWork:
 
     jobs: SqlaJobRepository
     outbox: SqlaOutbox
+    flows: SqlaFlowRepository
     inbox: SqlaInbox
     intake: TransactionIntake
     queue: TransactionJobQueue
+    workflows: TransactionWorkflows
     events: OutboxEventPublisher
     session: AsyncSession
 
@@ -43,21 +48,25 @@ class SqlaUnitOfWork:
         clock: Clock,
         event_catalog: EventCatalog,
         enqueue: EnqueueJob,
+        workflows: Workflows,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._after_commit = after_commit
         self._clock = clock
         self._event_catalog = event_catalog
         self._enqueue = enqueue
+        self._workflows = workflows
         self.committed = False
 
     async def __aenter__(self) -> Self:
         self.session = self._sessionmaker()
         self.jobs = SqlaJobRepository(self.session)
         self.outbox = SqlaOutbox(self.session, self._clock)
+        self.flows = SqlaFlowRepository(self.session)
         self.inbox = SqlaInbox(self.session, self._clock)
         self.intake = TransactionIntake(self.jobs, self.outbox)
         self.queue = TransactionJobQueue(self._enqueue, self)
+        self.workflows = TransactionWorkflows(self._workflows, self)
         self.events = OutboxEventPublisher(self.queue, self._event_catalog)
         self.committed = False
         return self
@@ -93,12 +102,14 @@ class UnitOfWorkFactory:
         enqueued: EnqueueCounter | None = None,
     ) -> None:
         enqueue = EnqueueJob(lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts)
+        self.workflows = Workflows(job_types, clock, default_max_attempts)
         self._args = (
             sessionmaker,
             AfterCommit(dispatcher, enqueued),
             clock,
             event_catalog,
             enqueue,
+            self.workflows,
         )
 
     def __call__(self, kind: type[U]) -> U:

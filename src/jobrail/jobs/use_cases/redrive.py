@@ -27,6 +27,7 @@ from jobrail.jobs.ports import (
     JobsUnitOfWork,
 )
 from jobrail.jobs.use_cases.enqueue import message_for
+from jobrail.jobs.use_cases.flows import locked_with_flow
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
@@ -122,7 +123,7 @@ class RedriveJob:
     async def redrive(self, cmd: RedriveJobCommand) -> Redriven:
         """The redrive itself, in one transaction (no DLQ clean-up)."""
         async with self._uow:
-            job = await self._uow.jobs.get(cmd.job_id, cmd.tenant_id, for_update=True)
+            job, flow = await locked_with_flow(self._uow, cmd.job_id, cmd.tenant_id)
             if job is None:
                 raise NotFoundError(f"job {cmd.job_id} not found")
             if cmd.failed_at is not None and not _is_current_failure(job, cmd.failed_at):
@@ -133,6 +134,10 @@ class RedriveJob:
             failed_at = job.finished_at or self._clock.now()
             job.redrive(self._clock.now())
             await self._uow.jobs.save(job)
+            if flow is not None:
+                # Its batch or chain counts it as running again (jobrail.jobs.flow).
+                flow.member_reopened(JobStatus.FAILED, self._clock.now())
+                await self._uow.flows.save(flow)
             await self._uow.outbox.add(message_for(job, self._catalog))
             await self._uow.commit()
         return Redriven(job, failed_at)
