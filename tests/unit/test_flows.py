@@ -19,9 +19,10 @@ from jobrail.jobs.use_cases.flows import (
     FlowStarted,
     Workflows,
 )
+from jobrail.jobs.use_cases.redrive import RedriveJob, RedriveJobCommand
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
-from tests.fakes import FakeJobStore, FakeUnitOfWork, FixedClock
+from tests.fakes import FakeDeadLetterQueue, FakeJobStore, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")
 LEASE = timedelta(seconds=30)
@@ -43,7 +44,7 @@ class World:
     def __init__(self) -> None:
         self.clock = FixedClock()
         self.uow = FakeUnitOfWork()
-        catalog = JobRegistry([step], queues=["jobs.default"], default_timeout_s=10)
+        catalog = self.catalog = JobRegistry([step], queues=["jobs.default"], default_timeout_s=10)
         self.workflows = Workflows(catalog, self.clock, default_max_attempts=3)
         self.flows = FlowService(lambda: self.uow, self.workflows)
         self.store = FlowRecordingStore(
@@ -238,3 +239,26 @@ async def test_a_callback_ending_is_not_counted_as_a_member(world: World) -> Non
 
     flow = world.uow.flow_store[started.flow.id]
     assert (flow.succeeded, flow.failed, flow.status) == (1, 0, FlowStatus.SUCCEEDED)
+
+
+async def test_a_redriven_member_reopens_its_batch_without_firing_callbacks_again(
+    world: World,
+) -> None:
+    started = await world.flows.batch(batch(2, **CALLBACKS))
+    cb = roles(started)
+    await world.end(started.members[0].id, JobStatus.SUCCEEDED)
+    await world.end(started.members[1].id, JobStatus.FAILED)
+    assert world.uow.flow_store[started.flow.id].status is FlowStatus.FAILED
+    released = len(world.uow.published)
+
+    redrive = RedriveJob(world.uow, world.clock, FakeDeadLetterQueue(), world.catalog)
+    await redrive(RedriveJobCommand(ACME, started.members[1].id, clear_dead_letters=False))
+    flow = world.uow.flow_store[started.flow.id]
+    assert (flow.status, flow.failed, flow.succeeded) == (FlowStatus.RUNNING, 0, 1)
+
+    await world.end(started.members[1].id, JobStatus.SUCCEEDED)
+    flow = world.uow.flow_store[started.flow.id]
+    assert (flow.status, flow.succeeded) == (FlowStatus.SUCCEEDED, 2)
+    # then was cancelled at the first end and stays so; catch and finally ran once.
+    assert world.job(cb[FlowRole.THEN]).status is JobStatus.CANCELLED
+    assert len(world.uow.published) == released + 1  # the redriven member's message only

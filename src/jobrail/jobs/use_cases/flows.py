@@ -195,10 +195,6 @@ class Workflows:
                     await uow.jobs.save(callback)
         await uow.flows.save(flow)
 
-    async def job_reopened(self, uow: JobsUnitOfWork, flow: Flow, was: JobStatus) -> None:
-        flow.member_reopened(was, self._clock.now())
-        await uow.flows.save(flow)
-
     async def _start(
         self,
         uow: JobsUnitOfWork,
