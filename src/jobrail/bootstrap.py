@@ -34,6 +34,7 @@ from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
 from jobrail.telemetry.metrics import Metrics, WorkerMetricsServer
 from jobrail.tenants.ports import TenantDirectory
+from jobrail.webhooks.persistence import WebhookRelay
 
 log = logging.getLogger("jobrail")
 
@@ -53,8 +54,11 @@ class Runtime:
         return broker  # type: ignore[no-any-return]
 
     async def start_relay(self) -> None:
+        """The outbox relay, and the webhook relay (job events into deliveries)."""
         relay = await self.container.get(OutboxRelay)
         self._background.append(asyncio.create_task(relay.run_forever(), name="outbox-relay"))
+        hooks = await self.container.get(WebhookRelay)
+        self._background.append(asyncio.create_task(hooks.run_forever(), name="webhook-relay"))
 
     async def start_scheduler(self) -> None:
         """Embedded mode: fire the modules' schedules in this process, as `jobrail

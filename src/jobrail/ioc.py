@@ -44,6 +44,7 @@ from jobrail.jobs.use_cases import (
     RedriveDeadLetters,
     RedriveJob,
 )
+from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.jobs.use_cases.flows import FlowService, Workflows
 from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.jobs.wait_notes import WaitNotes
@@ -58,6 +59,7 @@ from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
 from jobrail.messaging.codec import MessagePublisher
 from jobrail.persistence.engine import create_engine, create_sessionmaker
+from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.persistence.ops import SqlaOpsReadModel
 from jobrail.persistence.outbox import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
@@ -376,6 +378,14 @@ class PlatformProvider(Provider):
     @provide(scope=Scope.APP)
     def flow_service(self, factory: UnitOfWorkFactory) -> FlowService:
         return FlowService(lambda: factory(SqlaUnitOfWork), factory.workflows)
+
+    @provide(scope=Scope.APP)
+    def event_log(self, engine: AsyncEngine) -> SqlaJobEventLog:
+        return SqlaJobEventLog(engine)
+
+    @provide(scope=Scope.APP)
+    def job_events(self, log: SqlaJobEventLog, settings: Settings) -> JobEvents:
+        return JobEvents(log, poll_interval_s=settings.events.poll_interval_ms / 1000)
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

@@ -62,11 +62,12 @@ def installed_modules() -> dict[str, EntryPoint]:
 
 
 def load_modules(names: Sequence[str]) -> list[Module]:
-    """The platform's housekeeping, then the installed modules `names` names."""
+    """The platform's housekeeping and webhooks, then the installed modules `names` names."""
     from jobrail.maintenance import module as housekeeping
+    from jobrail.webhooks import module as webhooks
 
     installed = installed_modules()
-    modules = [housekeeping]
+    modules = [housekeeping, webhooks]
     for name in names:
         point = installed.get(name)
         if point is None:

@@ -243,6 +243,29 @@ class OutboxSettings(BaseModel):
     fast_path_timeout_s: PositiveFloat = 2.0
 
 
+class EventsSettings(BaseModel):
+    """The job event feed (GET /events, GET /jobs/{id}/events) and its webhooks."""
+
+    poll_interval_ms: PositiveInt = Field(
+        default=500,
+        description="How often an open event stream (and the webhook relay) looks for new events.",
+    )
+    keep_days: PositiveFloat = Field(
+        default=7.0,
+        description="Events are deleted this long after they happened "
+        "(maintenance.prune_messages).",
+    )
+    webhook_timeout_s: PositiveFloat = Field(
+        default=10.0, description="How long a webhook receiver has to answer."
+    )
+    webhook_private_addresses: bool = Field(
+        default=False,
+        description="Allow webhook URLs on loopback, private and link-local addresses "
+        "(development and tests: a receiver on the same machine). Off, such URLs are "
+        "refused, and a name that resolves to one is not delivered to.",
+    )
+
+
 class LimitsSettings(BaseModel):
     """How a job waits when its limits say no (see jobrail.limits)."""
 
@@ -571,6 +594,7 @@ class Settings(BaseSettings):
     telemetry: TelemetrySettings = TelemetrySettings()
     metrics: MetricsSettings = MetricsSettings()
     ops: OpsSettings = OpsSettings()
+    events: EventsSettings = EventsSettings()
 
     _split_modules = field_validator("modules", mode="before")(_comma_list)
 

@@ -7,7 +7,18 @@ from alembic.migration import MigrationContext
 from sqlalchemy import MetaData, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
-PLATFORM_TABLES = {"jobs", "flows", "outbox", "inbox", "tenants", "api_keys", "ops_sessions"}
+PLATFORM_TABLES = {
+    "jobs",
+    "flows",
+    "outbox",
+    "inbox",
+    "tenants",
+    "api_keys",
+    "ops_sessions",
+    "job_events",
+    "webhooks",
+    "webhook_relay",
+}
 
 
 def _not_a_version_table(name: str | None, type_: str, parent_names: object) -> bool:

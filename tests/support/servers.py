@@ -1,10 +1,11 @@
 """Real servers on loopback for tests: an SMTP server (aiosmtpd) and the sandbox vendor."""
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
@@ -73,3 +74,24 @@ def sandbox_vendor(**options: Any) -> Iterator[RunningSandbox]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@asynccontextmanager
+async def served(app: Any) -> AsyncIterator[str]:
+    """`app` (its lifespan already entered by the caller) on a loopback port, in this
+    event loop, for what an in-process transport cannot do (an open stream); its URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if task.done() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)

@@ -8,7 +8,7 @@ from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from jobrail.api import admin, flows, health, jobs, metrics, ops
+from jobrail.api import admin, events, flows, health, jobs, metrics, ops
 from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
 from jobrail.api.guard import RequestGuard
 from jobrail.bootstrap import Runtime, build_runtime, serving
@@ -101,6 +101,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(jobs.router)
     app.include_router(flows.router)
+    app.include_router(events.router)
     # Routes are matched in order, one by one: the product's before the operators'.
     for module in runtime.modules:
         for router in module.routers_for(settings):

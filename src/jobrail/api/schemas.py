@@ -206,6 +206,37 @@ def _job_flow(job: Job, view: FlowView | None) -> JobFlowOut | None:
     )
 
 
+class JobEventOut(BaseModel):
+    """One event of the job event feed (jobrail.jobs.feed)."""
+
+    id: str = Field(
+        description="The event's place in the feed: give it as Last-Event-ID (or `after`) "
+        "to read what came after it."
+    )
+    event: str = Field(
+        description="enqueued, started, progress, deferred, retrying, succeeded, failed, "
+        "cancelled, released (a batch or chain released the job), redriven or requeued "
+        "(its worker was lost)."
+    )
+    job_id: uuid.UUID
+    job_type: str
+    at: datetime
+    status: JobStatusName = Field(description="The job's status after the change.")
+    attempts: int
+    last_error: str | None
+    run_after: datetime | None
+    progress: ProgressOut | None
+    waiting: WaitingOut | None = Field(description="What a deferred job waits for.")
+    flow_id: uuid.UUID | None = Field(description="Its batch or chain.")
+
+
+class JobEventPage(BaseModel):
+    items: list[JobEventOut]
+    last_event_id: str | None = Field(
+        description="The last item's id (null if none): ask again with after=<it> for more."
+    )
+
+
 class JobList(BaseModel):
     items: list[JobOut]
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next page.")

@@ -17,6 +17,7 @@ from jobrail.maintenance.use_cases import (
     ReportDeadLetters,
 )
 from jobrail.messaging.brokers import JobBroker
+from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.settings import Settings
 
 
@@ -38,6 +39,8 @@ class MaintenanceProvider(Provider):
             clock,
             keep_outbox=timedelta(days=settings.scheduler.outbox_keep_days),
             keep_inbox=timedelta(days=settings.scheduler.inbox_keep_days),
+            events=SqlaJobEventLog(engine),
+            keep_events=timedelta(days=settings.events.keep_days),
         )
 
     @provide

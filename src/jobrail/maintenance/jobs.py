@@ -31,14 +31,16 @@ async def prune_jobs(
 async def prune_messages(
     payload: NoPayload, ctx: JobContext, prune: FromDishka[PruneMessages]
 ) -> dict[str, object]:
-    """Delete outbox rows published more than JOBRAIL_SCHEDULER__OUTBOX_KEEP_DAYS ago and
-    inbox rows last taken more than JOBRAIL_SCHEDULER__INBOX_KEEP_DAYS ago."""
+    """Delete outbox rows published more than JOBRAIL_SCHEDULER__OUTBOX_KEEP_DAYS ago,
+    inbox rows last taken more than JOBRAIL_SCHEDULER__INBOX_KEEP_DAYS ago and job events
+    older than JOBRAIL_EVENTS__KEEP_DAYS."""
     pruned = await prune()
     return {
         "outbox_deleted": pruned.outbox_deleted,
         "published_before": pruned.published_before.isoformat(),
         "inbox_deleted": pruned.inbox_deleted,
         "taken_before": pruned.taken_before.isoformat(),
+        "events_deleted": pruned.events_deleted,
     }
 
 

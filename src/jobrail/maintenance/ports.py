@@ -19,6 +19,13 @@ class PublishedOutbox(Protocol):
         ...
 
 
+class PastEvents(Protocol):
+    async def delete_before(self, cutoff: datetime, batch: int) -> int:
+        """Delete up to `batch` job events that happened before `cutoff`, oldest first;
+        fewer than `batch` when none older is left."""
+        ...
+
+
 class ProcessedInbox(Protocol):
     async def delete_processed_before(self, cutoff: datetime, limit: int) -> int:
         """Delete up to `limit` inbox rows last taken before `cutoff`, in one short

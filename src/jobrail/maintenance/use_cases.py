@@ -13,6 +13,7 @@ from jobrail.kernel.errors import TransientError
 from jobrail.maintenance.ports import (
     FinishedJobs,
     OutboxBacklog,
+    PastEvents,
     ProcessedInbox,
     PublishedOutbox,
     QueueStats,
@@ -68,6 +69,7 @@ class PrunedMessages:
     published_before: datetime
     inbox_deleted: int
     taken_before: datetime
+    events_deleted: int = 0
 
 
 class PruneMessages:
@@ -80,6 +82,7 @@ class PruneMessages:
     - inbox rows whose message was last taken more than `keep_inbox` ago. That must be
       longer than finished jobs are kept, or a failed job redriven late would take its
       event again as new (see SchedulerSettings._inbox_outlives_jobs).
+    - job events (the event feed) that happened more than `keep_events` ago.
     """
 
     def __init__(
@@ -90,10 +93,14 @@ class PruneMessages:
         *,
         keep_outbox: timedelta,
         keep_inbox: timedelta,
+        events: PastEvents | None = None,
+        keep_events: timedelta = timedelta(days=7),
         batch: int = 1000,
     ) -> None:
         self._outbox = outbox
         self._inbox = inbox
+        self._events = events
+        self._keep_events = keep_events
         self._clock = clock
         self._keep_outbox = keep_outbox
         self._keep_inbox = keep_inbox
@@ -109,13 +116,25 @@ class PruneMessages:
         inbox_deleted = await _in_batches(
             self._inbox.delete_processed_before, taken_before, self._batch
         )
+        events_deleted = 0
+        if self._events is not None:
+            events_deleted = await _in_batches(
+                self._events.delete_before, now - self._keep_events, self._batch
+            )
         log.info(
-            "pruned %d published outbox rows and %d inbox rows",
+            "pruned %d published outbox rows, %d inbox rows and %d job events",
             outbox_deleted,
             inbox_deleted,
-            extra={"outbox_deleted": outbox_deleted, "inbox_deleted": inbox_deleted},
+            events_deleted,
+            extra={
+                "outbox_deleted": outbox_deleted,
+                "inbox_deleted": inbox_deleted,
+                "events_deleted": events_deleted,
+            },
         )
-        return PrunedMessages(outbox_deleted, published_before, inbox_deleted, taken_before)
+        return PrunedMessages(
+            outbox_deleted, published_before, inbox_deleted, taken_before, events_deleted
+        )
 
 
 @dataclass(frozen=True, slots=True)

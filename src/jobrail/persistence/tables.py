@@ -5,6 +5,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -151,6 +152,58 @@ flows = Table(
     Index("uq_flows_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
     Index("ix_flows_tenant_created", "tenant_id", "created_at"),
     Index("ix_flows_finished", "finished_at"),
+)
+
+# The job event feed (jobrail.jobs.feed): one row per change of a job that a client may
+# follow. Rows are written by triggers on `jobs` (migration 0013), never by jobrail's
+# code, so every path that changes a job (the worker's one-statement records, a host's
+# own session, a flow's releases) records its event in its own transaction, at no extra
+# round trip. `tx` is the writing transaction's id on Postgres (0 on SQLite, whose writers
+# are serial): a reader takes only rows of transactions older than every one still open,
+# so ordered by (tx, id) the feed never gains a row behind a cursor already handed out.
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("tx", BigInteger, nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_id", Uuid, nullable=False),
+    Column("job_type", String(128), nullable=False),
+    Column("name", String(16), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    # {"status", "attempts", "last_error", "run_after", "progress", "waiting", "flow_id"}
+    Column("data", Json, nullable=False),
+    Index("ix_job_events_tenant_tx_id", "tenant_id", "tx", "id"),
+    Index("ix_job_events_job_id", "job_id", "id"),
+    Index("ix_job_events_tx_id", "tx", "id"),
+    sqlite_autoincrement=True,
+)
+
+# Webhooks (jobrail.webhooks): where a tenant's job events are POSTed, signed with its
+# secret. The secret is stored as given: a signature needs it.
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("secret", String(128), nullable=False),
+    # The event names it receives.
+    Column("events", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("deleted_at", UtcDateTime),
+    Index("ix_webhooks_tenant_id", "tenant_id"),
+)
+
+# The webhook relay's position in the event feed: one row, locked by the relay that
+# turns events into deliveries, so two relays never enqueue the same event twice.
+webhook_relay = Table(
+    "webhook_relay",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tx", BigInteger, nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
 
 outbox = Table(

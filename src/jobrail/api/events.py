@@ -1,0 +1,173 @@
+"""The job event feed over HTTP: Server-Sent Events to follow it, JSON pages to read it.
+
+A request that accepts ``text/event-stream`` (as ``EventSource`` does) gets a stream: the
+events after its ``Last-Event-ID`` (or ``after``), then each new one as it happens, with
+a keep-alive comment every 15 seconds. Each SSE event's id is the event's place in the
+feed, so a browser that reconnects resumes exactly where it stopped. Any other request
+gets one JSON page (`JobEventPage`) and no waiting.
+"""
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated
+
+from dishka.integrations.fastapi import DishkaRoute, FromDishka
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from fastapi.sse import KEEPALIVE_COMMENT, format_sse_event
+
+from jobrail.api.auth import CurrentTenant
+from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.api.rate_limits import RateLimitRead
+from jobrail.api.schemas import JobEventOut, JobEventPage
+from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, event_document
+from jobrail.jobs.ports import StoreUnavailableError
+from jobrail.jobs.use_cases import GetJob, GetJobQuery
+from jobrail.jobs.use_cases.feed import MAX_PAGE, JobEvents
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId
+
+log = logging.getLogger("jobrail.api.events")
+
+HEARTBEAT_S = 15.0
+# How long a browser waits before it reconnects after the stream broke (SSE `retry`).
+RECONNECT_MS = 2000
+
+_STREAM_DOC = {
+    "description": "Server-Sent Events when the request accepts text/event-stream; "
+    "otherwise one page of JSON.",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+
+
+class EventsRoute(JsonErrorsRoute, DishkaRoute):
+    """Answers its errors as JSON itself (as the jobs routes do)."""
+
+
+router = APIRouter(tags=["events"], route_class=EventsRoute, responses=ERROR_RESPONSES)
+
+LastEventId = Annotated[
+    str | None,
+    Header(
+        max_length=64,
+        description="Resume after this event (what EventSource sends when it reconnects).",
+    ),
+]
+After = Annotated[
+    str | None,
+    Query(max_length=64, description="Read after this event id (as Last-Event-ID does)."),
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="A JSON page's size.")]
+
+
+def _wants_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+def _cursor(last_event_id: str | None, after: str | None) -> EventCursor | None:
+    given = last_event_id or after
+    return EventCursor.parse(given) if given else None
+
+
+def _utc(since: datetime | None) -> datetime | None:
+    if since is None:
+        return None
+    try:
+        return since.replace(tzinfo=UTC) if since.tzinfo is None else since.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInputError("since is not a time jobrail can compare with") from None
+
+
+def _page(events: list[JobEvent]) -> JobEventPage:
+    return JobEventPage(
+        items=[JobEventOut.model_validate(event_document(e)) for e in events],
+        last_event_id=str(events[-1].cursor) if events else None,
+    )
+
+
+async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> AsyncIterator[bytes]:
+    yield format_sse_event(retry=RECONNECT_MS)
+    try:
+        async for event in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
+            if event is None:
+                yield KEEPALIVE_COMMENT
+                continue
+            document = JobEventOut.model_validate(event_document(event))
+            yield format_sse_event(data_str=document.model_dump_json(), id=str(event.cursor))
+    except StoreUnavailableError as exc:
+        # The client reconnects with its Last-Event-ID and loses nothing.
+        log.warning("event stream ended: database unavailable (%s)", exc)
+
+
+def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        body,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
+    "/events",
+    summary="The tenant's job events",
+    description="Every change of the tenant's jobs, in order. As a stream (Accept: "
+    "text/event-stream) it starts after Last-Event-ID or `after`, else at `since`, else "
+    "now, and follows; as JSON it returns one page starting after `after`, else at "
+    "`since`, else at the oldest event kept.",
+    dependencies=[RateLimitRead],
+    responses={200: _STREAM_DOC},
+)
+async def events(
+    request: Request,
+    tenant: CurrentTenant,
+    feed: FromDishka[JobEvents],
+    last_event_id: LastEventId = None,
+    after: After = None,
+    since: Annotated[datetime | None, Query(description="Start at this time.")] = None,
+    job_type: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Limit = 100,
+) -> Response:
+    cursor = _cursor(last_event_id, after)
+    stream = _wants_stream(request)
+    if stream and cursor is None and since is None:
+        cursor = await feed.head()
+    which = EventFilter(tenant, cursor or START, job_type=job_type, since=_utc(since))
+    if stream:
+        return _stream(_sse(feed, which, until_ended=False))
+    page = _page(list(await feed.page(which, limit)))
+    return Response(page.model_dump_json(), media_type="application/json")
+
+
+@router.get(
+    "/jobs/{job_id}/events",
+    summary="A job's events",
+    description="Everything that happened to the job, in order. As a stream (Accept: "
+    "text/event-stream) it starts after Last-Event-ID or `after` and ends once the job "
+    "has ended; a stream asked for after a job's last event, once it has ended, is a 204 "
+    "(which tells EventSource to stop reconnecting). As JSON it returns one page.",
+    dependencies=[RateLimitRead],
+    responses={200: _STREAM_DOC, 204: {"description": "The job has ended; nothing follows."}},
+)
+async def job_events(
+    job_id: uuid.UUID,
+    request: Request,
+    tenant: CurrentTenant,
+    get: FromDishka[GetJob],
+    feed: FromDishka[JobEvents],
+    last_event_id: LastEventId = None,
+    after: After = None,
+    limit: Limit = 100,
+) -> Response:
+    cursor = _cursor(last_event_id, after) or START
+    job = await get(GetJobQuery(tenant_id=TenantId(tenant), job_id=JobId(job_id)))
+    which = EventFilter(tenant, cursor, job_id=job.id)
+    if not _wants_stream(request):
+        return Response(
+            _page(list(await feed.page(which, limit))).model_dump_json(),
+            media_type="application/json",
+        )
+    if job.status.is_terminal and not await feed.page(which, 1):
+        return Response(status_code=204)
+    return _stream(_sse(feed, which, until_ended=True))

@@ -1,0 +1,142 @@
+"""The job event feed: what happened to a tenant's jobs, in order, resumable.
+
+Every change of a job a client may follow is an event (its names are `EVENT_NAMES`),
+recorded in the transaction that made the change (jobrail.persistence.tables.job_events
+says how). Each event has a cursor; reading after a cursor gives every later event once,
+in order, whoever wrote them and however their transactions interleaved. GET /events
+and GET /jobs/{id}/events serve the feed as Server-Sent Events (the cursor is the SSE
+event id, so a client that reconnects with ``Last-Event-ID`` resumes where it stopped),
+and jobrail.webhooks delivers it to a tenant's webhooks.
+"""
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from jobrail.jobs.domain import JobProgress, JobStatus, Wait
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId
+
+EVENT_NAMES = (
+    "enqueued",
+    "started",
+    "progress",
+    "deferred",
+    "retrying",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "released",
+    "redriven",
+    "requeued",
+)
+"""enqueued: the job was written (pending, or blocked in a flow); started: an attempt
+claimed it; progress: the attempt reported how far it got; deferred: a limit or lock
+turned it away (its `waiting` says what and until when); retrying: an attempt failed
+and it runs again later; succeeded, failed, cancelled: it ended; released: a flow
+released a blocked job; redriven: an operator ran a failed or cancelled job again;
+requeued: a job whose worker was lost was put back."""
+
+ENDED = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EventCursor:
+    """A position in the feed: the writing transaction's order (0 on SQLite), then the
+    event's id. Written ``"<tx>-<id>"``."""
+
+    tx: int
+    id: int
+
+    def __str__(self) -> str:
+        return f"{self.tx}-{self.id}"
+
+    @classmethod
+    def parse(cls, text: str) -> "EventCursor":
+        tx, sep, id_ = text.strip().partition("-")
+        if sep and tx.isascii() and tx.isdigit() and id_.isascii() and id_.isdigit():
+            cursor = cls(int(tx), int(id_))
+            if cursor.tx < 2**63 and cursor.id < 2**63:  # the columns are 64-bit
+                return cursor
+        raise InvalidInputError(
+            f"{text[:60]!r} is not an event id (they look like 123-456: take one from an "
+            "event's id)"
+        )
+
+
+START = EventCursor(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    cursor: EventCursor
+    name: str
+    tenant_id: TenantId
+    job_id: JobId
+    job_type: str
+    at: datetime
+    # The job as the change left it.
+    status: JobStatus
+    attempts: int
+    last_error: str | None
+    run_after: datetime | None
+    progress: JobProgress | None
+    waiting: Wait | None
+    flow_id: uuid.UUID | None
+
+    @property
+    def ends_job(self) -> bool:
+        return self.name in ENDED
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events to read: one tenant's (None: every tenant's, for the webhook relay),
+    after `after`, optionally of one job or one job type, or since a time."""
+
+    tenant_id: TenantId | None
+    after: EventCursor = START
+    job_id: JobId | None = None
+    job_type: str | None = None
+    since: datetime | None = None
+
+
+class JobEventLog(Protocol):
+    async def read(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
+        """At most `limit` events matching `which`, in feed order. Only events no open
+        transaction can still precede are read, so none ever appears behind a cursor
+        already read."""
+        ...
+
+    async def head(self) -> EventCursor:
+        """A cursor after every event that can be read now: reading after it gives only
+        what happens from here on."""
+        ...
+
+
+def event_document(event: JobEvent) -> dict[str, object]:
+    """An event as JSON, as GET /events and webhooks send it."""
+    progress = event.progress
+    return {
+        "id": str(event.cursor),
+        "event": event.name,
+        "job_id": str(event.job_id),
+        "job_type": event.job_type,
+        "at": event.at.isoformat(),
+        "status": event.status.value,
+        "attempts": event.attempts,
+        "last_error": event.last_error,
+        "run_after": event.run_after.isoformat() if event.run_after else None,
+        "progress": None
+        if progress is None
+        else {
+            "current": progress.current,
+            "total": progress.total,
+            "message": progress.message,
+            "updated_at": progress.updated_at.isoformat(),
+        },
+        "waiting": None if event.waiting is None else event.waiting.as_json(),
+        "flow_id": str(event.flow_id) if event.flow_id else None,
+    }

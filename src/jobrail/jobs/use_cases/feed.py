@@ -1,0 +1,52 @@
+"""Reading and following the job event feed (jobrail.jobs.feed)."""
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+
+from jobrail.jobs.feed import EventCursor, EventFilter, JobEvent, JobEventLog
+
+MAX_PAGE = 500
+
+
+class JobEvents:
+    """A page of the feed, or the feed followed as it grows.
+
+    Following polls the log every `poll_interval_s` (one indexed query per open stream;
+    a page at a time while it catches up)."""
+
+    def __init__(self, log: JobEventLog, *, poll_interval_s: float) -> None:
+        self._log = log
+        self._interval = poll_interval_s
+
+    async def page(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
+        return await self._log.read(which, min(limit, MAX_PAGE))
+
+    async def head(self) -> EventCursor:
+        return await self._log.head()
+
+    async def follow(
+        self, which: EventFilter, *, heartbeat_s: float, until_ended: bool = False
+    ) -> AsyncIterator[JobEvent | None]:
+        """Every event after `which.after`, then each new one as it is written; None
+        after every `heartbeat_s` without one (a stream's keep-alive). With
+        `until_ended`, it stops after an event that ends a job and is the last one so
+        far (a job's own stream)."""
+        after = which.after
+        idle = 0.0
+        while True:
+            events = await self._log.read(dataclasses.replace(which, after=after), MAX_PAGE)
+            for event in events:
+                yield event
+                after = event.cursor
+            if events:
+                idle = 0.0
+                if len(events) == MAX_PAGE:
+                    continue
+                if until_ended and events[-1].ends_job:
+                    return
+            await asyncio.sleep(self._interval)
+            idle += self._interval
+            if idle >= heartbeat_s:
+                idle = 0.0
+                yield None

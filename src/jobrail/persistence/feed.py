@@ -1,0 +1,123 @@
+"""The job event feed's reads (the rows are written by triggers, see tables.job_events)."""
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Select, delete, func, literal, select, text, tuple_
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from jobrail.jobs.domain import JobStatus, Wait
+from jobrail.jobs.feed import EventCursor, EventFilter, JobEvent
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.persistence.errors import database_errors
+from jobrail.persistence.mapping import progress_from_document
+from jobrail.persistence.tables import job_events
+
+# Postgres: the oldest transaction still open. A transaction at or after it may still
+# commit events, so only those of older ones are read (the feed never gains a row behind
+# a cursor it gave out). Read-only transactions have no id and hold nothing back; a
+# long-open writing transaction anywhere on the server delays the feed until it ends.
+_PG_HORIZON = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+_LAST_ID = 2**63 - 1
+
+
+class SqlaJobEventLog:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+
+    async def read(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
+        with database_errors():
+            async with self._engine.connect() as connection:
+                return await self.read_on(connection, which, limit)
+
+    async def head(self) -> EventCursor:
+        with database_errors():
+            async with self._engine.connect() as connection:
+                return await self.head_on(connection)
+
+    async def read_on(
+        self, connection: AsyncConnection | AsyncSession, which: EventFilter, limit: int
+    ) -> list[JobEvent]:
+        """`read` on a connection (or session) the caller has open, in its transaction
+        (on SQLite every transaction holds the write lock: a second would wait for it)."""
+        t = job_events
+        query: Select[Any] = (
+            select(t)
+            .where(
+                tuple_(t.c.tx, t.c.id) > tuple_(literal(which.after.tx), literal(which.after.id))
+            )
+            .order_by(t.c.tx, t.c.id)
+            .limit(limit)
+        )
+        if self._pg:
+            query = query.where(t.c.tx < text(_PG_HORIZON))
+        if which.tenant_id is not None:
+            query = query.where(t.c.tenant_id == which.tenant_id)
+        if which.job_id is not None:
+            query = query.where(t.c.job_id == which.job_id)
+        if which.job_type is not None:
+            query = query.where(t.c.job_type == which.job_type)
+        if which.since is not None:
+            query = query.where(t.c.at >= which.since)
+        rows = (await connection.execute(query)).mappings().all()
+        return [_event(row) for row in rows]
+
+    async def head_on(self, connection: AsyncConnection | AsyncSession) -> EventCursor:
+        if self._pg:
+            horizon = (await connection.execute(text(f"SELECT {_PG_HORIZON}"))).scalar_one()
+            return EventCursor(int(horizon) - 1, _LAST_ID)
+        last = (await connection.execute(select(func.max(job_events.c.id)))).scalar()
+        return EventCursor(0, int(last or 0))
+
+    async def delete_before(self, cutoff: datetime, batch: int) -> int:
+        """Delete up to `batch` of the oldest events, those that happened before
+        `cutoff`. Events are read oldest first by the (tx, id) index, so no index on
+        their time is kept: the batch stops at the first younger one, and fewer than
+        `batch` deleted ends the pruning."""
+        t = job_events
+        with database_errors():
+            async with self._engine.begin() as connection:
+                oldest = (
+                    await connection.execute(
+                        select(t.c.id, t.c.at).order_by(t.c.tx, t.c.id).limit(batch)
+                    )
+                ).all()
+                ids = []
+                for id_, at in oldest:
+                    if at >= cutoff:
+                        break
+                    ids.append(id_)
+                if ids:
+                    await connection.execute(delete(t).where(t.c.id.in_(ids)))
+        return len(ids)
+
+
+def _moment(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _event(row: RowMapping) -> JobEvent:
+    data: dict[str, Any] = row["data"]
+    flow_id = data.get("flow_id")
+    return JobEvent(
+        cursor=EventCursor(row["tx"], row["id"]),
+        name=row["name"],
+        tenant_id=TenantId(row["tenant_id"]),
+        job_id=JobId(row["job_id"]),
+        job_type=row["job_type"],
+        at=row["at"],
+        status=JobStatus(data["status"]),
+        attempts=int(data["attempts"]),
+        last_error=data.get("last_error"),
+        run_after=_moment(data.get("run_after")),
+        progress=progress_from_document(data.get("progress")),
+        waiting=Wait.from_json(data.get("waiting")),
+        flow_id=uuid.UUID(str(flow_id)) if flow_id else None,
+    )

@@ -1,0 +1,128 @@
+"""Webhooks: a tenant's URL that its job events are POSTed to, signed with its secret.
+
+Signatures follow the Standard Webhooks specification (standardwebhooks.com), so a
+receiver can check them with any of its libraries: the headers ``webhook-id`` (the
+delivery's id, the same on every retry), ``webhook-timestamp`` (Unix seconds) and
+``webhook-signature`` (``v1,`` and the base64 HMAC-SHA256, keyed with the secret's
+bytes, of ``"{id}.{timestamp}.{body}"``). A secret is ``whsec_`` and base64.
+"""
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import TenantId
+
+SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, no secret)
+MAX_URL_LENGTH = 2048
+DEFAULT_EVENTS = ("succeeded", "failed", "cancelled")
+"""What a webhook receives unless it names its events: how each job ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    id: uuid.UUID
+    tenant_id: TenantId
+    url: str
+    secret: str
+    events: tuple[str, ...]
+    created_at: datetime
+
+    def wants(self, event_name: str) -> bool:
+        return event_name in self.events
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def check_secret(secret: str) -> str:
+    key = secret.removeprefix(SECRET_PREFIX)
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except ValueError:
+        raw = b""
+    if not secret.startswith(SECRET_PREFIX) or not 24 <= len(raw) <= 64:
+        raise InvalidInputError(
+            "secret must be whsec_ and the base64 of 24 to 64 random bytes; leave it out "
+            "to have one made"
+        )
+    return secret
+
+
+def sign(secret: str, delivery_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` header's value."""
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    signed = f"{delivery_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def check_events(events: Iterable[str], known: Sequence[str]) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(events))
+    unknown = [e for e in chosen if e not in known]
+    if unknown or not chosen:
+        raise InvalidInputError(
+            f"events must name one or more of {', '.join(known)}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    return chosen
+
+
+def is_private(address: str) -> bool:
+    """Loopback, private, link-local (cloud metadata), multicast, reserved or
+    unspecified: nothing a webhook reaches on the public internet."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]]) -> str:
+    """`url` if a webhook may have it; InvalidInputError saying why not otherwise.
+
+    Refused: anything but http(s); credentials in the URL (they would be logged and
+    shown); a literal address or ``localhost`` that is not public (unless
+    `private_ok`); and the API itself (`own_hosts`: host and port it is reached at),
+    which a delivery would otherwise call with the platform's own hands. A name is
+    resolved and checked again at each delivery."""
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidInputError(f"url is longer than {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise InvalidInputError("url is not a URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise InvalidInputError("url must be http:// or https://")
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host:
+        raise InvalidInputError("url has no host")
+    if parts.username or parts.password:
+        raise InvalidInputError("url must not hold credentials: use the secret")
+    port = port or (443 if parts.scheme == "https" else 80)
+    own = {(h.lower(), p) for h, p in own_hosts}
+    loopback_names = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}  # noqa: S104 (a name)
+    if (host, port) in own or (
+        host in loopback_names | {"localhost.localdomain"}
+        and any(h in loopback_names for h, p in own if p == port)
+    ):
+        raise InvalidInputError("url points at this API itself")
+    if not private_ok:
+        if host == "localhost" or host.endswith(".localhost"):
+            raise InvalidInputError("url points at this machine (localhost)")
+        try:
+            private = is_private(host.strip("[]"))
+        except ValueError:
+            private = False  # a name: checked when it is resolved, at each delivery
+        if private:
+            raise InvalidInputError("url points at a private, loopback or link-local address")
+    return url

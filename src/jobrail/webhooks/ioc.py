@@ -1,0 +1,65 @@
+from collections.abc import AsyncIterator
+
+from dishka import Provider, Scope, provide
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.use_cases import EnqueueJob
+from jobrail.kernel.clock import Clock
+from jobrail.persistence.feed import SqlaJobEventLog
+from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.settings import Settings
+from jobrail.webhooks.persistence import SqlaWebhookStore, WebhookRelay
+from jobrail.webhooks.sending import HttpxWebhookSender
+from jobrail.webhooks.use_cases import DeliverWebhook, Webhooks
+
+
+class WebhooksProvider(Provider):
+    scope = Scope.APP
+
+    @provide
+    def store(self, engine: AsyncEngine, clock: Clock) -> SqlaWebhookStore:
+        return SqlaWebhookStore(engine, clock)
+
+    @provide
+    def webhooks(self, store: SqlaWebhookStore, clock: Clock, settings: Settings) -> Webhooks:
+        return Webhooks(store, clock, private_ok=settings.events.webhook_private_addresses)
+
+    @provide
+    async def sender(self, settings: Settings) -> AsyncIterator[HttpxWebhookSender]:
+        sender = HttpxWebhookSender(
+            timeout_s=settings.events.webhook_timeout_s,
+            private_ok=settings.events.webhook_private_addresses,
+        )
+        yield sender
+        await sender.close()
+
+    @provide
+    def deliver(
+        self,
+        store: SqlaWebhookStore,
+        log: SqlaJobEventLog,
+        sender: HttpxWebhookSender,
+        clock: Clock,
+    ) -> DeliverWebhook:
+        return DeliverWebhook(store, log, sender, clock)
+
+    @provide
+    def relay(
+        self,
+        engine: AsyncEngine,
+        units: UnitOfWorkFactory,
+        enqueue: EnqueueJob,
+        store: SqlaWebhookStore,
+        log: SqlaJobEventLog,
+        clock: Clock,
+        settings: Settings,
+    ) -> WebhookRelay:
+        return WebhookRelay(
+            engine,
+            units,
+            enqueue,
+            store,
+            log,
+            clock,
+            interval_s=settings.events.poll_interval_ms / 1000,
+        )

@@ -1,0 +1,211 @@
+"""Webhooks in the database, and the relay that turns job events into deliveries."""
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.feed import EventCursor, EventFilter
+from jobrail.jobs.ports import EnqueueJobCommand, StoreUnavailableError
+from jobrail.jobs.use_cases import EnqueueJob
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.ids import TenantId
+from jobrail.persistence.errors import database_errors
+from jobrail.persistence.feed import SqlaJobEventLog
+from jobrail.persistence.tables import webhook_relay, webhooks
+from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.webhooks.domain import Webhook
+
+log = logging.getLogger("jobrail.webhooks")
+
+DELIVER = "webhooks.deliver"
+
+
+def _webhook(row: RowMapping) -> Webhook:
+    return Webhook(
+        id=row["id"],
+        tenant_id=TenantId(row["tenant_id"]),
+        url=row["url"],
+        secret=row["secret"],
+        events=tuple(row["events"]),
+        created_at=row["created_at"],
+    )
+
+
+class SqlaWebhookStore:
+    def __init__(self, engine: AsyncEngine, clock: Clock) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def add(self, webhook: Webhook) -> None:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    insert(webhooks).values(
+                        id=webhook.id,
+                        tenant_id=webhook.tenant_id,
+                        url=webhook.url,
+                        secret=webhook.secret,
+                        events=list(webhook.events),
+                        created_at=webhook.created_at,
+                    )
+                )
+
+    async def of_tenant(self, tenant: TenantId) -> Sequence[Webhook]:
+        query = (
+            select(webhooks)
+            .where(webhooks.c.tenant_id == tenant, webhooks.c.deleted_at.is_(None))
+            .order_by(webhooks.c.created_at, webhooks.c.id)
+        )
+        return await self._select(query)
+
+    async def get(self, tenant: TenantId, webhook_id: uuid.UUID) -> Webhook | None:
+        query = select(webhooks).where(
+            webhooks.c.id == webhook_id,
+            webhooks.c.tenant_id == tenant,
+            webhooks.c.deleted_at.is_(None),
+        )
+        found = await self._select(query)
+        return found[0] if found else None
+
+    async def active(self) -> Sequence[Webhook]:
+        return await self._select(select(webhooks).where(webhooks.c.deleted_at.is_(None)))
+
+    async def delete(self, tenant: TenantId, webhook_id: uuid.UUID) -> bool:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                done = await conn.execute(
+                    update(webhooks)
+                    .where(
+                        webhooks.c.id == webhook_id,
+                        webhooks.c.tenant_id == tenant,
+                        webhooks.c.deleted_at.is_(None),
+                    )
+                    .values(deleted_at=self._clock.now())
+                )
+        return bool(done.rowcount)
+
+    async def _select(self, query: Any) -> list[Webhook]:
+        with database_errors():
+            async with self._engine.connect() as conn:
+                return [_webhook(row) for row in (await conn.execute(query)).mappings()]
+
+
+class WebhookRelay:
+    """Turns job events into delivery jobs (`webhooks.deliver`), one per event and
+    webhook that wants it, idempotent on both.
+
+    Its place in the feed is one row, `webhook_relay`, locked (Postgres) or written
+    first (SQLite) by the transaction that enqueues the deliveries and moves it on: the
+    deliveries and the new place commit together, and two relays (one per worker
+    process) take turns. A delivery job's own events are never delivered. With no
+    webhook anywhere, it only follows the feed's head."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        units: UnitOfWorkFactory,
+        enqueue: EnqueueJob,
+        store: SqlaWebhookStore,
+        events: SqlaJobEventLog,
+        clock: Clock,
+        *,
+        interval_s: float,
+        batch: int = 200,
+    ) -> None:
+        self._engine = engine
+        self._units = units
+        self._enqueue = enqueue
+        self._store = store
+        self._events = events
+        self._clock = clock
+        self._interval = interval_s
+        self._batch = batch
+        self._pg = engine.dialect.name == "postgresql"
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                relayed = await self.relay_once()
+            except StoreUnavailableError as exc:
+                log.warning("webhook relay: database unavailable (%s)", exc)
+                relayed = 0
+            except Exception:
+                log.exception("webhook relay failed; trying again")
+                relayed = 0
+            if relayed < self._batch:
+                await asyncio.sleep(self._interval)
+
+    async def relay_once(self) -> int:
+        """Enqueue the deliveries of the next events; how many events it went past."""
+        hooks = await self._store.active()
+        async with self._units(SqlaUnitOfWork) as uow, _database_errors():
+            place = await self._take_place(uow)
+            if not hooks:
+                await self._move(uow, await self._events.head_on(uow.session))
+                await uow.commit()
+                return 0
+            by_tenant: dict[str, list[Webhook]] = defaultdict(list)
+            for hook in hooks:
+                by_tenant[hook.tenant_id].append(hook)
+            # In this transaction: the place is locked while the events are read.
+            events = await self._events.read_on(uow.session, EventFilter(None, place), self._batch)
+            for event in events:
+                if event.job_type == DELIVER:
+                    continue
+                for hook in by_tenant.get(event.tenant_id, ()):
+                    if hook.wants(event.name) and event.at >= hook.created_at:
+                        await self._enqueue.into(uow, _delivery(hook, str(event.cursor)))
+            if events:
+                await self._move(uow, events[-1].cursor)
+            await uow.commit()
+        return len(events)
+
+    async def _take_place(self, uow: SqlaUnitOfWork) -> EventCursor:
+        t = webhook_relay
+        now = self._clock.now()
+        if self._pg:
+            row = (
+                await uow.session.execute(
+                    select(t.c.tx, t.c.event_id).where(t.c.id == 1).with_for_update()
+                )
+            ).first()
+        else:
+            # A write first: SQLite's transaction takes its lock now, not at the end.
+            await uow.session.execute(update(t).where(t.c.id == 1).values(updated_at=now))
+            row = (
+                await uow.session.execute(select(t.c.tx, t.c.event_id).where(t.c.id == 1))
+            ).first()
+        if row is None:
+            await uow.session.execute(insert(t).values(id=1, tx=0, event_id=0, updated_at=now))
+            return EventCursor(0, 0)
+        return EventCursor(int(row[0]), int(row[1]))
+
+    async def _move(self, uow: SqlaUnitOfWork, place: EventCursor) -> None:
+        await uow.session.execute(
+            update(webhook_relay)
+            .where(webhook_relay.c.id == 1)
+            .values(tx=place.tx, event_id=place.id, updated_at=self._clock.now())
+        )
+
+
+@contextlib.asynccontextmanager
+async def _database_errors() -> AsyncIterator[None]:
+    with database_errors():
+        yield
+
+
+def _delivery(hook: Webhook, event_id: str) -> EnqueueJobCommand:
+    return EnqueueJobCommand(
+        tenant_id=hook.tenant_id,
+        type=DELIVER,
+        payload={"webhook_id": str(hook.id), "event_id": event_id},
+        idempotency_key=f"webhook:{hook.id}:{event_id}",
+    )

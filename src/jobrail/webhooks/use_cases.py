@@ -1,0 +1,124 @@
+"""Registering webhooks, and delivering one event to one of them."""
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from jobrail.jobs.feed import EVENT_NAMES, EventCursor, EventFilter, JobEventLog, event_document
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import ConflictError, NotFoundError
+from jobrail.kernel.ids import TenantId
+from jobrail.webhooks.domain import (
+    DEFAULT_EVENTS,
+    Webhook,
+    check_events,
+    check_secret,
+    check_url,
+    new_secret,
+    sign,
+)
+from jobrail.webhooks.ports import DeliveryFailedError, WebhookSender, WebhookStore
+
+log = logging.getLogger("jobrail.webhooks")
+
+MAX_WEBHOOKS_PER_TENANT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterWebhookCommand:
+    tenant_id: TenantId
+    url: str
+    events: Sequence[str] | None = None
+    secret: str | None = None
+    # Where the API is reached (host, port): a webhook may not point back at it.
+    own_hosts: Iterable[tuple[str, int]] = ()
+
+
+class Webhooks:
+    def __init__(self, store: WebhookStore, clock: Clock, *, private_ok: bool) -> None:
+        self._store = store
+        self._clock = clock
+        self._private_ok = private_ok
+
+    async def register(self, cmd: RegisterWebhookCommand) -> Webhook:
+        url = check_url(cmd.url, private_ok=self._private_ok, own_hosts=cmd.own_hosts)
+        events = check_events(DEFAULT_EVENTS if cmd.events is None else cmd.events, EVENT_NAMES)
+        secret = check_secret(cmd.secret) if cmd.secret is not None else new_secret()
+        if len(await self._store.of_tenant(cmd.tenant_id)) >= MAX_WEBHOOKS_PER_TENANT:
+            raise ConflictError(
+                f"a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks: delete one first"
+            )
+        webhook = Webhook(
+            id=uuid.uuid4(),
+            tenant_id=cmd.tenant_id,
+            url=url,
+            secret=secret,
+            events=events,
+            created_at=self._clock.now(),
+        )
+        await self._store.add(webhook)
+        return webhook
+
+    async def of_tenant(self, tenant: TenantId) -> Sequence[Webhook]:
+        return await self._store.of_tenant(tenant)
+
+    async def get(self, tenant: TenantId, webhook_id: uuid.UUID) -> Webhook:
+        webhook = await self._store.get(tenant, webhook_id)
+        if webhook is None:
+            raise NotFoundError(f"webhook {webhook_id} not found")
+        return webhook
+
+    async def delete(self, tenant: TenantId, webhook_id: uuid.UUID) -> None:
+        if not await self._store.delete(tenant, webhook_id):
+            raise NotFoundError(f"webhook {webhook_id} not found")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    status: int | None
+    skipped: str | None = None
+
+
+class DeliverWebhook:
+    """POST one event to one webhook, signed. A receiver that answers other than 2xx,
+    or cannot be reached, fails the attempt (DeliveryFailedError: it is retried with
+    backoff, then dead-lettered, and can be redriven). A webhook deleted since, or an
+    event pruned since, is skipped."""
+
+    def __init__(
+        self, store: WebhookStore, events: JobEventLog, sender: WebhookSender, clock: Clock
+    ) -> None:
+        self._store = store
+        self._events = events
+        self._sender = sender
+        self._clock = clock
+
+    async def __call__(
+        self, tenant: TenantId, webhook_id: uuid.UUID, event_id: str, delivery_id: str
+    ) -> Delivered:
+        webhook = await self._store.get(tenant, webhook_id)
+        if webhook is None:
+            return Delivered(None, skipped="the webhook was deleted")
+        cursor = EventCursor.parse(event_id)
+        before = EventCursor(cursor.tx, cursor.id - 1)
+        found = await self._events.read(EventFilter(tenant, before), 1)
+        if not found or found[0].cursor != cursor:
+            return Delivered(None, skipped="the event is no longer kept")
+        body = json.dumps(
+            {"type": f"job.{found[0].name}", "data": event_document(found[0])},
+            separators=(",", ":"),
+        ).encode()
+        timestamp = int(self._clock.now().timestamp())
+        headers = {
+            "content-type": "application/json",
+            "user-agent": "jobrail-webhooks",
+            "webhook-id": delivery_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(webhook.secret, delivery_id, timestamp, body),
+        }
+        status = await self._sender.post(webhook.url, body, headers)
+        if not 200 <= status < 300:
+            raise DeliveryFailedError(f"the receiver answered {status}")
+        return Delivered(status)

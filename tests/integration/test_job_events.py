@@ -1,0 +1,154 @@
+"""The job event feed's store, on SQLite and Postgres: every change of a job is an
+event written by the database in the changing transaction, whatever wrote it; a reader
+never sees an event appear behind a cursor it already read, even when an older
+transaction commits after a younger one; retention deletes old events only."""
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.feed import START, EventFilter
+from jobrail.kernel.ids import TenantId
+from jobrail.persistence.feed import SqlaJobEventLog
+from jobrail.persistence.tables import job_events, jobs
+from tests.support.services import store_engine
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine: AsyncEngine = await store_engine(request, tmp_path, "jobs, job_events")
+    yield engine
+    await engine.dispose()
+
+
+def _job(tenant: str, **values: Any) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {
+        "id": uuid.uuid4(),
+        "tenant_id": tenant,
+        "type": "demo.echo",
+        "queue": "default",
+        "status": "pending",
+        "payload": {},
+        "max_attempts": 3,
+        "trace_context": {},
+        "created_at": now,
+        "updated_at": now,
+        **values,
+    }
+
+
+async def test_every_change_a_client_follows_is_one_event(engine: AsyncEngine) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    row = _job(tenant)
+    now = datetime.now(UTC)
+    progress = {"current": 1, "total": 2, "message": "half", "updated_at": now.isoformat()}
+    waiting = {
+        "on": [{"kind": "lock", "name": "lock", "key": "k"}],
+        "until": now.isoformat(),
+        "since": now.isoformat(),
+    }
+    changes: list[dict[str, Any]] = [
+        {"waiting": waiting},  # deferred
+        {"status": "running", "attempts": 1, "waiting": None},  # started
+        {"progress": progress},  # progress
+        {"lease_until": now + timedelta(seconds=5)},  # a renewal: nothing
+        {"status": "retrying", "last_error": "boom", "run_after": now},  # retrying
+        {"status": "running", "attempts": 2},  # started again
+        {"status": "failed", "finished_at": now},  # failed
+        {"status": "pending", "attempts": 0},  # redriven
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs).values(row))
+    for change in changes:
+        async with engine.begin() as conn:
+            await conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(**change))
+
+    events = await SqlaJobEventLog(engine).read(EventFilter(TenantId(tenant)), 100)
+
+    assert [e.name for e in events] == [
+        "enqueued",
+        "deferred",
+        "started",
+        "progress",
+        "retrying",
+        "started",
+        "failed",
+        "redriven",
+    ]
+    assert events[1].waiting is not None
+    assert events[1].waiting.on[0].key == "k"
+    assert events[3].progress is not None
+    assert events[3].progress.message == "half"
+    assert events[4].last_error == "boom"
+    assert events[4].run_after is not None
+    assert [e.attempts for e in events] == [0, 0, 1, 1, 1, 2, 2, 0]
+    assert all(e.job_id == row["id"] for e in events)
+    assert events == sorted(events, key=lambda e: e.cursor)
+
+
+# SQLite's writers are serial: its ids are given in commit order.
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)
+async def test_an_older_transaction_that_commits_late_is_never_behind_a_read_cursor(
+    engine: AsyncEngine,
+) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    log = SqlaJobEventLog(engine)
+    older, younger = _job(tenant), _job(tenant)
+    async with engine.connect() as slow:
+        transaction = await slow.begin()
+        await slow.execute(insert(jobs).values(older))  # open, not committed
+        async with engine.begin() as fast:
+            await fast.execute(insert(jobs).values(younger))
+        # The younger event is committed, but an older transaction could still add
+        # events before it: a reader does not see it yet.
+        assert await log.read(EventFilter(TenantId(tenant)), 10) == []
+        head = await log.head()
+        await transaction.commit()
+
+    events = await log.read(EventFilter(TenantId(tenant)), 10)
+    assert [e.job_id for e in events] == [older["id"], younger["id"]]
+    # A stream that began at the head while both were open sees both.
+    assert len(await log.read(EventFilter(TenantId(tenant), head), 10)) == 2
+
+
+async def test_a_job_row_a_transaction_rolled_back_has_no_event(engine: AsyncEngine) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        await conn.execute(insert(jobs).values(_job(tenant)))
+        await transaction.rollback()
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs).values(_job(tenant)))
+
+    assert len(await SqlaJobEventLog(engine).read(EventFilter(TenantId(tenant)), 10)) == 1
+
+
+async def test_retention_deletes_old_events_and_keeps_recent_ones(engine: AsyncEngine) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    for _ in range(5):
+        async with engine.begin() as conn:
+            await conn.execute(insert(jobs).values(_job(tenant)))
+    async with engine.begin() as conn:
+        ids = (await conn.execute(select(job_events.c.id).order_by(job_events.c.id))).scalars()
+        old = list(ids)[:3]
+        await conn.execute(
+            update(job_events)
+            .where(job_events.c.id.in_(old))
+            .values(at=datetime.now(UTC) - timedelta(days=30))
+        )
+    log = SqlaJobEventLog(engine)
+
+    deleted = await log.delete_before(datetime.now(UTC) - timedelta(days=7), 2)
+    deleted += await log.delete_before(datetime.now(UTC) - timedelta(days=7), 2)
+
+    assert deleted == 3
+    left = await log.read(EventFilter(TenantId(tenant), START), 10)
+    assert len(left) == 2
+    assert not {e.cursor.id for e in left} & set(old)
