@@ -151,6 +151,8 @@ flows = Table(
     Index("uq_flows_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
     Index("ix_flows_tenant_created", "tenant_id", "created_at"),
     Index("ix_flows_finished", "finished_at"),
+    # The ops page's list: every tenant's, the newest first.
+    Index("ix_flows_created", "created_at"),
 )
 
 outbox = Table(
