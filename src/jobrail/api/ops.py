@@ -1,5 +1,7 @@
-"""The ops page: job counts by status and type, queue and DLQ depths, outbox lag and
-recent failures, rendered on the server and refreshing itself. No front-end build.
+"""The ops page: job counts by status and type, queue and DLQ depths, outbox lag, recent
+failures and recent batches and chains, with a page for each batch or chain and each
+job; rendered on the server (jobrail.api.ops_pages) and refreshing itself. No front-end
+build. Every page asks for the same sign-in (`_signed_in`) before it reads anything.
 
 Signing in. A browser cannot send a Bearer header, so the page signs in with a form: an
 admin key given once starts a session kept on the server (``ops_sessions``, see
@@ -25,6 +27,8 @@ import hmac
 import math
 import re
 import secrets
+import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
 from urllib.parse import parse_qs
@@ -37,12 +41,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.api.auth import principal_for_key
 from jobrail.api.ops_pages import (
     CONTENT_SECURITY_POLICY,
+    flow_page,
+    job_page,
     login_page,
+    not_found_page,
     overview_page,
     refused_page,
 )
+from jobrail.jobs.use_cases.ops_views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import NotFoundError
+from jobrail.kernel.ids import JobId
 from jobrail.persistence.ops_sessions import SqlaOpsSessions
 from jobrail.settings import Settings
 from jobrail.tenants.domain import Principal
@@ -92,20 +102,26 @@ async def _session_principal(
     return await SqlaOpsSessions(engine).principal_for(_digest(session_token), clock.now())
 
 
-@router.get("", response_class=HTMLResponse)
-async def ops_page(
+@dataclass(frozen=True, slots=True)
+class _Admin:
+    csrf: str | None
+    """The sign-out form's token; None for a Bearer key (a curl has no session to end)."""
+
+
+async def _signed_in(
     request: Request,
-    overview: FromDishka[GetOpsOverview],
-    engine: FromDishka[AsyncEngine],
-    clock: FromDishka[Clock],
-    jobrail_ops: Annotated[str | None, Cookie()] = None,
-    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
-) -> Response:
+    engine: AsyncEngine,
+    clock: Clock,
+    jobrail_ops: str | None,
+    jobrail_ops_login: str | None,
+) -> _Admin | Response:
+    """The admin a page is for (by its session, or a Bearer admin key), or the sign-in
+    page to answer with instead. Every page of the console asks this first."""
     header = request.headers.get("authorization", "")
     session_token = _token(jobrail_ops)
     if header.lower().startswith("bearer "):
         principal = await principal_for_key(request, header[7:].strip())
-        session_token = None  # a curl with a key has no session to sign out of
+        session_token = None
     else:
         principal = await _session_principal(engine, clock, session_token)
     if principal is None:
@@ -115,8 +131,64 @@ async def ops_page(
         return response
     if not principal.admin:
         return _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
-    csrf = _csrf_for(session_token) if session_token else None
-    return _secured(HTMLResponse(overview_page(await overview(), csrf)))
+    return _Admin(_csrf_for(session_token) if session_token else None)
+
+
+@router.get("", response_class=HTMLResponse)
+async def ops_page(
+    request: Request,
+    overview: FromDishka[GetOpsOverview],
+    flows: FromDishka[ListOpsFlows],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    page = overview_page(await overview(), await flows(), admin.csrf)
+    return _secured(HTMLResponse(page))
+
+
+@router.get("/flows/{flow_id}", response_class=HTMLResponse)
+async def ops_flow_page(
+    flow_id: str,
+    request: Request,
+    flow: FromDishka[GetOpsFlow],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    try:
+        found = await flow(uuid.UUID(flow_id))
+    except (ValueError, NotFoundError):
+        return _secured(HTMLResponse(not_found_page("batch or chain"), status_code=404))
+    return _secured(HTMLResponse(flow_page(found, admin.csrf)))
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def ops_job_page(
+    job_id: str,
+    request: Request,
+    job: FromDishka[GetOpsJob],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    try:
+        found = await job(JobId(uuid.UUID(job_id)))
+    except (ValueError, NotFoundError):
+        return _secured(HTMLResponse(not_found_page("job"), status_code=404))
+    return _secured(HTMLResponse(job_page(found, admin.csrf)))
 
 
 @router.post("/login")
