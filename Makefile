@@ -28,7 +28,8 @@ help:
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
-	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone)"
+	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone),"
+	@echo "                and what a batch and progress reports cost (--costs-only: those alone)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

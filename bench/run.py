@@ -2,7 +2,8 @@
 
 Writes bench/results/latest.json (and a dated copy) and the table in bench/README.md.
 `--quick` is a smaller run; `--api-only` measures only the API and its peers (its results
-go to a dated `api-*.json`, and the README is left alone).
+go to a dated `api-*.json`, and the README is left alone); `--costs-only` only what a
+batch and progress reports cost (a dated `costs-*.json`, the README left alone too).
 """
 
 import asyncio
@@ -14,16 +15,28 @@ import sys
 import time
 from typing import Any
 
-from bench import api_load, celery_pipeline, counts, jobrail_e2e, raw_aio_pika, raw_taskiq
+from bench import (
+    api_load,
+    batch_cost,
+    celery_pipeline,
+    counts,
+    jobrail_e2e,
+    progress_cost,
+    raw_aio_pika,
+    raw_taskiq,
+)
 from bench.common import ROOT, machine, write_json
 
 RESULTS = ROOT / "bench" / "results"
 README = ROOT / "bench" / "README.md"
 
 
+def step(name: str) -> None:
+    print(f"... {name}", file=sys.stderr, flush=True)
+
+
 async def measure(quick: bool) -> dict[str, Any]:
     scale = 0.3 if quick else 1.0
-    step = lambda name: print(f"... {name}", file=sys.stderr, flush=True)  # noqa: E731
     step("raw aio-pika")
     aio_pika_rate = await raw_aio_pika.run(int(20_000 * scale))
     step("raw taskiq")
@@ -36,6 +49,7 @@ async def measure(quick: bool) -> dict[str, Any]:
     counted = await counts.run(300)
     step("API")
     api = await api_load.run(concurrency=32, seconds=4 if quick else 8)
+    costs = await measure_costs(quick)
     celery_best = max(celery.values())
     one = jobrail["jobs_per_s"]["1"]
     return {
@@ -51,6 +65,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             "jobrail_vs_taskiq": round(one / taskiq_rate, 2),
             "jobrail_vs_celery": round(one / celery_best, 2),
             **api_ratios(api),
+            **costs["ratios"],
         },
         "per_job": {
             "redis_round_trips": counted["redis_round_trips"],
@@ -65,7 +80,49 @@ async def measure(quick: bool) -> dict[str, Any]:
             "worker_rss_mb_idle": counted["rss_mb_idle"],
             "worker_rss_mb_loaded": jobrail["rss_mb_loaded"]["1"],
         },
+        "batch": costs["batch"],
+        "progress": costs["progress"],
     }
+
+
+async def measure_costs(quick: bool) -> dict[str, Any]:
+    """A batch against plain jobs, progress reports against none: each a ratio of two
+    measurements taken in alternating rounds of the same run. `quick`: two rounds each
+    (both orders once) and fewer reporting jobs; the batch keeps its 1,000 members."""
+    rounds = 2 if quick else 3
+    step("a batch of 1,000 against 1,000 plain jobs")
+    batch = await batch_cost.run(1000, rounds)
+    step("progress reports against none")
+    progress = await progress_cost.run(600 if quick else 2000, rounds)
+    return {
+        "ratios": {
+            "batch_start_vs_plain": batch["ratio_start_batch_to_plain"],
+            "batch_run_vs_plain": batch["ratio_run_batch_to_plain"],
+            "progress_vs_plain": progress["ratio_progress_to_plain"],
+        },
+        "batch": {k: batch[k] for k in batch if k != "machine"},
+        "progress": {k: progress[k] for k in progress if k != "machine"},
+    }
+
+
+def cost_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    b, p = r["batch"], r["progress"]
+    start, rate = b["start_ms_per_1000_jobs"], b["run_jobs_per_s"]
+    return [
+        (
+            f"batch of {b['jobs']:,} / {b['jobs']:,} plain jobs: start (ms per 1,000)",
+            f"{start['batch']} / {start['plain']} ms ({b['ratio_start_batch_to_plain']}x)",
+        ),
+        (
+            f"batch of {b['jobs']:,} / {b['jobs']:,} plain jobs: run (runner, no broker)",
+            f"{rate['batch']} / {rate['plain']} jobs/s ({b['ratio_run_batch_to_plain']}x)",
+        ),
+        (
+            f"{p['reports_per_job']} progress reports per job / none (runner, no broker)",
+            f"{p['jobs_per_s']['progress']} / {p['jobs_per_s']['plain']} jobs/s "
+            f"({p['ratio_progress_to_plain']}x, {p['progress_writes_per_job']} writes per job)",
+        ),
+    ]
 
 
 def api_ratios(api: dict[str, Any]) -> dict[str, float]:
@@ -165,6 +222,7 @@ def table(r: dict[str, Any]) -> str:
             "worker RSS idle / loaded",
             f"{r['memory']['worker_rss_mb_idle']} / {r['memory']['worker_rss_mb_loaded']} MB",
         ),
+        *cost_rows(r),
     ]
     lines = render(rows)
     m = r["machine"]
@@ -204,9 +262,27 @@ def main_api_only() -> None:
         print("median of", rounds, "rounds:", json.dumps(medians))
 
 
+def main_costs_only() -> None:
+    """`python -m bench.run --costs-only [--quick]`: what a batch and progress reports
+    cost, alone (under a minute)."""
+    started = time.time()
+    results: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **asyncio.run(measure_costs("--quick" in sys.argv)),
+    }
+    results["seconds"] = round(time.time() - started)
+    write_json(RESULTS / f"costs-{results['date'][:19].replace(':', '')}.json", results)
+    print("\n".join(render(cost_rows(results))), flush=True)
+    print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
+
+
 def main() -> None:
     if "--api-only" in sys.argv:
         main_api_only()
+        return
+    if "--costs-only" in sys.argv:
+        main_costs_only()
         return
     quick = "--quick" in sys.argv
     started = time.time()

@@ -137,6 +137,7 @@ class FakeFlowRepository:
         roles: Sequence[FlowRole] | None = None,
         statuses: Sequence[JobStatus] | None = None,
         for_update: bool = False,
+        limit: int | None = None,
     ) -> list[Job]:
         found = [
             copy.deepcopy(job)
@@ -154,7 +155,7 @@ class FakeFlowRepository:
                 job.created_at,
                 job.id,
             ),
-        )
+        )[:limit]
 
     async def counts(self, flow_id: uuid.UUID) -> dict[JobStatus, int]:
         counts: dict[JobStatus, int] = {}

@@ -46,6 +46,7 @@ from jobrail.jobs.use_cases import (
 )
 from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.jobs.use_cases.flows import FlowService, Workflows
+from jobrail.jobs.use_cases.ops_views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.kernel.clock import Clock, SystemClock
@@ -407,6 +408,9 @@ class PlatformProvider(Provider):
         return SqlaOpsReadModel(engine)
 
     ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+    ops_flows = provide(ListOpsFlows, scope=Scope.APP)
+    ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
+    ops_job = provide(GetOpsJob, scope=Scope.REQUEST)
     list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
     redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
     purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)

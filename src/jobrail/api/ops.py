@@ -1,5 +1,7 @@
-"""The ops page: job counts by status and type, queue and DLQ depths, outbox lag and
-recent failures, rendered on the server and refreshing itself. No front-end build.
+"""The ops page: job counts by status and type, queue and DLQ depths, outbox lag, recent
+failures and recent batches and chains, with a page for each batch or chain and each
+job; rendered on the server (jobrail.api.ops_pages) and refreshing itself. No front-end
+build. Every page asks for the same sign-in (`_signed_in`) before it reads anything.
 
 Signing in. A browser cannot send a Bearer header, so the page signs in with a form: an
 admin key given once starts a session kept on the server (``ops_sessions``, see
@@ -20,14 +22,13 @@ Content-Security-Policy that allows nothing but the page's own stylesheet and fo
 posting to this origin, refuse framing, and are never cached.
 """
 
-import base64
 import hashlib
 import hmac
-import html
 import math
 import re
 import secrets
-from collections import defaultdict
+import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
 from urllib.parse import parse_qs
@@ -38,9 +39,20 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.api.auth import principal_for_key
-from jobrail.jobs.domain import JobStatus
-from jobrail.jobs.use_cases.overview import GetOpsOverview, OpsOverview
+from jobrail.api.ops_pages import (
+    CONTENT_SECURITY_POLICY,
+    flow_page,
+    job_page,
+    login_page,
+    not_found_page,
+    overview_page,
+    refused_page,
+)
+from jobrail.jobs.use_cases.ops_views import GetOpsFlow, GetOpsJob, ListOpsFlows
+from jobrail.jobs.use_cases.overview import GetOpsOverview
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import NotFoundError
+from jobrail.kernel.ids import JobId
 from jobrail.persistence.ops_sessions import SqlaOpsSessions
 from jobrail.settings import Settings
 from jobrail.tenants.domain import Principal
@@ -48,7 +60,6 @@ from jobrail.tenants.domain import Principal
 COOKIE = "jobrail_ops"
 LOGIN_COOKIE = "jobrail_ops_login"
 LOGIN_COOKIE_MAX_AGE_S = 3600  # how long a sign-in form stays usable
-REFRESH_S = 5
 MAX_FORM_BYTES = 1024
 # What secrets.token_urlsafe(32) makes; anything else in a cookie is not ours.
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
@@ -91,20 +102,26 @@ async def _session_principal(
     return await SqlaOpsSessions(engine).principal_for(_digest(session_token), clock.now())
 
 
-@router.get("", response_class=HTMLResponse)
-async def ops_page(
+@dataclass(frozen=True, slots=True)
+class _Admin:
+    csrf: str | None
+    """The sign-out form's token; None for a Bearer key (a curl has no session to end)."""
+
+
+async def _signed_in(
     request: Request,
-    overview: FromDishka[GetOpsOverview],
-    engine: FromDishka[AsyncEngine],
-    clock: FromDishka[Clock],
-    jobrail_ops: Annotated[str | None, Cookie()] = None,
-    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
-) -> Response:
+    engine: AsyncEngine,
+    clock: Clock,
+    jobrail_ops: str | None,
+    jobrail_ops_login: str | None,
+) -> _Admin | Response:
+    """The admin a page is for (by its session, or a Bearer admin key), or the sign-in
+    page to answer with instead. Every page of the console asks this first."""
     header = request.headers.get("authorization", "")
     session_token = _token(jobrail_ops)
     if header.lower().startswith("bearer "):
         principal = await principal_for_key(request, header[7:].strip())
-        session_token = None  # a curl with a key has no session to sign out of
+        session_token = None
     else:
         principal = await _session_principal(engine, clock, session_token)
     if principal is None:
@@ -114,8 +131,64 @@ async def ops_page(
         return response
     if not principal.admin:
         return _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
-    csrf = _csrf_for(session_token) if session_token else None
-    return _secured(HTMLResponse(_overview_page(await overview(), csrf)))
+    return _Admin(_csrf_for(session_token) if session_token else None)
+
+
+@router.get("", response_class=HTMLResponse)
+async def ops_page(
+    request: Request,
+    overview: FromDishka[GetOpsOverview],
+    flows: FromDishka[ListOpsFlows],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    page = overview_page(await overview(), await flows(), admin.csrf)
+    return _secured(HTMLResponse(page))
+
+
+@router.get("/flows/{flow_id}", response_class=HTMLResponse)
+async def ops_flow_page(
+    flow_id: str,
+    request: Request,
+    flow: FromDishka[GetOpsFlow],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    try:
+        found = await flow(uuid.UUID(flow_id))
+    except (ValueError, NotFoundError):
+        return _secured(HTMLResponse(not_found_page("batch or chain"), status_code=404))
+    return _secured(HTMLResponse(flow_page(found, admin.csrf)))
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def ops_job_page(
+    job_id: str,
+    request: Request,
+    job: FromDishka[GetOpsJob],
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
+    if isinstance(admin, Response):
+        return admin
+    try:
+        found = await job(JobId(uuid.UUID(job_id)))
+    except (ValueError, NotFoundError):
+        return _secured(HTMLResponse(not_found_page("job"), status_code=404))
+    return _secured(HTMLResponse(job_page(found, admin.csrf)))
 
 
 @router.post("/login")
@@ -171,11 +244,11 @@ async def logout(
     session_token = _token(jobrail_ops)
     if session_token is not None:
         if _cross_site(request):
-            return _secured(HTMLResponse(_refused_page(), status_code=403))
+            return _secured(HTMLResponse(refused_page(), status_code=403))
         body = await request.body()
         given = _form(body).get("csrf_token", "") if len(body) <= MAX_FORM_BYTES else ""
         if not hmac.compare_digest(_csrf_for(session_token).encode(), given.encode()):
-            return _secured(HTMLResponse(_refused_page(), status_code=403))
+            return _secured(HTMLResponse(refused_page(), status_code=403))
         await SqlaOpsSessions(engine).end(_digest(session_token))
     response = RedirectResponse("/ops", status_code=303)
     response.delete_cookie(COOKIE, path="/ops")
@@ -188,7 +261,7 @@ def _login(
     """The sign-in page, with its CSRF token: the one the browser holds if it is still
     good (two tabs keep working), else a fresh one set as a cookie."""
     token = _token(login_token) or secrets.token_urlsafe(32)
-    response = HTMLResponse(_login_page(token, problem), status_code=status)
+    response = HTMLResponse(login_page(token, problem), status_code=status)
     response.set_cookie(
         LOGIN_COOKIE,
         token,
@@ -210,121 +283,3 @@ def _secured(response: Response) -> Response:
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "no-referrer"
     return response
-
-
-# -- rendering -------------------------------------------------------------------------
-
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330;background:#f6f7f9}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:15px;margin:24px 0 8px}
-.muted{color:#6b7280} table{border-collapse:collapse;background:#fff}
-th,td{border:1px solid #e1e4e8;padding:4px 10px;text-align:right}
-th:first-child,td:first-child{text-align:left} td.err{text-align:left;max-width:48em}
-.cards{display:flex;gap:12px} .card{background:#fff;border:1px solid #e1e4e8;padding:10px 16px}
-.card b{display:block;font-size:22px} .bad{color:#b42318}
-form{display:inline} input{font:inherit;padding:4px}
-"""
-_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
-CONTENT_SECURITY_POLICY = (
-    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
-)
-
-
-def _page(title: str, body: str, refresh: bool = False) -> str:
-    meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
-    return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
-        f"<body>{body}</body></html>"
-    )
-
-
-def _login_page(csrf: str, problem: str = "") -> str:
-    note = f'<p class="bad">{html.escape(problem)}</p>' if problem else ""
-    return _page(
-        "jobrail ops - sign in",
-        "<h1>jobrail ops</h1><p class=muted>Sign in with an admin API key.</p>"
-        f"{note}<form method=post action=/ops/login>"
-        f'<input type=hidden name=csrf_token value="{html.escape(csrf)}">'
-        "<input type=password name=api_key id=api_key autocomplete=off size=50 required> "
-        "<button type=submit id=sign-in>Sign in</button></form>",
-    )
-
-
-def _refused_page() -> str:
-    return _page(
-        "jobrail ops",
-        "<h1>jobrail ops</h1><p class=bad>That form did not come from this page: "
-        '<a href="/ops">back to the ops page</a>.</p>',
-    )
-
-
-def _overview_page(overview: OpsOverview, csrf: str | None) -> str:
-    e = html.escape
-    statuses = [status.value for status in JobStatus]
-    by_type: dict[str, dict[str, int]] = defaultdict(dict)
-    totals: dict[str, int] = defaultdict(int)
-    for count in overview.counts:
-        by_type[count.type][count.status.value] = count.count
-        totals[count.status.value] += count.count
-    head = "".join(f"<th>{s}</th>" for s in statuses)
-    rows = "".join(
-        f"<tr><td>{e(job_type)}</td>"
-        + "".join(
-            f'<td data-type="{e(job_type)}" data-status="{s}">{counts.get(s, 0)}</td>'
-            for s in statuses
-        )
-        + "</tr>"
-        for job_type, counts in sorted(by_type.items())
-    )
-    total_row = "<tr><th>all types</th>" + "".join(
-        f'<th data-type="*" data-status="{s}">{totals.get(s, 0)}</th>' for s in statuses
-    )
-    if overview.queues is None:
-        queues = '<p class="bad" id="queues-unavailable">RabbitMQ cannot be asked right now.</p>'
-    else:
-        queues = (
-            "<table id=queues><tr><th>queue</th><th>ready</th><th>consumers</th></tr>"
-            + "".join(
-                f'<tr><td>{e(q.queue)}</td><td data-queue="{e(q.queue)}" data-field="ready">'
-                f'{q.ready}</td><td data-queue="{e(q.queue)}" data-field="consumers">'
-                f"{q.consumers}</td></tr>"
-                for q in overview.queues
-            )
-            + "</table>"
-        )
-    dlq = next((q.ready for q in overview.queues or [] if q.queue.endswith("dlq")), None)
-    lag = overview.outbox_lag.total_seconds()
-    failures = "".join(
-        f"<tr><td>{e(str(job.finished_at or ''))[:19]}</td><td>{e(job.type)}</td>"
-        f"<td>{e(job.tenant_id)}</td><td>{job.attempts}</td>"
-        f'<td class=err data-job="{job.id}">{e(job.last_error or "")[:300]}</td></tr>'
-        for job in overview.failures
-    )
-    cards = (
-        f'<div class=card>jobs failed<b id="failed-total">{totals.get("failed", 0)}</b></div>'
-        f'<div class=card>running<b id="running-total">{totals.get("running", 0)}</b></div>'
-        f'<div class=card>DLQ depth<b id="dlq-depth">{"?" if dlq is None else dlq}</b></div>'
-        f'<div class=card>outbox lag<b id="outbox-lag" class="{"bad" if lag > 30 else ""}">'
-        f"{lag:.1f}s</b></div>"
-    )
-    return _page(
-        "jobrail ops",
-        f"<h1>jobrail ops</h1><p class=muted>Refreshes every {REFRESH_S}s. "
-        + (
-            "<form method=post action=/ops/logout>"
-            f'<input type=hidden name=csrf_token value="{csrf}">'
-            "<button id=sign-out>Sign out</button></form>"
-            if csrf
-            else ""
-        )
-        + "</p>"
-        f"<div class=cards>{cards}</div>"
-        f"<h2>Jobs by type and status</h2><table id=jobs><tr><th>type</th>{head}</tr>"
-        f"{rows}{total_row}</tr></table>"
-        f"<h2>Queues</h2>{queues}"
-        "<h2>Recent failures</h2><table id=failures><tr><th>finished</th><th>type</th>"
-        f"<th>tenant</th><th>attempts</th><th>error</th></tr>{failures}</table>",
-        refresh=True,
-    )

@@ -93,9 +93,10 @@ class FlowRepository(Protocol):
         roles: Sequence[FlowRole] | None = None,
         statuses: Sequence[JobStatus] | None = None,
         for_update: bool = False,
+        limit: int | None = None,
     ) -> list[Job]:
         """The flow's jobs (of those roles, in those states), in the order they were
-        made (a chain's steps in order)."""
+        made (a chain's steps in order); the first `limit` of them when given."""
         ...
 
     async def counts(self, flow_id: FlowId) -> dict[JobStatus, int]:
@@ -304,6 +305,11 @@ class OpsReadModel(Protocol):
 
     async def oldest_unpublished(self) -> datetime | None:
         """When the oldest outbox row still waiting to be published was written."""
+        ...
+
+    async def recent_flows(self, limit: int) -> list[tuple[Flow, dict[JobStatus, int]]]:
+        """Batches and chains, the most recently created first, each with its members by
+        status (as FlowRepository.counts has them)."""
         ...
 
 

@@ -4,7 +4,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
@@ -35,6 +35,16 @@ def flow_from_row(row: Any) -> Flow:
         idempotency_key=row["idempotency_key"],
         name=row["name"],
         callbacks={FlowRole(role): uuid.UUID(job_id) for role, job_id in row["callbacks"].items()},
+    )
+
+
+def member_counts(flow_ids: Sequence[uuid.UUID]) -> Select[uuid.UUID, str, int]:
+    """The members of these flows by status (callbacks not counted): rows of flow id,
+    status and count."""
+    return (
+        select(jobs.c.flow_id, jobs.c.status, func.count())
+        .where(jobs.c.flow_id.in_(flow_ids), jobs.c.flow_role == FlowRole.MEMBER.value)
+        .group_by(jobs.c.flow_id, jobs.c.status)
     )
 
 
@@ -129,13 +139,14 @@ class SqlaFlowRepository:
         roles: Sequence[FlowRole] | None = None,
         statuses: Sequence[JobStatus] | None = None,
         for_update: bool = False,
+        limit: int | None = None,
     ) -> list[Job]:
         query = select(jobs).where(jobs.c.flow_id == flow_id)
         if roles is not None:
             query = query.where(jobs.c.flow_role.in_([role.value for role in roles]))
         if statuses is not None:
             query = query.where(jobs.c.status.in_([status.value for status in statuses]))
-        query = query.order_by(jobs.c.flow_step, jobs.c.created_at, jobs.c.id)
+        query = query.order_by(jobs.c.flow_step, jobs.c.created_at, jobs.c.id).limit(limit)
         if for_update:
             query = query.with_for_update()
         with database_errors():
@@ -147,11 +158,10 @@ class SqlaFlowRepository:
         return [job_from_row(row) for row in rows]
 
     async def counts(self, flow_id: uuid.UUID) -> dict[JobStatus, int]:
-        query = (
-            select(jobs.c.status, func.count())
-            .where(jobs.c.flow_id == flow_id, jobs.c.flow_role == FlowRole.MEMBER.value)
-            .group_by(jobs.c.status)
-        )
         with database_errors():
-            rows = (await self._session.execute(query, execution_options=self._options)).all()
-        return {JobStatus(status): count for status, count in rows}
+            rows = (
+                await self._session.execute(
+                    member_counts([flow_id]), execution_options=self._options
+                )
+            ).all()
+        return {JobStatus(status): count for _, status, count in rows}

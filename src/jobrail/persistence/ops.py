@@ -1,15 +1,19 @@
-"""Operators' reads over every tenant: job counts, recent failures, outbox lag."""
+"""Operators' reads over every tenant: job counts, recent failures, outbox lag, recent
+batches and chains."""
 
+import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.flow import Flow
 from jobrail.jobs.ports import JobCount
 from jobrail.persistence.errors import database_errors
+from jobrail.persistence.flows import flow_from_row, member_counts
 from jobrail.persistence.mapping import job_from_row
-from jobrail.persistence.tables import jobs, outbox
+from jobrail.persistence.tables import flows, jobs, outbox
 
 
 class SqlaOpsReadModel:
@@ -48,3 +52,15 @@ class SqlaOpsReadModel:
         if oldest is not None and oldest.tzinfo is None:  # an aggregate skips UtcDateTime
             oldest = oldest.replace(tzinfo=UTC)
         return oldest
+
+    async def recent_flows(self, limit: int) -> list[tuple[Flow, dict[JobStatus, int]]]:
+        # Served by ix_flows_created, and the counts by ix_jobs_flow: one query each.
+        query = select(flows).order_by(flows.c.created_at.desc(), flows.c.id.desc()).limit(limit)
+        with database_errors():
+            async with self._engine.connect() as conn:
+                found = [flow_from_row(row) for row in (await conn.execute(query)).mappings()]
+                rows = (await conn.execute(member_counts([f.id for f in found]))).all()
+        counts: dict[uuid.UUID, dict[JobStatus, int]] = {flow.id: {} for flow in found}
+        for flow_id, status, count in rows:
+            counts[flow_id][JobStatus(status)] = count
+        return [(flow, counts[flow.id]) for flow in found]

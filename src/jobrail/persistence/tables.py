@@ -152,6 +152,8 @@ flows = Table(
     Index("uq_flows_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
     Index("ix_flows_tenant_created", "tenant_id", "created_at"),
     Index("ix_flows_finished", "finished_at"),
+    # The ops page's list: every tenant's, the newest first.
+    Index("ix_flows_created", "created_at"),
 )
 
 # The job event feed (jobrail.jobs.feed): one row per change of a job that a client may

@@ -1,0 +1,318 @@
+"""The ops page's HTML, rendered on the server: every value from the database or the
+broker goes through html.escape, and the page's one stylesheet is allowed by its hash
+(jobrail.api.ops sends CONTENT_SECURITY_POLICY with every response)."""
+
+import base64
+import hashlib
+import html
+from collections import defaultdict
+from datetime import datetime
+
+from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus
+from jobrail.jobs.flow import Flow, FlowCounts, FlowKind, FlowStatus
+from jobrail.jobs.use_cases.flows import FlowView
+from jobrail.jobs.use_cases.ops_views import OpsFlow, OpsJob
+from jobrail.jobs.use_cases.overview import OpsOverview
+
+REFRESH_S = 5
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330;background:#f6f7f9}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:15px;margin:24px 0 8px}
+.muted{color:#6b7280} table{border-collapse:collapse;background:#fff}
+th,td{border:1px solid #e1e4e8;padding:4px 10px;text-align:right}
+th:first-child,td:first-child{text-align:left} td.err{text-align:left;max-width:48em}
+.cards{display:flex;gap:12px} .card{background:#fff;border:1px solid #e1e4e8;padding:10px 16px}
+.card b{display:block;font-size:22px} .bad{color:#b42318}
+form{display:inline} input{font:inherit;padding:4px} table.fields td{text-align:left}
+"""
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def _page(title: str, body: str, refresh: bool = False) -> str:
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+def login_page(csrf: str, problem: str = "") -> str:
+    note = f'<p class="bad">{html.escape(problem)}</p>' if problem else ""
+    return _page(
+        "jobrail ops - sign in",
+        "<h1>jobrail ops</h1><p class=muted>Sign in with an admin API key.</p>"
+        f"{note}<form method=post action=/ops/login>"
+        f'<input type=hidden name=csrf_token value="{html.escape(csrf)}">'
+        "<input type=password name=api_key id=api_key autocomplete=off size=50 required> "
+        "<button type=submit id=sign-in>Sign in</button></form>",
+    )
+
+
+def refused_page() -> str:
+    return _page(
+        "jobrail ops",
+        "<h1>jobrail ops</h1><p class=bad>That form did not come from this page: "
+        '<a href="/ops">back to the ops page</a>.</p>',
+    )
+
+
+def overview_page(overview: OpsOverview, flows: list[FlowView], csrf: str | None) -> str:
+    e = html.escape
+    statuses = [status.value for status in JobStatus]
+    by_type: dict[str, dict[str, int]] = defaultdict(dict)
+    totals: dict[str, int] = defaultdict(int)
+    for count in overview.counts:
+        by_type[count.type][count.status.value] = count.count
+        totals[count.status.value] += count.count
+    head = "".join(f"<th>{s}</th>" for s in statuses)
+    rows = "".join(
+        f"<tr><td>{e(job_type)}</td>"
+        + "".join(
+            f'<td data-type="{e(job_type)}" data-status="{s}">{counts.get(s, 0)}</td>'
+            for s in statuses
+        )
+        + "</tr>"
+        for job_type, counts in sorted(by_type.items())
+    )
+    total_row = "<tr><th>all types</th>" + "".join(
+        f'<th data-type="*" data-status="{s}">{totals.get(s, 0)}</th>' for s in statuses
+    )
+    if overview.queues is None:
+        queues = '<p class="bad" id="queues-unavailable">RabbitMQ cannot be asked right now.</p>'
+    else:
+        queues = (
+            "<table id=queues><tr><th>queue</th><th>ready</th><th>consumers</th></tr>"
+            + "".join(
+                f'<tr><td>{e(q.queue)}</td><td data-queue="{e(q.queue)}" data-field="ready">'
+                f'{q.ready}</td><td data-queue="{e(q.queue)}" data-field="consumers">'
+                f"{q.consumers}</td></tr>"
+                for q in overview.queues
+            )
+            + "</table>"
+        )
+    dlq = next((q.ready for q in overview.queues or [] if q.queue.endswith("dlq")), None)
+    lag = overview.outbox_lag.total_seconds()
+    failures = "".join(
+        f"<tr><td>{_time(job.finished_at)}</td><td>{_job_link(job, job.type)}</td>"
+        f"<td>{e(job.tenant_id)}</td><td>{job.attempts}</td>"
+        f'<td class=err data-job="{job.id}">{e(job.last_error or "")[:300]}</td></tr>'
+        for job in overview.failures
+    )
+    cards = (
+        f'<div class=card>jobs failed<b id="failed-total">{totals.get("failed", 0)}</b></div>'
+        f'<div class=card>running<b id="running-total">{totals.get("running", 0)}</b></div>'
+        f'<div class=card>DLQ depth<b id="dlq-depth">{"?" if dlq is None else dlq}</b></div>'
+        f'<div class=card>outbox lag<b id="outbox-lag" class="{"bad" if lag > 30 else ""}">'
+        f"{lag:.1f}s</b></div>"
+    )
+    return _page(
+        "jobrail ops",
+        "<h1>jobrail ops</h1>" + _top(csrf, refresh=True) + f"<div class=cards>{cards}</div>"
+        f"<h2>Jobs by type and status</h2><table id=jobs><tr><th>type</th>{head}</tr>"
+        f"{rows}{total_row}</tr></table>"
+        f"<h2>Queues</h2>{queues}"
+        "<h2>Recent failures</h2><table id=failures><tr><th>finished</th><th>type</th>"
+        f"<th>tenant</th><th>attempts</th><th>error</th></tr>{failures}</table>"
+        + _flows_table(flows),
+        refresh=True,
+    )
+
+
+def not_found_page(what: str) -> str:
+    return _page(
+        "jobrail ops",
+        f"<h1>jobrail ops</h1><p class=bad id=not-found>No {html.escape(what)} with that id: "
+        '<a href="/ops">back to the ops page</a>.</p>',
+    )
+
+
+def flow_page(found: OpsFlow, csrf: str | None) -> str:
+    e = html.escape
+    flow, counts = found.view.flow, found.view.counts
+    fields = [
+        ("id", e(str(flow.id))),
+        ("kind", flow.kind.value),
+        ("name", e(flow.name or "")),
+        ("tenant", e(flow.tenant_id)),
+        ("status", _flow_status(flow)),
+        ("created", _time(flow.created_at)),
+        ("finished", _time(flow.finished_at)),
+    ]
+    callbacks = "".join(
+        f'<tr data-role="{role.value}"><td>{role.value}</td><td>{_job_link(job)}</td>'
+        f'<td data-field="status">{job.status.value}</td><td>{job.attempts}</td>'
+        f"<td class=err>{e(job.last_error or '')[:300]}</td></tr>"
+        for role in (FlowRole.THEN, FlowRole.CATCH, FlowRole.FINALLY)
+        if (job := found.callbacks.get(role)) is not None
+    )
+    members = "".join(
+        f'<tr data-job="{job.id}"><td>{"" if job.flow is None else job.flow.step}</td>'
+        f"<td>{_job_link(job)}</td><td>{e(job.type)}</td>"
+        f'<td data-field="status">{job.status.value}</td><td>{job.attempts}</td>'
+        f"<td>{_progress(job.progress)}</td>"
+        f"<td class=err>{e(job.last_error or '')[:300]}</td></tr>"
+        for job in found.members
+    )
+    more = (
+        f"<p class=muted id=members-shown>The first {len(found.members)} of {counts.total}.</p>"
+        if len(found.members) < counts.total
+        else ""
+    )
+    title = _flow_title(flow)
+    return _page(
+        f"jobrail ops - {title}",
+        f"<h1>{e(title)}</h1>"
+        + _top(csrf, refresh=not flow.finished, back=True)
+        + _fields("flow", fields)
+        + "<h2>Counts</h2><table id=flow-counts><tr>"
+        + "".join(f"<th>{name}</th>" for name in _COUNTS)
+        + "</tr>"
+        + _count_cells(counts)
+        + "</table><h2>Callbacks</h2>"
+        + (
+            "<table id=callbacks><tr><th>role</th><th>job</th><th>status</th>"
+            f"<th>attempts</th><th>error</th></tr>{callbacks}</table>"
+            if callbacks
+            else "<p class=muted id=callbacks>None.</p>"
+        )
+        + f"<h2>{'Steps' if flow.kind is FlowKind.CHAIN else 'Members'}</h2>"
+        "<table id=members><tr><th>#</th><th>job</th><th>type</th><th>status</th>"
+        f"<th>attempts</th><th>progress</th><th>error</th></tr>{members}</table>{more}",
+        refresh=not flow.finished,
+    )
+
+
+def job_page(found: OpsJob, csrf: str | None) -> str:
+    e = html.escape
+    job, flow = found.job, found.flow
+    fields = [
+        ("id", e(str(job.id))),
+        ("type", e(job.type)),
+        ("queue", e(job.queue)),
+        ("tenant", e(job.tenant_id)),
+        ("status", job.status.value + (" (cancel requested)" if job.cancel_requested else "")),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("entity", e(job.entity_id or "")),
+        ("created", _time(job.created_at)),
+        ("started", _time(job.started_at)),
+        ("finished", _time(job.finished_at)),
+        ("next attempt", _time(job.run_after)),
+        ("error", e(job.last_error or "")),
+    ]
+    if job.flow is not None:
+        step = "" if job.flow.step is None else f", step {job.flow.step}"
+        if flow is None:
+            where = f"{e(str(job.flow.flow_id))} (gone)"
+        else:
+            where = f'<a href="/ops/flows/{flow.id}" id=flow-link>{e(_flow_title(flow))}</a>'
+        fields.append(("flow", f"{where}: {job.flow.role.value}{step}"))
+    progress = ""
+    if job.progress is not None:
+        p = job.progress
+        progress = "<h2>Progress</h2>" + _fields(
+            "progress",
+            [
+                ("current", _amount(p.current)),
+                ("total", "" if p.total is None else _amount(p.total)),
+                ("message", e(p.message or "")),
+                ("reported", _time(p.updated_at)),
+            ],
+        )
+    return _page(
+        f"jobrail ops - job {job.id}",
+        f"<h1>job {e(job.type)}</h1>"
+        + _top(csrf, refresh=not job.status.is_terminal, back=True)
+        + _fields("job", fields)
+        + progress,
+        refresh=not job.status.is_terminal,
+    )
+
+
+_COUNTS = ("total", "pending", "running", "succeeded", "failed", "cancelled")
+
+
+def _flows_table(flows: list[FlowView]) -> str:
+    e = html.escape
+    rows = "".join(
+        f'<tr data-flow="{view.flow.id}"><td>{_time(view.flow.created_at)}</td>'
+        f"<td>{view.flow.kind.value}</td>"
+        f'<td><a href="/ops/flows/{view.flow.id}">{e(view.flow.name or str(view.flow.id))}</a>'
+        f'</td><td data-field="status">{_flow_status(view.flow)}</td>'
+        + _count_cells(view.counts, row=False)
+        + f"<td>{_time(view.flow.finished_at)}</td><td>{e(view.flow.tenant_id)}</td></tr>"
+        for view in flows
+    )
+    return (
+        "<h2>Batches and chains</h2><table id=flows><tr><th>created</th><th>kind</th>"
+        "<th>name</th><th>status</th>"
+        + "".join(f"<th>{name}</th>" for name in _COUNTS)
+        + f"<th>finished</th><th>tenant</th></tr>{rows}</table>"
+    )
+
+
+def _count_cells(counts: FlowCounts, *, row: bool = True) -> str:
+    cells = "".join(f'<td data-field="{name}">{getattr(counts, name)}</td>' for name in _COUNTS)
+    return f"<tr>{cells}</tr>" if row else cells
+
+
+def _flow_status(flow: Flow) -> str:
+    bad = ' class="bad"' if flow.status is FlowStatus.FAILED else ""
+    cancelling = " (cancel requested)" if flow.cancel_requested and not flow.finished else ""
+    return f"<span{bad}>{flow.status.value}</span>{cancelling}"
+
+
+def _flow_title(flow: Flow) -> str:
+    return f"{flow.kind.value} {flow.name or flow.id}"
+
+
+def _job_link(job: Job, text: str | None = None) -> str:
+    return f'<a href="/ops/jobs/{job.id}">{html.escape(text or str(job.id))}</a>'
+
+
+def _fields(table_id: str, fields: list[tuple[str, str]]) -> str:
+    """A table of names and values (the values already escaped)."""
+    rows = "".join(
+        f'<tr><th>{name}</th><td data-field="{name}">{value}</td></tr>' for name, value in fields
+    )
+    return f"<table id={table_id} class=fields>{rows}</table>"
+
+
+def _progress(progress: JobProgress | None) -> str:
+    if progress is None:
+        return ""
+    done = _amount(progress.current)
+    if progress.total is not None:
+        done += f" / {_amount(progress.total)}"
+    return done + (f" {html.escape(progress.message)}" if progress.message else "")
+
+
+def _amount(value: int | float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _time(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat(sep=" ", timespec="seconds")[:19]
+
+
+def _top(csrf: str | None, *, refresh: bool, back: bool = False) -> str:
+    """The line under a page's title: whether it refreshes, the way back to the overview,
+    and the sign-out form (a session's only; a Bearer key has none to end)."""
+    return (
+        "<p class=muted>"
+        + ('<a href="/ops" id=back>Back to the overview</a>. ' if back else "")
+        + (f"Refreshes every {REFRESH_S}s. " if refresh else "")
+        + (
+            "<form method=post action=/ops/logout>"
+            f'<input type=hidden name=csrf_token value="{csrf}">'
+            "<button id=sign-out>Sign out</button></form>"
+            if csrf
+            else ""
+        )
+        + "</p>"
+    )
