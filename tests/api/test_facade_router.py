@@ -146,3 +146,30 @@ async def test_jobrails_api_keys_are_one_provider_of_the_tenant(host: Host) -> N
     assert (keyed.status_code, keyed.json()["id"]) == (200, str(job.id))
     assert (refused.status_code, refused.json()["error"]["code"]) == (401, "unauthorized")
     assert (anonymous.status_code, anonymous.json()["error"]["code"]) == (401, "unauthorized")
+
+
+async def test_the_host_tenant_reads_its_jobs_events(host: Host) -> None:
+    job = (await host.render.enqueue(RenderReport(report_id="r-2"), tenant_id="acme")).job
+    acme = {"X-Tenant": "acme"}
+
+    async def ended() -> list[str] | None:
+        page = (await host.http.get(f"/jobs/{job.id}/events", headers=acme)).json()
+        names = [event["event"] for event in page["items"]]
+        return names if names and names[-1] == "succeeded" else None
+
+    names = await wait_for(ended, timeout=10, what="the job's events to end")
+    other = await host.http.get(f"/jobs/{job.id}/events", headers={"X-Tenant": "globex"})
+    after_the_end = await host.http.get(
+        f"/jobs/{job.id}/events",
+        headers={**acme, "Accept": "text/event-stream"},
+        params={
+            "after": (await host.http.get(f"/jobs/{job.id}/events", headers=acme)).json()[
+                "last_event_id"
+            ]
+        },
+    )
+
+    assert names[0] == "enqueued"
+    assert "started" in names
+    assert other.status_code == 404
+    assert after_the_end.status_code == 204  # ended, nothing follows

@@ -1,6 +1,6 @@
 """The job event feed in the stack (Postgres, RabbitMQ, worker processes): a client that
-disconnects and resumes with Last-Event-ID while two workers run its 24 jobs (the stack's enqueue limit is 30 a minute) loses no event
-and sees none twice."""
+disconnects and resumes with Last-Event-ID while two workers run its 24 jobs loses no
+event and sees none twice. (24: the stack's enqueue limit is 30 a minute.)"""
 
 from collections.abc import Callable
 from typing import Any

@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -42,6 +42,12 @@ _STREAM_DOC = {
 }
 
 
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _STREAM_DOC,
+    204: {"description": "The job has ended; nothing follows."},
+}
+
+
 class EventsRoute(JsonErrorsRoute, DishkaRoute):
     """Answers its errors as JSON itself (as the jobs routes do)."""
 
@@ -66,7 +72,7 @@ def _wants_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-def _cursor(last_event_id: str | None, after: str | None) -> EventCursor | None:
+def event_cursor(last_event_id: str | None, after: str | None) -> EventCursor | None:
     given = last_event_id or after
     return EventCursor.parse(given) if given else None
 
@@ -129,7 +135,7 @@ async def events(
     job_type: Annotated[str | None, Query(max_length=128)] = None,
     limit: Limit = 100,
 ) -> Response:
-    cursor = _cursor(last_event_id, after)
+    cursor = event_cursor(last_event_id, after)
     stream = _wants_stream(request)
     if stream and cursor is None and since is None:
         cursor = await feed.head()
@@ -148,7 +154,7 @@ async def events(
     "has ended; a stream asked for after a job's last event, once it has ended, is a 204 "
     "(which tells EventSource to stop reconnecting). As JSON it returns one page.",
     dependencies=[RateLimitRead],
-    responses={200: _STREAM_DOC, 204: {"description": "The job has ended; nothing follows."}},
+    responses=STREAM_RESPONSES,
 )
 async def job_events(
     job_id: uuid.UUID,
@@ -160,9 +166,23 @@ async def job_events(
     after: After = None,
     limit: Limit = 100,
 ) -> Response:
-    cursor = _cursor(last_event_id, after) or START
-    job = await get(GetJobQuery(tenant_id=TenantId(tenant), job_id=JobId(job_id)))
-    which = EventFilter(tenant, cursor, job_id=job.id)
+    return await job_events_response(
+        request, tenant, JobId(job_id), get, feed, event_cursor(last_event_id, after), limit
+    )
+
+
+async def job_events_response(
+    request: Request,
+    tenant: TenantId,
+    job_id: JobId,
+    get: GetJob,
+    feed: JobEvents,
+    cursor: EventCursor | None,
+    limit: int,
+) -> Response:
+    """GET /jobs/{id}/events's answer (JobRail.router serves it too)."""
+    job = await get(GetJobQuery(tenant_id=tenant, job_id=job_id))
+    which = EventFilter(tenant, cursor or START, job_id=job.id)
     if not _wants_stream(request):
         return Response(
             _page(list(await feed.page(which, limit))).model_dump_json(),

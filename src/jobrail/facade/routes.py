@@ -1,4 +1,5 @@
-"""The jobs routes of ``JobRail.router``: status, list and cancel, for the host's app.
+"""The jobs routes of ``JobRail.router``: status, list, cancel and a job's events, for
+the host's app.
 
 The routes take their use cases from the rail's container (the host need not set up
 dishka) and their tenant from the host's own dependency, or else from jobrail's API
@@ -14,6 +15,14 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from jobrail.api.auth import BearerCredentials, authenticated
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.api.events import (
+    STREAM_RESPONSES,
+    After,
+    LastEventId,
+    Limit,
+    event_cursor,
+    job_events_response,
+)
 from jobrail.api.rate_limits import Group, apply_rate_limit
 from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
 from jobrail.jobs.domain import JobStatus
@@ -25,6 +34,7 @@ from jobrail.jobs.use_cases import (
     ListJobs,
     ListJobsQuery,
 )
+from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.limits.api import ApiRateLimiter
 
@@ -111,6 +121,27 @@ def jobs_router(
         cancel: Annotated[CancelJob, use_case(CancelJob)],
     ) -> JobOut:
         return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+
+    @router.get(
+        "/{job_id}/events",
+        summary="A job's events",
+        description="As jobrail's GET /jobs/{id}/events: Server-Sent Events with "
+        "Last-Event-ID resume when the request accepts text/event-stream, else a JSON page.",
+        dependencies=[limited("read")],
+        responses=STREAM_RESPONSES,
+    )
+    async def job_events(
+        job_id: uuid.UUID,
+        request: Request,
+        tenant: Tenant,
+        get: Annotated[GetJob, use_case(GetJob)],
+        last_event_id: LastEventId = None,
+        after: After = None,
+        limit: Limit = 100,
+    ) -> Response:
+        feed = await rail.container.get(JobEvents)
+        cursor = event_cursor(last_event_id, after)
+        return await job_events_response(request, tenant, JobId(job_id), get, feed, cursor, limit)
 
     return router
 
