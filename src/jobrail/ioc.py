@@ -386,7 +386,11 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def job_events(self, log: SqlaJobEventLog, settings: Settings) -> JobEvents:
-        return JobEvents(log, poll_interval_s=settings.events.poll_interval_ms / 1000)
+        return JobEvents(
+            log,
+            poll_interval_s=settings.events.poll_interval_ms / 1000,
+            max_streams_per_tenant=settings.events.max_streams_per_tenant,
+        )
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

@@ -250,6 +250,10 @@ class EventsSettings(BaseModel):
         default=500,
         description="How often an open event stream (and the webhook relay) looks for new events.",
     )
+    max_streams_per_tenant: PositiveInt = Field(
+        default=20,
+        description="Event streams one tenant may hold open on one API process; one more is a 429.",
+    )
     keep_days: PositiveFloat = Field(
         default=7.0,
         description="Events are deleted this long after they happened "

@@ -2,8 +2,12 @@
 ends with the job, the tenant's feed resumed with Last-Event-ID (nothing lost, nothing
 twice), tenants kept apart, and bad event ids refused."""
 
+from pathlib import Path
+
 import httpx
 
+from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
 from tests.support.feed import SSE, disconnect_and_resume, sse_events
 from tests.support.fixtures import ApiClient
 from tests.support.servers import served
@@ -94,3 +98,26 @@ async def test_an_event_id_that_is_not_one_is_a_422(api: ApiClient) -> None:
     response = await api.get("/events", headers={**SSE, "Last-Event-ID": "x"})
     assert response.status_code == 422
     assert "event id" in response.json()["error"]["message"]
+
+
+async def test_a_tenant_holds_at_most_its_streams_open(tmp_path: Path) -> None:
+    from jobrail.api.app import create_app
+
+    settings = embedded_settings(tmp_path, events={"max_streams_per_tenant": 1})
+    app = create_app(await migrated(settings), modules=REFERENCE)
+    async with app.router.lifespan_context(app), served(app) as url:
+        keyed = {"Authorization": "Bearer demo-key", **SSE}
+        async with httpx.AsyncClient(base_url=url, headers=keyed, timeout=10) as http:
+            async with http.stream("GET", "/events") as first:
+                assert first.status_code == 200
+                lines = first.aiter_lines()  # kept: dropping it would close the stream
+                assert (await anext(lines)).startswith("retry:")  # the stream has started
+                second = await http.get("/events")
+                assert second.status_code == 429
+                assert "event streams" in second.json()["error"]["message"]
+
+            async def free_again() -> bool:
+                async with http.stream("GET", "/events") as third:
+                    return third.status_code == 200
+
+            assert await wait_for(free_again, timeout=10, what="the slot to be free")

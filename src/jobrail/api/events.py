@@ -20,7 +20,7 @@ from fastapi.sse import KEEPALIVE_COMMENT, format_sse_event
 
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.api.rate_limits import RateLimitRead
+from jobrail.api.rate_limits import RateLimitedError, RateLimitRead
 from jobrail.api.schemas import JobEventOut, JobEventPage
 from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, event_document
 from jobrail.jobs.ports import StoreUnavailableError
@@ -94,22 +94,35 @@ def _page(events: list[JobEvent]) -> JobEventPage:
 
 
 async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> AsyncIterator[bytes]:
-    yield format_sse_event(retry=RECONNECT_MS)
-    try:
-        async for event in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
-            if event is None:
-                yield KEEPALIVE_COMMENT
-                continue
-            document = JobEventOut.model_validate(event_document(event))
-            yield format_sse_event(data_str=document.model_dump_json(), id=str(event.cursor))
-    except StoreUnavailableError as exc:
-        # The client reconnects with its Last-Event-ID and loses nothing.
-        log.warning("event stream ended: database unavailable (%s)", exc)
+    with feed.stream_slot(which.tenant_id or TenantId("")) as held:
+        if not held:  # taken between the check and the stream's start: end at once
+            return
+        yield format_sse_event(retry=RECONNECT_MS)
+        try:
+            async for event in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
+                if event is None:
+                    yield KEEPALIVE_COMMENT
+                    continue
+                document = JobEventOut.model_validate(event_document(event))
+                yield format_sse_event(data_str=document.model_dump_json(), id=str(event.cursor))
+        except StoreUnavailableError as exc:
+            # The client reconnects with its Last-Event-ID and loses nothing.
+            log.warning("event stream ended: database unavailable (%s)", exc)
 
 
-def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+def _stream(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> StreamingResponse:
+    """The stream's response, or a 429 when the tenant holds its most streams already.
+    The slot is held by the stream itself (released however it ends)."""
+    with feed.stream_slot(which.tenant_id or TenantId("")) as free:
+        if not free:
+            raise RateLimitedError(
+                429,
+                "too many open event streams: a tenant may hold "
+                f"{feed.max_streams_per_tenant} on one API process",
+                headers={"Retry-After": "5"},
+            )
     return StreamingResponse(
-        body,
+        _sse(feed, which, until_ended=until_ended),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -141,7 +154,7 @@ async def events(
         cursor = await feed.head()
     which = EventFilter(tenant, cursor or START, job_type=job_type, since=_utc(since))
     if stream:
-        return _stream(_sse(feed, which, until_ended=False))
+        return _stream(feed, which, until_ended=False)
     page = _page(list(await feed.page(which, limit)))
     return Response(page.model_dump_json(), media_type="application/json")
 
@@ -190,4 +203,4 @@ async def job_events_response(
         )
     if job.status.is_terminal and not await feed.page(which, 1):
         return Response(status_code=204)
-    return _stream(_sse(feed, which, until_ended=True))
+    return _stream(feed, which, until_ended=True)

@@ -106,6 +106,10 @@ def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise InvalidInputError("url has no host")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise InvalidInputError("url's host is not a valid host name") from None
     if parts.username or parts.password:
         raise InvalidInputError("url must not hold credentials: use the secret")
     port = port or (443 if parts.scheme == "https" else 80)

@@ -30,6 +30,8 @@ class HttpxWebhookSender:
             await self._check_resolves_public(url)
         try:
             response = await self._client.post(url, content=body, headers=headers)
+        except httpx.InvalidURL as exc:
+            raise PermanentError(f"the webhook's URL cannot be called: {exc}") from None
         except httpx.HTTPError as exc:
             raise DeliveryFailedError(
                 f"the receiver could not be reached: {type(exc).__name__}"

@@ -1,10 +1,13 @@
 """Reading and following the job event feed (jobrail.jobs.feed)."""
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 from jobrail.jobs.feed import EventCursor, EventFilter, JobEvent, JobEventLog
+from jobrail.kernel.ids import TenantId
 
 MAX_PAGE = 500
 
@@ -15,9 +18,33 @@ class JobEvents:
     Following polls the log every `poll_interval_s` (one indexed query per open stream;
     a page at a time while it catches up)."""
 
-    def __init__(self, log: JobEventLog, *, poll_interval_s: float) -> None:
+    def __init__(
+        self, log: JobEventLog, *, poll_interval_s: float, max_streams_per_tenant: int = 20
+    ) -> None:
         self._log = log
         self._interval = poll_interval_s
+        self._max_streams = max_streams_per_tenant
+        self._streams: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def stream_slot(self, tenant: TenantId) -> Iterator[bool]:
+        """Hold one of the tenant's open streams (in this process) while the block runs;
+        yields False, holding nothing, when it has `max_streams_per_tenant` already:
+        each open stream costs a query per poll."""
+        if self._streams[tenant] >= self._max_streams:
+            yield False
+            return
+        self._streams[tenant] += 1
+        try:
+            yield True
+        finally:
+            self._streams[tenant] -= 1
+            if not self._streams[tenant]:
+                del self._streams[tenant]
+
+    @property
+    def max_streams_per_tenant(self) -> int:
+        return self._max_streams
 
     async def page(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
         return await self._log.read(which, min(limit, MAX_PAGE))
