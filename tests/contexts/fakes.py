@@ -365,6 +365,7 @@ class FakeVendorClient:
                 for n in range(first, first + self.page_size)
             ],
             next_cursor=f"p{page + 1}" if page + 1 < self.pages else None,
+            pages=self.pages,
         )
 
 
