@@ -15,3 +15,15 @@ class InvoicePaidV1(IntegrationEvent):
     customer_email: str
     amount_minor: int
     currency: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonthEndRunFinishedV1(IntegrationEvent):
+    name: ClassVar[str] = "month_end_run.finished.v1"
+    month: str
+    """``YYYY-MM``."""
+    due: int
+    issued: int
+    failed: int
+    report_to: str
+    """Who is told how the run went (an e-mail address)."""

@@ -1,5 +1,9 @@
 """Sync: external accounts kept in step with a vendor API, one sync per account at a time.
 
+A large account (JOBRAIL_SYNC__PAGE_JOBS_FROM pages or more, as the vendor says on its
+first page) syncs as a chain of ``sync.page`` jobs, one per page, each taking the cursor
+the one before it returned and reporting its progress.
+
 The sandbox vendor (contexts.sync.adapters.sandbox) answers without a key and lists every
 tenant's account ids, so an app serves it only where nothing but a developer can reach
 it: in the embedded mode by default, or in the stack mode when JOBRAIL_SYNC__SANDBOX=true
@@ -16,7 +20,7 @@ from contexts.sync.adapters.api import router
 from contexts.sync.adapters.ioc import SyncProvider
 from contexts.sync.adapters.sandbox import SandboxState, sandbox_router
 from contexts.sync.adapters.settings import SyncSettings
-from contexts.sync.adapters.tasks import sync_account
+from contexts.sync.adapters.tasks import sync_account, sync_page
 from jobrail import Module, Settings, SettingsError
 
 
@@ -55,7 +59,7 @@ def _sandbox_routers(settings: Settings) -> Sequence[APIRouter]:
 
 module = Module(
     name="sync",
-    jobs=[sync_account],
+    jobs=[sync_account, sync_page],
     routers=[router],
     router_factories=[_sandbox_routers],
     providers=[SyncProvider()],

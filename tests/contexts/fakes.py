@@ -7,12 +7,15 @@ from typing import Self
 
 from contexts.billing.application.ports import InvoicePage
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
+from contexts.billing.domain.month_end import BillingMonth, MonthEndRun
 from contexts.notifications.application.ports import EmailMessage
 from contexts.notifications.domain.notification import Notification
 from contexts.sync.application.ports import VendorItem, VendorPage
 from contexts.sync.domain.account import Account
 from jobrail.jobs.domain import Job
+from jobrail.jobs.flow import Flow, FlowKind
 from jobrail.jobs.use_cases.enqueue import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.use_cases.flows import BatchCommand, ChainCommand, FlowStarted
 from jobrail.kernel.errors import PermanentError
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId, new_id
@@ -61,6 +64,78 @@ class FakeInvoiceRepository:
     async def save(self, invoice: Invoice) -> None:
         self.store[invoice.id] = copy.deepcopy(invoice)
 
+    async def due_for_month_end(
+        self, tenant_id: TenantId, month: BillingMonth
+    ) -> Sequence[InvoiceId]:
+        due = [
+            i
+            for i in self.store.values()
+            if i.tenant_id == tenant_id and i.due_for_month_end(month)
+        ]
+        return [i.id for i in sorted(due, key=lambda i: (i.created_at, i.id))]
+
+
+def _stored(run: MonthEndRun) -> MonthEndRun:
+    """The run as a table keeps it: without the events it has not published yet."""
+    stored = copy.deepcopy(run)
+    stored.pull_events()
+    return stored
+
+
+class FakeMonthEndRunRepository:
+    def __init__(self, store: dict[tuple[str, BillingMonth], MonthEndRun]) -> None:
+        self.store = store
+
+    async def add(self, run: MonthEndRun) -> bool:
+        if (run.tenant_id, run.month) in self.store:
+            return False
+        self.store[(run.tenant_id, run.month)] = _stored(run)
+        return True
+
+    async def get(
+        self, tenant_id: TenantId, month: BillingMonth, *, for_update: bool = False
+    ) -> MonthEndRun | None:
+        run = self.store.get((tenant_id, month))
+        return copy.deepcopy(run) if run else None
+
+    async def save(self, run: MonthEndRun) -> None:
+        self.store[(run.tenant_id, run.month)] = _stored(run)
+
+
+class FakeWorkflows:
+    """Batches and chains as the commands that started them, with the idempotency-key
+    rule of the real ones (one flow per tenant and key)."""
+
+    def __init__(self, started: list[tuple[BatchCommand | ChainCommand, FlowStarted]]) -> None:
+        self.started = started
+
+    async def batch(self, cmd: BatchCommand) -> FlowStarted:
+        return self._start(cmd, FlowKind.BATCH, len(cmd.jobs))
+
+    async def chain(self, cmd: ChainCommand) -> FlowStarted:
+        return self._start(cmd, FlowKind.CHAIN, len(cmd.steps))
+
+    def _start(self, cmd: BatchCommand | ChainCommand, kind: FlowKind, total: int) -> FlowStarted:
+        for earlier, started in self.started:
+            if cmd.idempotency_key and (earlier.tenant_id, earlier.idempotency_key) == (
+                cmd.tenant_id,
+                cmd.idempotency_key,
+            ):
+                return FlowStarted(flow=started.flow, members=[], created=False)
+        flow = Flow(
+            id=new_id(),
+            tenant_id=cmd.tenant_id,
+            kind=kind,
+            total=total,
+            created_at=START,
+            updated_at=START,
+            idempotency_key=cmd.idempotency_key,
+            name=cmd.name,
+        )
+        started = FlowStarted(flow=flow, members=[])
+        self.started.append((cmd, started))
+        return started
+
 
 class FakeEventPublisher:
     def __init__(self) -> None:
@@ -102,13 +177,16 @@ class _FakeUnitOfWork:
         self.commits = 0
         self.events = FakeEventPublisher()
         self.queue = FakeJobQueue()
+        self.workflows = FakeWorkflows([])
         self.committed_events: list[IntegrationEvent] = []
         self.committed_jobs: list[Job] = []
+        self.committed_flows: list[tuple[BatchCommand | ChainCommand, FlowStarted]] = []
 
     async def __aenter__(self) -> Self:
         self.events = FakeEventPublisher()
         self.queue = FakeJobQueue()
         self.queue.jobs = list(self.committed_jobs)
+        self.workflows = FakeWorkflows(list(self.committed_flows))
         self._begin()
         return self
 
@@ -120,6 +198,7 @@ class _FakeUnitOfWork:
         self._commit()
         self.committed_events.extend(self.events.published)
         self.committed_jobs = list(self.queue.jobs)
+        self.committed_flows = list(self.workflows.started)
 
     def _begin(self) -> None: ...
 
@@ -130,12 +209,15 @@ class FakeBillingUnitOfWork(_FakeUnitOfWork):
     def __init__(self) -> None:
         super().__init__()
         self.store: dict[InvoiceId, Invoice] = {}
+        self.runs: dict[tuple[str, BillingMonth], MonthEndRun] = {}
 
     def _begin(self) -> None:
         self.invoices = FakeInvoiceRepository(copy.deepcopy(self.store))
+        self.month_end_runs = FakeMonthEndRunRepository(copy.deepcopy(self.runs))
 
     def _commit(self) -> None:
         self.store = copy.deepcopy(self.invoices.store)
+        self.runs = copy.deepcopy(self.month_end_runs.store)
 
 
 class FakeEmailSender:
@@ -283,6 +365,7 @@ class FakeVendorClient:
                 for n in range(first, first + self.page_size)
             ],
             next_cursor=f"p{page + 1}" if page + 1 < self.pages else None,
+            pages=self.pages,
         )
 
 

@@ -2,6 +2,7 @@
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contexts.billing.adapters.month_end_runs import SqlaMonthEndRunRepository
 from contexts.billing.adapters.persistence import SqlaInvoiceRepository
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceLine, InvoiceStatus
+from contexts.billing.domain.month_end import BillingMonth, MonthEndRun, MonthEndRunStatus
 from contexts.notifications.adapters.email import SmtpEmailSender
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.ports import EmailMessage
@@ -23,6 +26,7 @@ from tests.contexts.fakes import (
     FakeEmailSender,
     FakeInbox,
     FakeInvoiceRepository,
+    FakeMonthEndRunRepository,
     FakeVendorClient,
 )
 from tests.fakes import START, FixedClock
@@ -42,7 +46,9 @@ async def session_factory(
     if request.param == "fake":
         yield None
         return
-    engine = await store_engine(request, tmp_path, "billing_invoices CASCADE", "inbox")
+    engine = await store_engine(
+        request, tmp_path, "billing_invoices CASCADE", "billing_month_end_runs", "inbox"
+    )
     yield lambda: AsyncSession(engine)
     await engine.dispose()
 
@@ -52,15 +58,25 @@ class Invoices:
 
     def __init__(self, session_factory: Callable[[], Any] | None) -> None:
         self._factory = session_factory
-        self._fake = FakeInvoiceRepository()
+        self._fake: Any = FakeInvoiceRepository()
+        self._real: Callable[[AsyncSession], Any] = SqlaInvoiceRepository
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._factory is None:
             return await getattr(self._fake, method)(*args, **kwargs)
         async with self._factory() as session:
-            result = await getattr(SqlaInvoiceRepository(session), method)(*args, **kwargs)
+            result = await getattr(self._real(session), method)(*args, **kwargs)
             await session.commit()
             return result
+
+
+class MonthEndRuns(Invoices):
+    """A month-end run repository under test, each call in its own transaction."""
+
+    def __init__(self, session_factory: Callable[[], Any] | None) -> None:
+        super().__init__(session_factory)
+        self._fake = FakeMonthEndRunRepository({})
+        self._real = SqlaMonthEndRunRepository
 
 
 def _invoice(n: int = 0, tenant: str = "acme") -> Invoice:
@@ -119,6 +135,55 @@ async def test_invoices_are_listed_newest_first_in_pages(session_factory: Any) -
     assert [i.id.int & 0xFF for i in first.items + rest.items] == [4, 3, 2, 1, 0]
     assert rest.next_after is None
     assert [i.id.int & 0xFF for i in by_customer.items] == [3, 1]
+
+
+async def test_the_invoices_due_for_a_months_run_are_the_tenants_drafts_before_its_end(
+    session_factory: Any,
+) -> None:
+    invoices = Invoices(session_factory)
+    november = BillingMonth(2026, 11)
+    old, late = _invoice(1), _invoice(2)
+    old.created_at = START - timedelta(days=60)
+    late.created_at = november.ends_at
+    issued = _invoice(3)
+    issued.issue(START)
+    for invoice in (_invoice(0), old, late, issued, _invoice(4, tenant="globex")):
+        await invoices.call("add", invoice)
+
+    due = await invoices.call("due_for_month_end", ACME, november)
+
+    assert due == [old.id, _invoice(0).id]  # oldest first
+
+
+async def test_a_month_end_run_is_stored_once_per_tenant_and_month(session_factory: Any) -> None:
+    runs = MonthEndRuns(session_factory)
+    november = BillingMonth(2026, 11)
+
+    def run(tenant: str = "acme", due: int = 2) -> MonthEndRun:
+        return MonthEndRun.start(
+            tenant_id=TenantId(tenant), month=november, due=due, report_to="f@x.io", now=START
+        )
+
+    assert await runs.call("add", run())
+    assert not await runs.call("add", run(due=5))
+    assert await runs.call("add", run(tenant="globex"))
+    stored = await runs.call("get", ACME, november)
+    stored.batch_id = uuid.UUID(int=7)
+    stored.finish(issued=1, failed=1, now=START)
+    await runs.call("save", stored)
+
+    found = await runs.call("get", ACME, november)
+    assert (found.due, found.status, found.issued, found.failed) == (
+        2,
+        MonthEndRunStatus.FINISHED,
+        1,
+        1,
+    )
+    assert (found.batch_id, found.finished_at, found.started_at) == (uuid.UUID(int=7), START, START)
+    assert await runs.call("get", ACME, BillingMonth(2026, 10)) is None
+    assert (await runs.call("get", TenantId("globex"), november)).status is (
+        MonthEndRunStatus.RUNNING
+    )
 
 
 async def test_the_inbox_takes_a_message_once_per_consumer(session_factory: Any) -> None:

@@ -44,6 +44,7 @@ class AutoPayInvoices(FakeInvoiceRepository):
 
 class AutoPayUnitOfWork(FakeBillingUnitOfWork):
     def _begin(self) -> None:
+        super()._begin()
         self.invoices = AutoPayInvoices(copy.deepcopy(self.store))
 
 

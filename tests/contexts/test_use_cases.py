@@ -26,6 +26,7 @@ from contexts.notifications.domain.notification import NotificationStatus
 from contexts.shared.events import InvoicePaidV1
 from contexts.sync.application.use_cases import (
     AccountRef,
+    PageJobsPolicy,
     RequestSync,
     SyncAccount,
     SyncAccountCommand,
@@ -50,6 +51,7 @@ from tests.contexts.fakes import (
 from tests.fakes import FixedClock
 
 ACME = TenantId("acme")
+NO_PAGE_JOBS = PageJobsPolicy(from_pages=1000)
 
 
 async def _issued(uow: FakeBillingUnitOfWork, clock: FixedClock) -> InvoiceCommand:
@@ -174,9 +176,10 @@ async def test_a_sync_stores_every_page_once_and_finishes() -> None:
         FixedClock(),
     )
 
-    account = await SyncAccount(uow, vendor, throttle, clock)(
+    outcome = await SyncAccount(uow, vendor, throttle, clock, NO_PAGE_JOBS)(
         SyncAccountCommand(ACME, "a1", fence=1)
     )
+    account = outcome.account
 
     assert account.status is AccountStatus.SYNCED
     assert account.items_synced == 50
@@ -189,11 +192,11 @@ async def test_an_interrupted_sync_resumes_from_its_cursor_without_storing_twice
     uow, clock = FakeSyncUnitOfWork(), FixedClock()
     vendor = FakeVendorClient(pages=4)
     vendor.failures[3] = ThrottledError("429", retry_after_s=1)
-    sync = SyncAccount(uow, vendor, FakeThrottle(), clock)
+    sync = SyncAccount(uow, vendor, FakeThrottle(), clock, NO_PAGE_JOBS)
 
     with pytest.raises(ThrottledError):
         await sync(SyncAccountCommand(ACME, "a1", fence=1))
-    account = await sync(SyncAccountCommand(ACME, "a1", fence=2))
+    account = (await sync(SyncAccountCommand(ACME, "a1", fence=2))).account
 
     assert [c for _, c in vendor.calls] == [None, "p1", "p2", "p2", "p3"]
     assert account.items_synced == 40
@@ -204,7 +207,7 @@ async def test_a_vendor_refusal_fails_the_account_with_the_reason() -> None:
     uow, clock = FakeSyncUnitOfWork(), FixedClock()
 
     with pytest.raises(PermanentError, match="suspended"):
-        await SyncAccount(uow, FakeVendorClient(), FakeThrottle(), clock)(
+        await SyncAccount(uow, FakeVendorClient(), FakeThrottle(), clock, NO_PAGE_JOBS)(
             SyncAccountCommand(ACME, "bad-1", fence=1)
         )
 
@@ -215,7 +218,7 @@ async def test_a_vendor_refusal_fails_the_account_with_the_reason() -> None:
 
 async def test_a_stale_holder_cannot_write_pages() -> None:
     uow, clock = FakeSyncUnitOfWork(), FixedClock()
-    sync = SyncAccount(uow, FakeVendorClient(pages=2), FakeThrottle(), clock)
+    sync = SyncAccount(uow, FakeVendorClient(pages=2), FakeThrottle(), clock, NO_PAGE_JOBS)
     await sync(SyncAccountCommand(ACME, "a1", fence=5))
 
     with pytest.raises(StaleHolderError):

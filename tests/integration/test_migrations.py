@@ -75,6 +75,7 @@ def test_the_contexts_chain_holds_the_contexts_tables_and_goes_down_to_the_platf
     assert contexts_tables == {
         "billing_invoices",
         "billing_invoice_lines",
+        "billing_month_end_runs",
         "notifications",
         "sync_accounts",
         "sync_items",

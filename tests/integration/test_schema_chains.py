@@ -30,7 +30,13 @@ from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
 from tests.support.apps import REFERENCE
 from tests.support.host_chain import host_config
-from tests.support.schema import PLATFORM_TABLES, differences, platform_head, tables
+from tests.support.schema import (
+    PLATFORM_TABLES,
+    contexts_head,
+    differences,
+    platform_head,
+    tables,
+)
 from tests.support.services import PG_SERVER, require
 
 LEGACY = MigrationChain(
@@ -111,7 +117,7 @@ def test_a_database_of_the_single_chain_is_adopted_with_its_rows(database: str, 
     _migrate(database)  # and again: nothing left to do
 
     assert _version(database, "jobrail_alembic_version") == [platform_head()]
-    assert _version(database, "contexts_alembic_version") == ["0006"]
+    assert _version(database, "contexts_alembic_version") == [contexts_head()]
     assert _version(database, LEGACY_VERSION_TABLE) == [old]  # left for an older release
     assert _sql(database, "SELECT type, status FROM jobs") == [("demo.echo", "succeeded")]
     invoices = _sql(database, "SELECT customer_id FROM billing_invoices")

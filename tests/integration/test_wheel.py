@@ -150,6 +150,7 @@ def test_the_reference_application_runs_beside_the_installed_wheel_as_in_the_ima
         "jobrail_alembic_version",
         "billing_invoices",
         "billing_invoice_lines",
+        "billing_month_end_runs",
         "notifications",
         "sync_accounts",
         "sync_items",

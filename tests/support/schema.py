@@ -57,10 +57,21 @@ def tables(url: str) -> set[str]:
 
 def platform_head() -> str:
     """The revision the platform's chain ends at, in this code."""
-    from alembic.script import ScriptDirectory
-
     from jobrail.persistence.schema import PLATFORM
 
-    head = ScriptDirectory(str(PLATFORM.location)).get_current_head()
+    return _head(PLATFORM.location)
+
+
+def contexts_head() -> str:
+    """The revision the reference contexts' chain (``migrations/``) ends at, in this code."""
+    from contexts.schema import SCHEMA
+
+    return _head(SCHEMA.location)
+
+
+def _head(location: object) -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(location)).get_current_head()
     assert head is not None
     return head

@@ -1,6 +1,12 @@
 from dishka import AnyOf, Provider, Scope, provide
 
 from contexts.billing.adapters.persistence import SqlaBillingUnitOfWork
+from contexts.billing.application.month_end import (
+    FinishMonthEndRun,
+    GetMonthEndRun,
+    IssueInvoiceForRun,
+    StartMonthEndRun,
+)
 from contexts.billing.application.ports import BillingUnitOfWork
 from contexts.billing.application.use_cases import (
     CreateInvoice,
@@ -30,3 +36,7 @@ class BillingProvider(Provider):
     get = provide(GetInvoice)
     list = provide(ListInvoices)
     auto_pay = provide(StartAutoPay)
+    start_month_end = provide(StartMonthEndRun)
+    issue_for_run = provide(IssueInvoiceForRun)
+    finish_month_end = provide(FinishMonthEndRun)
+    get_month_end = provide(GetMonthEndRun)

@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contexts.billing.adapters.month_end_runs import SqlaMonthEndRunRepository
 from contexts.billing.application.ports import InvoicePage, InvoiceRef
 from contexts.billing.domain.invoice import (
     Invoice,
@@ -29,6 +30,7 @@ from contexts.billing.domain.invoice import (
     InvoiceLine,
     InvoiceStatus,
 )
+from contexts.billing.domain.month_end import BillingMonth
 from contexts.schema import metadata
 from jobrail.kernel.ids import TenantId
 from jobrail.kernel.money import Money
@@ -220,11 +222,30 @@ class SqlaInvoiceRepository:
             rows = (await self._session.execute(query.order_by(invoices.c.id).limit(limit))).all()
         return [InvoiceRef(TenantId(row.tenant_id), InvoiceId(row.id)) for row in rows]
 
+    async def due_for_month_end(
+        self, tenant_id: TenantId, month: BillingMonth
+    ) -> Sequence[InvoiceId]:
+        query = (
+            select(invoices.c.id)
+            # Invoice.due_for_month_end, as a query.
+            .where(
+                invoices.c.tenant_id == tenant_id,
+                invoices.c.status == InvoiceStatus.DRAFT.value,
+                invoices.c.created_at < month.ends_at,
+            )
+            .order_by(invoices.c.created_at, invoices.c.id)
+        )
+        with database_errors():
+            rows = (await self._session.execute(query)).all()
+        return [InvoiceId(row.id) for row in rows]
+
 
 class SqlaBillingUnitOfWork(SqlaUnitOfWork):
     invoices: SqlaInvoiceRepository
+    month_end_runs: SqlaMonthEndRunRepository
 
     async def __aenter__(self) -> "SqlaBillingUnitOfWork":
         await super().__aenter__()
         self.invoices = SqlaInvoiceRepository(self.session)
+        self.month_end_runs = SqlaMonthEndRunRepository(self.session)
         return self

@@ -3,8 +3,9 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from contexts.billing.domain.invoice import Invoice, InvoiceId, InvoiceStatus
+from contexts.billing.domain.month_end import BillingMonth, MonthEndRun
 from jobrail.kernel.ids import TenantId
-from jobrail.ports import EventPublisher, JobQueue
+from jobrail.ports import BatchCommand, EventPublisher, FlowStarted, JobQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +49,41 @@ class InvoiceRepository(Protocol):
         the first `limit` after `after`."""
         ...
 
+    async def due_for_month_end(
+        self, tenant_id: TenantId, month: BillingMonth
+    ) -> Sequence[InvoiceId]:
+        """The tenant's invoices due for `month`'s run (see Invoice), oldest first."""
+        ...
+
+
+class MonthEndRunRepository(Protocol):
+    async def add(self, run: MonthEndRun) -> bool:
+        """Store a new run; False (storing nothing) if the tenant has one for its month
+        already. A run being added at the same time makes this wait for its end."""
+        ...
+
+    async def get(
+        self, tenant_id: TenantId, month: BillingMonth, *, for_update: bool = False
+    ) -> MonthEndRun | None: ...
+
+    async def save(self, run: MonthEndRun) -> None: ...
+
+
+class Workflows(Protocol):
+    async def batch(self, cmd: BatchCommand) -> FlowStarted:
+        """Start a batch in the current transaction (its jobs commit with it)."""
+        ...
+
 
 class BillingUnitOfWork(Protocol):
-    """One transaction over invoices, the events they publish and the jobs they
-    enqueue; rolls back unless `commit` is called."""
+    """One transaction over invoices, month-end runs, the events they publish and the
+    jobs and batches they start; rolls back unless `commit` is called."""
 
     invoices: InvoiceRepository
+    month_end_runs: MonthEndRunRepository
     events: EventPublisher
     queue: JobQueue
+    workflows: Workflows
 
     async def __aenter__(self) -> Self: ...
 

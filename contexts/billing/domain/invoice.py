@@ -10,6 +10,8 @@
 - Amounts are never negative; an invoice has one currency.
 - An invoice created with ``auto_pay`` (the customer opted in) is due for auto-pay
   while it is issued: billing's scheduled auto-pay pays it without anyone asking.
+- A draft created before a month ended is due for that month's month-end run, which
+  issues it (see contexts.billing.domain.month_end).
 """
 
 import uuid
@@ -19,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NewType
 
+from contexts.billing.domain.month_end import BillingMonth
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.events import AggregateRoot, DomainEvent
 from jobrail.kernel.ids import TenantId
@@ -123,6 +126,9 @@ class Invoice(AggregateRoot):
     @property
     def due_for_auto_pay(self) -> bool:
         return self.auto_pay and self.status is InvoiceStatus.ISSUED
+
+    def due_for_month_end(self, month: BillingMonth) -> bool:
+        return self.status is InvoiceStatus.DRAFT and self.created_at < month.ends_at
 
     def issue(self, now: datetime) -> None:
         if self.status is not InvoiceStatus.DRAFT:

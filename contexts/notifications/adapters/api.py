@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from contexts.notifications.application.use_cases import (
     ListNotifications,
@@ -25,7 +25,10 @@ class NotificationOut(BaseModel):
     id: uuid.UUID
     template: str
     recipient: str
-    invoice_id: str
+    subject_id: str = Field(
+        description="What it is about: the invoice of a receipt, the month of a month-end summary."
+    )
+    invoice_id: str = Field(description="The same as subject_id (kept for receipts).")
     status: Literal["pending", "sent", "failed"]
     attempts: int
     last_error: str | None
@@ -38,6 +41,7 @@ class NotificationOut(BaseModel):
             id=notification.id,
             template=notification.template,
             recipient=notification.recipient,
+            subject_id=notification.subject_id,
             invoice_id=notification.subject_id,
             status=notification.status.value,
             attempts=notification.attempts,

@@ -4,7 +4,11 @@ from contexts.notifications.adapters.email import ConsoleEmailSender, SmtpEmailS
 from contexts.notifications.adapters.persistence import SqlaNotificationsUnitOfWork
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.notifications.application.ports import EmailSender, NotificationsUnitOfWork
-from contexts.notifications.application.use_cases import ListNotifications, SendReceipt
+from contexts.notifications.application.use_cases import (
+    ListNotifications,
+    SendMonthEndSummary,
+    SendReceipt,
+)
 from jobrail.sql import UnitOfWorkFactory
 
 
@@ -28,4 +32,5 @@ class NotificationsProvider(Provider):
         return factory(SqlaNotificationsUnitOfWork)
 
     send_receipt = provide(SendReceipt)
+    send_month_end_summary = provide(SendMonthEndSummary)
     list_notifications = provide(ListNotifications)

@@ -14,6 +14,8 @@ from jobrail.kernel.ids import TenantId, new_id
 
 RECEIPT = "receipt"
 RECEIPT_CONSUMER = "notifications.receipt"
+MONTH_END_SUMMARY = "month_end_summary"
+MONTH_END_SUMMARY_CONSUMER = "notifications.month_end_summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +28,27 @@ class SendReceiptCommand:
     currency: str
 
 
-class SendReceipt:
-    """Send the receipt for a paid invoice, once.
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    """A notification to send once per event: the inbox consumer that takes the event,
+    the template, who it goes to, what it is about, and its message."""
 
-    - The paid event is taken once (inbox): a redelivered event sends nothing new.
-    - A receipt that could not be sent is retried until it is sent or fails for good;
-      a receipt that failed for good is sent again when its job is redriven.
+    consumer: str
+    template: str
+    tenant_id: TenantId
+    event_id: str
+    recipient: str
+    subject_id: str
+    subject: str
+    body: str
+
+
+class _SendOnce:
+    """Send a notification for an event, once.
+
+    - The event is taken once (inbox): a redelivered event sends nothing new.
+    - A notification that could not be sent is retried until it is sent or fails for
+      good; one that failed for good is sent again when its job is redriven.
     - The message id is the notification's id, so a provider can drop a resend.
     """
 
@@ -40,13 +57,19 @@ class SendReceipt:
         self._sender = sender
         self._clock = clock
 
-    async def __call__(self, cmd: SendReceiptCommand) -> Notification:
-        notification = await self._accept(cmd)
+    async def _send(self, delivery: _Delivery) -> Notification:
+        notification = await self._accept(delivery)
         if notification.is_sent:
             return notification
         notification.reopen()
+        message = EmailMessage(
+            message_id=str(notification.id),
+            recipient=notification.recipient,
+            subject=delivery.subject,
+            body=delivery.body,
+        )
         try:
-            await self._sender.send(_receipt(notification, cmd))
+            await self._sender.send(message)
         except (TransientError, PermanentError) as exc:
             async with self._uow:
                 notification.sending_failed(str(exc), permanent=isinstance(exc, PermanentError))
@@ -59,37 +82,87 @@ class SendReceipt:
             await self._uow.commit()
         return notification
 
-    async def _accept(self, cmd: SendReceiptCommand) -> Notification:
+    async def _accept(self, delivery: _Delivery) -> Notification:
         async with self._uow:
-            if await self._uow.inbox.accept(RECEIPT_CONSUMER, cmd.event_id):
+            if await self._uow.inbox.accept(delivery.consumer, delivery.event_id):
                 notification = Notification(
                     id=NotificationId(new_id()),
-                    tenant_id=cmd.tenant_id,
-                    recipient=cmd.recipient,
-                    template=RECEIPT,
-                    subject_id=cmd.invoice_id,
-                    source_event_id=cmd.event_id,
+                    tenant_id=delivery.tenant_id,
+                    recipient=delivery.recipient,
+                    template=delivery.template,
+                    subject_id=delivery.subject_id,
+                    source_event_id=delivery.event_id,
                     created_at=self._clock.now(),
                 )
                 await self._uow.notifications.add(notification)
                 await self._uow.commit()
                 return notification
-            existing = await self._uow.notifications.by_source(cmd.tenant_id, RECEIPT, cmd.event_id)
+            existing = await self._uow.notifications.by_source(
+                delivery.tenant_id, delivery.template, delivery.event_id
+            )
             # A duplicate renews the inbox row's time (see SqlaInbox): keep that renewal.
             await self._uow.commit()
         if existing is None:
-            raise PermanentError(f"event {cmd.event_id} was taken but has no notification")
+            raise PermanentError(f"event {delivery.event_id} was taken but has no notification")
         return existing
 
 
-def _receipt(notification: Notification, cmd: SendReceiptCommand) -> EmailMessage:
-    amount = f"{cmd.amount_minor // 100}.{cmd.amount_minor % 100:02d} {cmd.currency}"
-    return EmailMessage(
-        message_id=str(notification.id),
-        recipient=notification.recipient,
-        subject=f"Receipt for invoice {cmd.invoice_id}",
-        body=(f"Thank you for your payment of {amount}.\n\nInvoice: {cmd.invoice_id}\n"),
-    )
+class SendReceipt(_SendOnce):
+    """Send the receipt for a paid invoice, once.
+
+    - The paid event is taken once (inbox): a redelivered event sends nothing new.
+    - A receipt that could not be sent is retried until it is sent or fails for good;
+      a receipt that failed for good is sent again when its job is redriven.
+    - The message id is the notification's id, so a provider can drop a resend.
+    """
+
+    async def __call__(self, cmd: SendReceiptCommand) -> Notification:
+        amount = f"{cmd.amount_minor // 100}.{cmd.amount_minor % 100:02d} {cmd.currency}"
+        return await self._send(
+            _Delivery(
+                consumer=RECEIPT_CONSUMER,
+                template=RECEIPT,
+                tenant_id=cmd.tenant_id,
+                event_id=cmd.event_id,
+                recipient=cmd.recipient,
+                subject_id=cmd.invoice_id,
+                subject=f"Receipt for invoice {cmd.invoice_id}",
+                body=f"Thank you for your payment of {amount}.\n\nInvoice: {cmd.invoice_id}\n",
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendMonthEndSummaryCommand:
+    tenant_id: TenantId
+    event_id: str
+    month: str
+    recipient: str
+    due: int
+    issued: int
+    failed: int
+
+
+class SendMonthEndSummary(_SendOnce):
+    """Tell the tenant how its month-end run went: one e-mail per run, with how many
+    invoices were due, issued and not issued (sent once, as a receipt is)."""
+
+    async def __call__(self, cmd: SendMonthEndSummaryCommand) -> Notification:
+        return await self._send(
+            _Delivery(
+                consumer=MONTH_END_SUMMARY_CONSUMER,
+                template=MONTH_END_SUMMARY,
+                tenant_id=cmd.tenant_id,
+                event_id=cmd.event_id,
+                recipient=cmd.recipient,
+                subject_id=cmd.month,
+                subject=f"Month-end run {cmd.month}: {cmd.issued} of {cmd.due} invoices issued",
+                body=(
+                    f"The month-end run of {cmd.month} has finished.\n\n"
+                    f"Invoices due: {cmd.due}\nIssued: {cmd.issued}\nNot issued: {cmd.failed}\n"
+                ),
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,14 @@ from contexts.sync.adapters.settings import SyncSettings
 from contexts.sync.adapters.tasks import VENDOR_BUDGET
 from contexts.sync.adapters.throttle import LimitsVendorThrottle
 from contexts.sync.adapters.vendor import HttpVendorClient
+from contexts.sync.application.page_jobs import SyncPage
 from contexts.sync.application.ports import SyncUnitOfWork, VendorClient, VendorThrottle
-from contexts.sync.application.use_cases import GetAccount, RequestSync, SyncAccount
+from contexts.sync.application.use_cases import (
+    GetAccount,
+    PageJobsPolicy,
+    RequestSync,
+    SyncAccount,
+)
 from jobrail.ports import LimitsBackend
 from jobrail.sql import UnitOfWorkFactory
 
@@ -35,10 +41,15 @@ class SyncProvider(Provider):
     def throttle(self, limits: LimitsBackend, settings: SyncSettings) -> VendorThrottle:
         return LimitsVendorThrottle(limits, VENDOR_BUDGET, settings.throttle_max_wait_s)
 
+    @provide(scope=Scope.APP)
+    def page_jobs(self, settings: SyncSettings) -> PageJobsPolicy:
+        return PageJobsPolicy(from_pages=settings.page_jobs_from)
+
     @provide
     def unit_of_work(self, factory: UnitOfWorkFactory) -> AnyOf[SqlaSyncUnitOfWork, SyncUnitOfWork]:
         return factory(SqlaSyncUnitOfWork)
 
     request_sync = provide(RequestSync)
     sync_account = provide(SyncAccount)
+    sync_page = provide(SyncPage)
     get_account = provide(GetAccount)

@@ -1,6 +1,7 @@
 """A sandbox vendor: a small real HTTP app with deterministic paged data.
 
-- ``GET /accounts/{account_id}/items?cursor=`` pages through the account's items.
+- ``GET /accounts/{account_id}/items?cursor=`` pages through the account's items
+  (each page says how many the account has, ``pages``).
   An account id containing ``pages-N`` has N pages (others have 3); one containing
   ``bad`` is refused with 400 and a reason; one containing ``flaky`` fails every
   other call with 503. An account id longer than the sync context accepts (255) or a
@@ -120,6 +121,7 @@ def sandbox_router(state: SandboxState) -> APIRouter:
                     for n in range(first, first + state.page_size)
                 ],
                 "next_cursor": f"p{page + 1}" if page + 1 < total else None,
+                "pages": total,
             }
             call["status"] = 200
             return JSONResponse(body)

@@ -16,6 +16,12 @@ class SyncSettings(BaseSettings):
     vendor_burst: float = Field(default=10.0, gt=0)
     lock_ttl_s: float = Field(default=30.0, gt=0)
     throttle_max_wait_s: float = Field(default=5.0, gt=0)
+    page_jobs_from: int = Field(
+        default=20,
+        ge=2,
+        description="An account with at least this many pages (as the vendor says on the "
+        "first) syncs as a chain of page jobs, one per page, each reporting its progress.",
+    )
     sandbox: bool | None = Field(
         default=None,
         description="Serve the sandbox vendor from the API at /sandbox/vendor. Unset: in the "

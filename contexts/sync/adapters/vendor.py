@@ -42,9 +42,11 @@ class HttpVendorClient:
                 f"vendor refused account {account_id}: {response.status_code} {_reason(response)}"
             )
         body: dict[str, Any] = response.json()
+        pages = body.get("pages")
         return VendorPage(
             items=[VendorItem(id=str(item["id"]), data=item) for item in body["items"]],
             next_cursor=body.get("next_cursor"),
+            pages=pages if isinstance(pages, int) and pages > 0 else None,
         )
 
 

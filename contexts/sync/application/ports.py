@@ -4,7 +4,7 @@ from typing import Any, Protocol, Self
 
 from contexts.sync.domain.account import Account
 from jobrail.kernel.ids import TenantId
-from jobrail.ports import JobQueue
+from jobrail.ports import ChainCommand, FlowStarted, JobQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +17,8 @@ class VendorItem:
 class VendorPage:
     items: Sequence[VendorItem]
     next_cursor: str | None
+    pages: int | None = None
+    """How many pages the account has in all, when the vendor says."""
 
 
 class VendorClient(Protocol):
@@ -51,10 +53,17 @@ class ItemStore(Protocol):
         ...
 
 
+class Workflows(Protocol):
+    async def chain(self, cmd: ChainCommand) -> FlowStarted:
+        """Start a chain in the current transaction (its jobs commit with it)."""
+        ...
+
+
 class SyncUnitOfWork(Protocol):
     accounts: AccountRepository
     items: ItemStore
     queue: JobQueue
+    workflows: Workflows
 
     async def __aenter__(self) -> Self: ...
 
