@@ -35,9 +35,10 @@ HEARTBEAT_S = 15.0
 # How long a browser waits before it reconnects after the stream broke (SSE `retry`).
 RECONNECT_MS = 2000
 
-_STREAM_DOC = {
-    "description": "Server-Sent Events when the request accepts text/event-stream; "
-    "otherwise one page of JSON.",
+_STREAM_DOC: dict[str, Any] = {
+    "description": "Server-Sent Events (each event's data is a JobEventOut) when the "
+    "request accepts text/event-stream; otherwise one page of JSON.",
+    "model": JobEventPage,
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 
@@ -108,6 +109,10 @@ async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> Asy
         except StoreUnavailableError as exc:
             # The client reconnects with its Last-Event-ID and loses nothing.
             log.warning("event stream ended: database unavailable (%s)", exc)
+        except Exception:
+            # Its headers are sent: no error answer is possible any more. End the stream
+            # (the client reconnects and resumes) rather than leave it to the server.
+            log.exception("event stream ended by an error")
 
 
 def _stream(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> StreamingResponse:
