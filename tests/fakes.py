@@ -100,6 +100,9 @@ class FakeJobRepository:
         self._jobs[job.id].cancel_requested = kept
         return True
 
+    async def save_held_many(self, held: Sequence[tuple[Job, ClaimToken]]) -> Sequence[bool]:
+        return [await self.save_held(job, claim) for job, claim in held]
+
 
 class FakeFlowRepository:
     """Flows in a dict, their jobs in the unit of work's jobs (FakeUnitOfWork)."""

@@ -67,8 +67,9 @@ class FlowRecordingStore:
             locked: dict[FlowId, Flow | None] = {}
             for flow_id in sorted({end.flow_id for end in ends}):
                 locked[flow_id] = await self._workflows.lock(uow, flow_id)
-            for end in ends:
-                if not await uow.jobs.save_held(end.job, end.claim):
+            saved = await uow.jobs.save_held_many([(end.job, end.claim) for end in ends])
+            for end, held in zip(ends, saved, strict=True):
+                if not held:
                     written.append(False)  # another worker took it over
                     continue
                 for message in end.outbox:
@@ -78,6 +79,9 @@ class FlowRecordingStore:
                 if flow is not None:
                     await self._workflows.job_ended(uow, flow, end.job)
                 written.append(True)
+            for flow in locked.values():
+                if flow is not None:
+                    await uow.flows.save(flow)  # once, with every end of this turn
             await uow.commit()
         return written
 

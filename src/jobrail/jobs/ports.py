@@ -70,6 +70,11 @@ class JobRepository(Protocol):
         claim (as JobStore.record). False when another worker took it over."""
         ...
 
+    async def save_held_many(self, held: Sequence[tuple[Job, "ClaimToken"]]) -> Sequence[bool]:
+        """`save_held` for each (in one statement where the store can); whether each
+        was written."""
+        ...
+
 
 class FlowRepository(Protocol):
     """Batches and chains (jobrail.jobs.flow), and their jobs, in a unit of work.

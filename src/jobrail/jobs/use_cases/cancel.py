@@ -38,5 +38,6 @@ class CancelJob:
             await self._uow.jobs.save(job)
             if flow is not None and job.status is JobStatus.CANCELLED:
                 await self._workflows.job_ended(self._uow, flow, job)
+                await self._uow.flows.save(flow)
             await self._uow.commit()
         return job

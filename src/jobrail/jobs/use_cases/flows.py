@@ -160,7 +160,8 @@ class Workflows:
 
     async def job_ended(self, uow: JobsUnitOfWork, flow: Flow, job: Job) -> None:
         """Count the end of `job` (its end already written in `uow`) on `flow` (locked),
-        and release or stop what that decides. Saves the flow."""
+        and release or stop what that decides. The caller saves the flow, once after
+        all the ends it counts in the transaction."""
         if job.flow is None or job.flow.role is not FlowRole.MEMBER:
             return  # a callback's end is not counted
         now = self._clock.now()
@@ -193,7 +194,6 @@ class Workflows:
                     callback = callbacks.pop(role)
                     callback.stop_blocked(reason, now)
                     await uow.jobs.save(callback)
-        await uow.flows.save(flow)
 
     async def _start(
         self,
