@@ -149,8 +149,10 @@ class WebhookRelay:
         async with self._units(SqlaUnitOfWork) as uow, _database_errors():
             place = await self._take_place(uow)
             if not hooks:
-                await self._move(uow, await self._events.head_on(uow.session))
-                await uow.commit()
+                head = await self._events.head_on(uow.session)
+                if head != place:  # else nothing to write (the unit of work rolls back)
+                    await self._move(uow, head)
+                    await uow.commit()
                 return 0
             by_tenant: dict[str, list[Webhook]] = defaultdict(list)
             for hook in hooks:
