@@ -8,7 +8,8 @@ import html
 from collections import defaultdict
 from datetime import datetime
 
-from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus
+from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.feed import JobEvent
 from jobrail.jobs.flow import Flow, FlowCounts, FlowKind, FlowStatus
 from jobrail.jobs.use_cases.flows import FlowView
 from jobrail.jobs.use_cases.ops_views import OpsFlow, OpsJob
@@ -229,9 +230,50 @@ def job_page(found: OpsJob, csrf: str | None) -> str:
         f"<h1>job {e(job.type)}</h1>"
         + _top(csrf, refresh=not job.status.is_terminal, back=True)
         + _fields("job", fields)
-        + progress,
+        + progress
+        + _events_table(found),
         refresh=not job.status.is_terminal,
     )
+
+
+def _events_table(found: OpsJob) -> str:
+    if not found.events:
+        return "<h2>Events</h2><p class=muted id=events>None kept.</p>"
+    rows = "".join(
+        f'<tr data-event="{event.cursor}"><td>{_time(event.at)}</td>'
+        f"<td>{html.escape(event.name)}</td><td>{event.status.value}</td><td>{event.attempts}</td>"
+        f"<td class=err>{_event_details(event)}</td></tr>"
+        for event in found.events
+    )
+    more = (
+        f"<p class=muted id=events-shown>The newest {len(found.events)}.</p>"
+        if found.more_events
+        else ""
+    )
+    return (
+        "<h2>Events</h2><table id=events><tr><th>at</th><th>event</th><th>status</th>"
+        f"<th>attempts</th><th>details</th></tr>{rows}</table>{more}"
+    )
+
+
+def _event_details(event: JobEvent) -> str:
+    """What the event says beyond the job's status: how far it got, what it waits for,
+    or its error (escaped)."""
+    error = html.escape((event.last_error or "")[:300])
+    if event.name == "progress":
+        return _progress(event.progress)
+    if event.name == "deferred" and event.waiting is not None:
+        return _wait(event.waiting)
+    if event.name == "retrying":
+        return f"next attempt {_time(event.run_after)}: {error}"
+    if event.name in ("failed", "cancelled"):
+        return error
+    return ""
+
+
+def _wait(wait: Wait) -> str:
+    on = ", ".join(f"{w.kind} {w.name} ({w.key})" for w in wait.on)
+    return html.escape(f"waits for {on} until {_time(wait.until)}")
 
 
 _COUNTS = ("total", "pending", "running", "succeeded", "failed", "cancelled")
