@@ -1,12 +1,18 @@
-"""The event feed on the ops page, in embedded mode (SQLite, the in-process worker): a
-job's page lists its newest events as the feed has them, escaped."""
+"""The event feed and webhooks on the ops page, in embedded mode (SQLite, the in-process
+worker and webhook relay): a job's page lists its newest events as the feed has them,
+and the overview counts each tenant's webhooks and deliveries of the day and links the
+failed ones to their jobs, never showing a secret or more of a URL than its origin.
+(tests/integration/test_ops_events_pg.py: the same on Postgres.)"""
 
+import base64
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request, Response
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,7 +23,11 @@ from jobrail.persistence.tables import jobs
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
-from tests.support.ops_pages import texts
+from tests.support.ops_pages import rows, texts
+from tests.support.servers import served
+from tests.support.services import wait_for
+
+SECRET = "whsec_" + base64.b64encode(b"s3cr3t-bytes-for-the-test!").decode()
 
 
 @pytest.fixture
@@ -34,6 +44,20 @@ async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
     client.app = app
     async with app.router.lifespan_context(app), client:
         yield client.sign_in_with("demo", "demo-key")
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[str]:
+    """A receiver whose /ok/... paths take deliveries and whose /fail/... refuse them."""
+    app = FastAPI()
+
+    @app.post("/{outcome}/{token}")
+    async def hook(outcome: str, token: str, request: Request) -> Response:
+        await request.body()
+        return Response(status_code=204 if outcome == "ok" else 500)
+
+    async with served(app) as url:
+        yield url
 
 
 async def _page(api: ApiClient, path: str) -> str:
@@ -138,3 +162,88 @@ async def test_a_deferral_says_what_the_job_waits_for(api: ApiClient) -> None:
     assert "&lt;vendor&gt;" in page
     assert "The newest" not in page
     await api.post(f"/chains/{chain_id}/cancel")
+
+
+async def _webhook(api: ApiClient, url: str, tenant: dict[str, str] | None = None) -> Any:
+    created = await api.post("/webhooks", json={"url": url, "secret": SECRET}, headers=tenant)
+    assert created.status_code == 201, created.text
+    return created.json()
+
+
+async def test_the_overview_counts_webhooks_and_links_failed_deliveries(
+    api: ApiClient, receiver: str
+) -> None:
+    acme = await api.auth("acme")
+    await _webhook(api, f"{receiver}/fail/tok_demo?token=abc123")
+    gone = await _webhook(api, f"{receiver}/ok/tok_gone")
+    assert (await api.delete(f"/webhooks/{gone['id']}")).status_code == 204
+    await _webhook(api, f"{receiver}/ok/tok_acme", acme)
+    await _webhook(api, f"{receiver}/ok/tok_acme2", acme)
+    await api.echo()
+    await api.echo(headers=acme)
+
+    async def delivered() -> list[dict[str, Any]] | None:
+        items = (await api.get("/jobs", params={"type": "webhooks.deliver"})).json()["items"]
+        theirs = (await api.get("/jobs", params={"type": "webhooks.deliver"}, headers=acme)).json()
+        done = [j for j in items + theirs["items"] if j["status"] in ("succeeded", "failed")]
+        return done if len(done) == 3 else None
+
+    deliveries = await wait_for(delivered, timeout=30, what="the three deliveries to end")
+    [failed] = [d for d in deliveries if d["status"] == "failed"]
+
+    page = await _page(api, "/ops")
+
+    assert texts(page, "webhooks") == [
+        {
+            "tenant": "demo",
+            "webhooks": "1",
+            "succeeded": "0",
+            "failed": "1",
+            "pending or retrying": "0",
+        },
+        {
+            "tenant": "acme",
+            "webhooks": "2",
+            "succeeded": "2",
+            "failed": "0",
+            "pending or retrying": "0",
+        },
+    ]
+    [row] = rows(page, "webhook-failures")
+    assert row["delivery"].links == [f"/ops/jobs/{failed['id']}"]
+    assert row["tenant"].text == "demo"
+    assert row["receiver"].text == receiver  # http://127.0.0.1:port, nothing after it
+    assert row["attempts"].text == "8"
+    assert "answered 500" in row["error"].text
+    for hidden in (SECRET, "tok_", "token=", "/fail", "/ok"):
+        assert hidden not in page
+    # The failed delivery's page tells its story, and links nowhere near the secret.
+    delivery = await _page(api, f"/ops/jobs/{failed['id']}")
+    names = [e["event"] for e in texts(delivery, "events")]
+    assert names[:2] == ["enqueued", "started"]
+    assert names[-1] == "failed"
+    assert names.count("retrying") == 7
+    assert SECRET not in delivery
+    # Signed out, the page shows nothing of it.
+    api.headers.pop("Authorization")
+    anonymous = await api.get("/ops")
+    assert anonymous.status_code == 401
+    assert "Webhooks" not in anonymous.text
+    assert "acme" not in anonymous.text
+
+
+async def test_the_webhooks_section_shows_the_tenants_with_most_failures_first_capped(
+    api: ApiClient,
+) -> None:
+    for n in range(22):
+        tenant = await api.auth(f"t{n:02}")
+        await _webhook(api, f"https://hooks.example.com/t{n}/secret-path", tenant)
+
+    page = await _page(api, "/ops")
+
+    listed = texts(page, "webhooks")
+    assert [row["tenant"] for row in listed] == [f"t{n:02}" for n in range(20)]
+    assert {row["webhooks"] for row in listed} == {"1"}
+    assert "The 20 of 22 tenants with the most failed deliveries." in page
+    assert rows(page, "webhook-failures") == []
+    assert "secret-path" not in page
