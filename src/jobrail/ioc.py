@@ -414,7 +414,10 @@ class PlatformProvider(Provider):
     ops_overview = provide(GetOpsOverview, scope=Scope.APP)
     ops_flows = provide(ListOpsFlows, scope=Scope.APP)
     ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
-    ops_job = provide(GetOpsJob, scope=Scope.REQUEST)
     list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
     redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
     purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
+
+    @provide(scope=Scope.REQUEST)
+    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
+        return GetOpsJob(uow, log)

@@ -1,7 +1,8 @@
 """The ops page: job counts by status and type, queue and DLQ depths, outbox lag, recent
-failures and recent batches and chains, with a page for each batch or chain and each
-job; rendered on the server (jobrail.api.ops_pages) and refreshing itself. No front-end
-build. Every page asks for the same sign-in (`_signed_in`) before it reads anything.
+failures, recent batches and chains, and webhooks with their deliveries, with a page for
+each batch or chain and each job (with its events); rendered on the server
+(jobrail.api.ops_pages) and refreshing itself. No front-end build. Every page asks for
+the same sign-in (`_signed_in`) before it reads anything.
 
 Signing in. A browser cannot send a Bearer header, so the page signs in with a form: an
 admin key given once starts a session kept on the server (``ops_sessions``, see
@@ -56,6 +57,7 @@ from jobrail.kernel.ids import JobId
 from jobrail.persistence.ops_sessions import SqlaOpsSessions
 from jobrail.settings import Settings
 from jobrail.tenants.domain import Principal
+from jobrail.webhooks.use_cases import GetWebhooksOverview
 
 COOKIE = "jobrail_ops"
 LOGIN_COOKIE = "jobrail_ops_login"
@@ -139,6 +141,7 @@ async def ops_page(
     request: Request,
     overview: FromDishka[GetOpsOverview],
     flows: FromDishka[ListOpsFlows],
+    webhooks: FromDishka[GetWebhooksOverview],
     engine: FromDishka[AsyncEngine],
     clock: FromDishka[Clock],
     jobrail_ops: Annotated[str | None, Cookie()] = None,
@@ -147,7 +150,7 @@ async def ops_page(
     admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
     if isinstance(admin, Response):
         return admin
-    page = overview_page(await overview(), await flows(), admin.csrf)
+    page = overview_page(await overview(), await flows(), await webhooks(), admin.csrf)
     return _secured(HTMLResponse(page))
 
 

@@ -8,11 +8,13 @@ import html
 from collections import defaultdict
 from datetime import datetime
 
-from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus
+from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.feed import JobEvent
 from jobrail.jobs.flow import Flow, FlowCounts, FlowKind, FlowStatus
 from jobrail.jobs.use_cases.flows import FlowView
 from jobrail.jobs.use_cases.ops_views import OpsFlow, OpsJob
 from jobrail.jobs.use_cases.overview import OpsOverview
+from jobrail.webhooks.use_cases import WebhooksOverview
 
 REFRESH_S = 5
 
@@ -62,7 +64,9 @@ def refused_page() -> str:
     )
 
 
-def overview_page(overview: OpsOverview, flows: list[FlowView], csrf: str | None) -> str:
+def overview_page(
+    overview: OpsOverview, flows: list[FlowView], webhooks: WebhooksOverview, csrf: str | None
+) -> str:
     e = html.escape
     statuses = [status.value for status in JobStatus]
     by_type: dict[str, dict[str, int]] = defaultdict(dict)
@@ -119,7 +123,8 @@ def overview_page(overview: OpsOverview, flows: list[FlowView], csrf: str | None
         f"<h2>Queues</h2>{queues}"
         "<h2>Recent failures</h2><table id=failures><tr><th>finished</th><th>type</th>"
         f"<th>tenant</th><th>attempts</th><th>error</th></tr>{failures}</table>"
-        + _flows_table(flows),
+        + _flows_table(flows)
+        + _webhooks_tables(webhooks),
         refresh=True,
     )
 
@@ -229,9 +234,50 @@ def job_page(found: OpsJob, csrf: str | None) -> str:
         f"<h1>job {e(job.type)}</h1>"
         + _top(csrf, refresh=not job.status.is_terminal, back=True)
         + _fields("job", fields)
-        + progress,
+        + progress
+        + _events_table(found),
         refresh=not job.status.is_terminal,
     )
+
+
+def _events_table(found: OpsJob) -> str:
+    if not found.events:
+        return "<h2>Events</h2><p class=muted id=events>None kept.</p>"
+    rows = "".join(
+        f'<tr data-event="{event.cursor}"><td>{_time(event.at)}</td>'
+        f"<td>{html.escape(event.name)}</td><td>{event.status.value}</td><td>{event.attempts}</td>"
+        f"<td class=err>{_event_details(event)}</td></tr>"
+        for event in found.events
+    )
+    more = (
+        f"<p class=muted id=events-shown>The newest {len(found.events)}.</p>"
+        if found.more_events
+        else ""
+    )
+    return (
+        "<h2>Events</h2><table id=events><tr><th>at</th><th>event</th><th>status</th>"
+        f"<th>attempts</th><th>details</th></tr>{rows}</table>{more}"
+    )
+
+
+def _event_details(event: JobEvent) -> str:
+    """What the event says beyond the job's status: how far it got, what it waits for,
+    or its error (escaped)."""
+    error = html.escape((event.last_error or "")[:300])
+    if event.name == "progress":
+        return _progress(event.progress)
+    if event.name == "deferred" and event.waiting is not None:
+        return _wait(event.waiting)
+    if event.name == "retrying":
+        return f"next attempt {_time(event.run_after)}: {error}"
+    if event.name in ("failed", "cancelled"):
+        return error
+    return ""
+
+
+def _wait(wait: Wait) -> str:
+    on = ", ".join(f"{w.kind} {w.name} ({w.key})" for w in wait.on)
+    return html.escape(f"waits for {on} until {_time(wait.until)}")
 
 
 _COUNTS = ("total", "pending", "running", "succeeded", "failed", "cancelled")
@@ -253,6 +299,37 @@ def _flows_table(flows: list[FlowView]) -> str:
         "<th>name</th><th>status</th>"
         + "".join(f"<th>{name}</th>" for name in _COUNTS)
         + f"<th>finished</th><th>tenant</th></tr>{rows}</table>"
+    )
+
+
+def _webhooks_tables(overview: WebhooksOverview) -> str:
+    e = html.escape
+    rows = "".join(
+        f'<tr data-tenant="{e(row.tenant_id)}"><td>{e(row.tenant_id)}</td>'
+        f"<td>{row.webhooks}</td><td>{row.succeeded}</td>"
+        f'<td class="{"bad" if row.failed else ""}">{row.failed}</td><td>{row.waiting}</td></tr>'
+        for row in overview.tenants
+    )
+    more = (
+        f"<p class=muted id=webhook-tenants-shown>The {len(overview.tenants)} of "
+        f"{overview.tenants_total} tenants with the most failed deliveries.</p>"
+        if len(overview.tenants) < overview.tenants_total
+        else ""
+    )
+    failed = "".join(
+        f"<tr><td>{_time(f.job.created_at)}</td><td>{_job_link(f.job)}</td>"
+        f"<td>{e(f.job.tenant_id)}</td><td>{e(f.receiver)}</td><td>{f.job.attempts}</td>"
+        f"<td class=err>{e((f.job.last_error or '')[:300])}</td></tr>"
+        for f in overview.failed
+    )
+    return (
+        "<h2>Webhooks</h2><p class=muted>Deliveries enqueued in the last 24 h; a failed "
+        "one is redriven from its job.</p><table id=webhooks><tr><th>tenant</th>"
+        "<th>webhooks</th><th>succeeded</th><th>failed</th><th>pending or retrying</th>"
+        f"</tr>{rows}</table>{more}"
+        "<h2>Failed deliveries</h2><table id=webhook-failures><tr><th>enqueued</th>"
+        "<th>delivery</th><th>tenant</th><th>receiver</th><th>attempts</th><th>error</th>"
+        f"</tr>{failed}</table>"
     )
 
 

@@ -115,6 +115,11 @@ class JobEventLog(Protocol):
         what happens from here on."""
         ...
 
+    async def of_job(self, job_id: JobId, limit: int) -> Sequence[JobEvent]:
+        """The job's newest `limit` events (the last written), in feed order, for a look
+        at its history: every one written, including those the feed holds back yet."""
+        ...
+
 
 def event_document(event: JobEvent) -> dict[str, object]:
     """An event as JSON, as GET /events and webhooks send it."""

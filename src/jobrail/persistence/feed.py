@@ -39,6 +39,16 @@ class SqlaJobEventLog:
             async with self._engine.connect() as connection:
                 return await self.head_on(connection)
 
+    async def of_job(self, job_id: JobId, limit: int) -> list[JobEvent]:
+        # The newest by id, served by ix_job_events_job_id without sorting all of a
+        # job's events (progress reports make many); then put in feed order.
+        t = job_events
+        query = select(t).where(t.c.job_id == job_id).order_by(t.c.id.desc()).limit(limit)
+        with database_errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return sorted((_event(row) for row in rows), key=lambda event: event.cursor)
+
     async def read_on(
         self, connection: AsyncConnection | AsyncSession, which: EventFilter, limit: int
     ) -> list[JobEvent]:

@@ -40,6 +40,20 @@ class Webhook:
         return event_name in self.events
 
 
+def origin(url: str) -> str:
+    """Where a webhook's deliveries go, as ``scheme://host[:port]``: what an operator may
+    see of its URL, whose path or query can carry the receiver's token."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(not a URL)"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
 def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
 

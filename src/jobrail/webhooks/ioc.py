@@ -6,11 +6,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.persistence.feed import SqlaJobEventLog
+from jobrail.persistence.ops import SqlaWebhookOpsReads
 from jobrail.persistence.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
 from jobrail.webhooks.persistence import SqlaWebhookStore, WebhookRelay
 from jobrail.webhooks.sending import HttpxWebhookSender
-from jobrail.webhooks.use_cases import DeliverWebhook, Webhooks
+from jobrail.webhooks.use_cases import DeliverWebhook, GetWebhooksOverview, Webhooks
 
 
 class WebhooksProvider(Provider):
@@ -23,6 +24,10 @@ class WebhooksProvider(Provider):
     @provide
     def webhooks(self, store: SqlaWebhookStore, clock: Clock, settings: Settings) -> Webhooks:
         return Webhooks(store, clock, private_ok=settings.events.webhook_private_addresses)
+
+    @provide
+    def ops_overview(self, engine: AsyncEngine, clock: Clock) -> GetWebhooksOverview:
+        return GetWebhooksOverview(SqlaWebhookOpsReads(engine), clock)
 
     @provide
     async def sender(self, settings: Settings) -> AsyncIterator[HttpxWebhookSender]:

@@ -1,7 +1,9 @@
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
+from jobrail.jobs.domain import Job, JobStatus
 from jobrail.kernel.errors import TransientError
 from jobrail.kernel.ids import TenantId
 from jobrail.webhooks.domain import Webhook
@@ -31,4 +33,22 @@ class WebhookSender(Protocol):
         """POST `body`; the receiver's status. DeliveryFailedError if it cannot be
         reached; PermanentError if its name resolves to an address a webhook may not
         reach."""
+        ...
+
+
+class WebhookOpsReads(Protocol):
+    """Every tenant's webhooks and deliveries, for operators. Nothing here reads a
+    webhook's secret."""
+
+    async def webhook_counts(self) -> dict[TenantId, int]:
+        """The tenants that have webhooks, with how many (not the deleted ones)."""
+        ...
+
+    async def delivery_counts(self, since: datetime) -> list[tuple[TenantId, JobStatus, int]]:
+        """Delivery jobs enqueued since `since`, by tenant and status."""
+        ...
+
+    async def failed_deliveries(self, since: datetime, limit: int) -> list[tuple[Job, str | None]]:
+        """Failed delivery jobs enqueued since `since`, the newest first, each with its
+        webhook's URL (None if that row is gone; a deleted webhook's is kept)."""
         ...

@@ -5,7 +5,9 @@ import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
+from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.feed import EVENT_NAMES, EventCursor, EventFilter, JobEventLog, event_document
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, NotFoundError
@@ -17,9 +19,15 @@ from jobrail.webhooks.domain import (
     check_secret,
     check_url,
     new_secret,
+    origin,
     sign,
 )
-from jobrail.webhooks.ports import DeliveryFailedError, WebhookSender, WebhookStore
+from jobrail.webhooks.ports import (
+    DeliveryFailedError,
+    WebhookOpsReads,
+    WebhookSender,
+    WebhookStore,
+)
 
 log = logging.getLogger("jobrail.webhooks")
 
@@ -122,3 +130,66 @@ class DeliverWebhook:
         if not 200 <= status < 300:
             raise DeliveryFailedError(f"the receiver answered {status}")
         return Delivered(status)
+
+
+DELIVERIES_WINDOW = timedelta(hours=24)
+_WAITING = frozenset({JobStatus.PENDING, JobStatus.RETRYING, JobStatus.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class TenantWebhooks:
+    tenant_id: TenantId
+    webhooks: int
+    succeeded: int
+    failed: int
+    waiting: int
+    """Not delivered yet: pending, retrying or being tried now."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    job: Job
+    receiver: str
+    """The webhook's URL as scheme://host[:port] only."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebhooksOverview:
+    tenants: list[TenantWebhooks]
+    tenants_total: int
+    failed: list[FailedDelivery]
+
+
+class GetWebhooksOverview:
+    """Per tenant with webhooks or deliveries: its webhooks (not the deleted ones) and
+    the deliveries enqueued in the last 24 h by how they stand, the tenants with the
+    most failed first, at most `tenants` of them; and the newest `failures` failed
+    deliveries (their redrive is any job's). A receiver is shown as scheme://host only:
+    a URL's path or query may hold its token. The secret is never read."""
+
+    def __init__(self, reads: WebhookOpsReads, clock: Clock) -> None:
+        self._reads = reads
+        self._clock = clock
+
+    async def __call__(self, tenants: int = 20, failures: int = 20) -> WebhooksOverview:
+        since = self._clock.now() - DELIVERIES_WINDOW
+        hooks = await self._reads.webhook_counts()
+        counts: dict[TenantId, dict[JobStatus, int]] = {tenant: {} for tenant in hooks}
+        for tenant, status, count in await self._reads.delivery_counts(since):
+            counts.setdefault(tenant, {})[status] = count
+        rows = [
+            TenantWebhooks(
+                tenant_id=tenant,
+                webhooks=hooks.get(tenant, 0),
+                succeeded=by_status.get(JobStatus.SUCCEEDED, 0),
+                failed=by_status.get(JobStatus.FAILED, 0),
+                waiting=sum(n for status, n in by_status.items() if status in _WAITING),
+            )
+            for tenant, by_status in counts.items()
+        ]
+        rows.sort(key=lambda row: (-row.failed, row.tenant_id))
+        failed = [
+            FailedDelivery(job, "(gone)" if url is None else origin(url))
+            for job, url in await self._reads.failed_deliveries(since, failures)
+        ]
+        return WebhooksOverview(rows[:tenants], len(rows), failed)

@@ -4,6 +4,7 @@ operators (the overview is jobrail.jobs.use_cases.overview)."""
 from dataclasses import dataclass
 
 from jobrail.jobs.domain import FlowRole, Job
+from jobrail.jobs.feed import JobEvent, JobEventLog
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId
 from jobrail.jobs.ports import JobsUnitOfWork, OpsReadModel
 from jobrail.jobs.use_cases.flows import FlowView
@@ -25,6 +26,10 @@ class OpsJob:
     job: Job
     flow: Flow | None
     """Its batch or chain; None when it has none (or the flow's row is gone)."""
+    events: list[JobEvent]
+    """Its newest events, in feed order."""
+    more_events: bool
+    """Whether it has older events than these."""
 
 
 class ListOpsFlows:
@@ -64,15 +69,18 @@ class GetOpsFlow:
 
 
 class GetOpsJob:
-    """A job of any tenant, with its batch or chain when it has one."""
+    """A job of any tenant, with its batch or chain when it has one and its newest
+    `events` events (fewer once retention pruned them)."""
 
-    def __init__(self, uow: JobsUnitOfWork) -> None:
+    def __init__(self, uow: JobsUnitOfWork, events: JobEventLog) -> None:
         self._uow = uow
+        self._events = events
 
-    async def __call__(self, job_id: JobId) -> OpsJob:
+    async def __call__(self, job_id: JobId, events: int = 50) -> OpsJob:
         async with self._uow:
             job = await self._uow.jobs.get(job_id)
             if job is None:
                 raise NotFoundError(f"job {job_id} not found")
             flow = await self._uow.flows.get(job.flow.flow_id) if job.flow else None
-        return OpsJob(job, flow)
+        found = list(await self._events.of_job(job_id, events + 1))
+        return OpsJob(job, flow, found[-events:], more_events=len(found) > events)

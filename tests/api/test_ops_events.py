@@ -1,0 +1,249 @@
+"""The event feed and webhooks on the ops page, in embedded mode (SQLite, the in-process
+worker and webhook relay): a job's page lists its newest events as the feed has them,
+and the overview counts each tenant's webhooks and deliveries of the day and links the
+failed ones to their jobs, never showing a secret or more of a URL than its origin.
+(tests/integration/test_ops_events_pg.py: the same on Postgres.)"""
+
+import base64
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request, Response
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.api.app import runtime_of
+from jobrail.jobs.use_cases.flows import ChainCommand, FlowJob, FlowService
+from jobrail.kernel.ids import TenantId
+from jobrail.persistence.tables import jobs
+from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
+from tests.support.fixtures import ApiClient
+from tests.support.ops_pages import rows, texts
+from tests.support.servers import served
+from tests.support.services import wait_for
+
+SECRET = "whsec_" + base64.b64encode(b"s3cr3t-bytes-for-the-test!").decode()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
+    from jobrail.api.app import create_app
+
+    settings = embedded_settings(
+        tmp_path,
+        events={"poll_interval_ms": 50, "webhook_private_addresses": True},
+        retry={"base_s": 0.02, "cap_s": 0.2, "jitter": "none"},
+    )
+    app = create_app(await migrated(settings), modules=REFERENCE)
+    client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    client.app = app
+    async with app.router.lifespan_context(app), client:
+        yield client.sign_in_with("demo", "demo-key")
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[str]:
+    """A receiver whose /ok/... paths take deliveries and whose /fail/... refuse them."""
+    app = FastAPI()
+
+    @app.post("/{outcome}/{token}")
+    async def hook(outcome: str, token: str, request: Request) -> Response:
+        await request.body()
+        return Response(status_code=204 if outcome == "ok" else 500)
+
+    async with served(app) as url:
+        yield url
+
+
+async def _page(api: ApiClient, path: str) -> str:
+    response = await api.get(path)
+    assert response.status_code == 200, response.text
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+    return response.text
+
+
+async def _blocked_job(api: ApiClient) -> tuple[uuid.UUID, uuid.UUID]:
+    """A job nothing runs (a chain's second step, while the first sleeps), and its chain."""
+    flows = await runtime_of(api.app).container.get(FlowService)
+    started = await flows.chain(
+        ChainCommand(
+            tenant_id=TenantId("demo"),
+            steps=[FlowJob("demo.echo", {"message": "m", "sleep_ms": 60_000})] * 2,
+        )
+    )
+    return started.members[1].id, started.flow.id
+
+
+async def test_a_jobs_page_lists_its_events_as_the_feed_has_them(api: ApiClient) -> None:
+    job_id = await api.echo(fail_times=1)
+    await api.wait_status(job_id, "succeeded")
+    feed = (await api.get(f"/jobs/{job_id}/events")).json()["items"]
+
+    events = texts(await _page(api, f"/ops/jobs/{job_id}"), "events")
+
+    assert [e["event"] for e in events] == [
+        "enqueued",
+        "started",
+        "retrying",
+        "started",
+        "succeeded",
+    ]
+    assert [e["event"] for e in events] == [e["event"] for e in feed]
+    assert [e["status"] for e in events] == [e["status"] for e in feed]
+    assert [e["attempts"] for e in events] == [str(e["attempts"]) for e in feed]
+    assert [e["at"] for e in events] == [e["at"][:19].replace("T", " ") for e in feed]
+    retrying = events[2]["details"]
+    assert retrying.startswith(f"next attempt {feed[2]['run_after'][:19].replace('T', ' ')}: ")
+    assert "asked to fail" in retrying
+
+
+async def test_a_jobs_page_shows_its_newest_fifty_events_escaped(api: ApiClient) -> None:
+    job_id, chain_id = await _blocked_job(api)
+    engine = await runtime_of(api.app).container.get(AsyncEngine)
+    async with engine.begin() as conn:
+        for n in range(56):
+            progress = {
+                "current": n,
+                "total": 60,
+                "message": f"<i>row {n}</i>",
+                "updated_at": "2026-12-02T00:00:00+00:00",
+            }
+            await conn.execute(update(jobs).where(jobs.c.id == job_id).values(progress=progress))
+        await conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(status="failed", last_error="<b>boom</b>")
+        )
+
+    page = await _page(api, f"/ops/jobs/{job_id}")
+
+    events = texts(page, "events")
+    # enqueued, 56 progress reports, failed: the newest 50, oldest first.
+    assert len(events) == 50
+    assert [e["event"] for e in events] == ["progress"] * 49 + ["failed"]
+    assert events[0]["details"] == "7 / 60 <i>row 7</i>"
+    assert events[-2]["details"] == "55 / 60 <i>row 55</i>"
+    assert events[-1]["details"] == "<b>boom</b>"
+    assert "The newest 50." in page
+    assert "<i>" not in page
+    assert "<b>boom" not in page
+    feed = (await api.get(f"/jobs/{job_id}/events")).json()["items"]
+    assert len(feed) == 58  # the older ones are still kept
+    await api.post(f"/chains/{chain_id}/cancel")
+
+
+async def test_a_deferral_says_what_the_job_waits_for(api: ApiClient) -> None:
+    job_id, chain_id = await _blocked_job(api)
+    engine = await runtime_of(api.app).container.get(AsyncEngine)
+    waiting = {
+        "on": [{"kind": "rate_limit", "name": "<vendor>", "key": "vendor:demo"}],
+        "until": "2026-12-02T00:01:00+00:00",
+        "since": "2026-12-02T00:00:00+00:00",
+    }
+    async with engine.begin() as conn:
+        await conn.execute(update(jobs).where(jobs.c.id == job_id).values(waiting=waiting))
+
+    page = await _page(api, f"/ops/jobs/{job_id}")
+
+    deferred = texts(page, "events")[-1]
+    del deferred["at"]
+    assert deferred == {
+        "event": "deferred",
+        "status": "blocked",
+        "attempts": "0",
+        "details": "waits for rate_limit <vendor> (vendor:demo) until 2026-12-02 00:01:00",
+    }
+    assert "&lt;vendor&gt;" in page
+    assert "The newest" not in page
+    await api.post(f"/chains/{chain_id}/cancel")
+
+
+async def _webhook(api: ApiClient, url: str, tenant: dict[str, str] | None = None) -> Any:
+    created = await api.post("/webhooks", json={"url": url, "secret": SECRET}, headers=tenant)
+    assert created.status_code == 201, created.text
+    return created.json()
+
+
+async def test_the_overview_counts_webhooks_and_links_failed_deliveries(
+    api: ApiClient, receiver: str
+) -> None:
+    acme = await api.auth("acme")
+    await _webhook(api, f"{receiver}/fail/tok_demo?token=abc123")
+    gone = await _webhook(api, f"{receiver}/ok/tok_gone")
+    assert (await api.delete(f"/webhooks/{gone['id']}")).status_code == 204
+    await _webhook(api, f"{receiver}/ok/tok_acme", acme)
+    await _webhook(api, f"{receiver}/ok/tok_acme2", acme)
+    await api.echo()
+    await api.echo(headers=acme)
+
+    async def delivered() -> list[dict[str, Any]] | None:
+        items = (await api.get("/jobs", params={"type": "webhooks.deliver"})).json()["items"]
+        theirs = (await api.get("/jobs", params={"type": "webhooks.deliver"}, headers=acme)).json()
+        done = [j for j in items + theirs["items"] if j["status"] in ("succeeded", "failed")]
+        return done if len(done) == 3 else None
+
+    deliveries = await wait_for(delivered, timeout=30, what="the three deliveries to end")
+    [failed] = [d for d in deliveries if d["status"] == "failed"]
+
+    page = await _page(api, "/ops")
+
+    assert texts(page, "webhooks") == [
+        {
+            "tenant": "demo",
+            "webhooks": "1",
+            "succeeded": "0",
+            "failed": "1",
+            "pending or retrying": "0",
+        },
+        {
+            "tenant": "acme",
+            "webhooks": "2",
+            "succeeded": "2",
+            "failed": "0",
+            "pending or retrying": "0",
+        },
+    ]
+    [row] = rows(page, "webhook-failures")
+    assert row["delivery"].links == [f"/ops/jobs/{failed['id']}"]
+    assert row["tenant"].text == "demo"
+    assert row["receiver"].text == receiver  # http://127.0.0.1:port, nothing after it
+    assert row["attempts"].text == "8"
+    assert "answered 500" in row["error"].text
+    for hidden in (SECRET, "tok_", "token=", "/fail", "/ok"):
+        assert hidden not in page
+    # The failed delivery's page tells its story, and links nowhere near the secret.
+    delivery = await _page(api, f"/ops/jobs/{failed['id']}")
+    names = [e["event"] for e in texts(delivery, "events")]
+    assert names[:2] == ["enqueued", "started"]
+    assert names[-1] == "failed"
+    assert names.count("retrying") == 7
+    assert SECRET not in delivery
+    # Signed out, the page shows nothing of it.
+    api.headers.pop("Authorization")
+    anonymous = await api.get("/ops")
+    assert anonymous.status_code == 401
+    assert "Webhooks" not in anonymous.text
+    assert "acme" not in anonymous.text
+
+
+async def test_the_webhooks_section_shows_the_tenants_with_most_failures_first_capped(
+    api: ApiClient,
+) -> None:
+    for n in range(22):
+        tenant = await api.auth(f"t{n:02}")
+        await _webhook(api, f"https://hooks.example.com/t{n}/secret-path", tenant)
+
+    page = await _page(api, "/ops")
+
+    listed = texts(page, "webhooks")
+    assert [row["tenant"] for row in listed] == [f"t{n:02}" for n in range(20)]
+    assert {row["webhooks"] for row in listed} == {"1"}
+    assert "The 20 of 22 tenants with the most failed deliveries." in page
+    assert rows(page, "webhook-failures") == []
+    assert "secret-path" not in page
