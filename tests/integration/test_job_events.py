@@ -3,6 +3,7 @@ event written by the database in the changing transaction, whatever wrote it; a 
 never sees an event appear behind a cursor it already read, even when an older
 transaction commits after a younger one; retention deletes old events only."""
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.feed import START, EventFilter
@@ -152,3 +153,35 @@ async def test_retention_deletes_old_events_and_keeps_recent_ones(engine: AsyncE
     left = await log.read(EventFilter(TenantId(tenant), START), 10)
     assert len(left) == 2
     assert not {e.cursor.id for e in left} & set(old)
+
+
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)
+async def test_a_jobs_events_follow_its_changes_when_an_older_transaction_waited_for_it(
+    engine: AsyncEngine,
+) -> None:
+    # The older transaction takes its id first, then waits for the job's row, which a
+    # younger one changes and commits: the older one's change comes second, and so does
+    # its event.
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    row = _job(tenant)
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs).values(row))
+    async with engine.connect() as older, engine.connect() as younger:
+        first = await older.begin()
+        await older.execute(text("SELECT pg_current_xact_id()"))  # its id, now
+        second = await younger.begin()
+        await younger.execute(
+            update(jobs).where(jobs.c.id == row["id"]).values(status="running", attempts=1)
+        )
+        waiting = asyncio.create_task(
+            older.execute(update(jobs).where(jobs.c.id == row["id"]).values(status="cancelled"))
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # it waits for the younger one's row lock
+        await second.commit()
+        await waiting
+        await first.commit()
+
+    events = await SqlaJobEventLog(engine).read(EventFilter(TenantId(tenant)), 10)
+
+    assert [e.name for e in events] == ["enqueued", "started", "cancelled"]

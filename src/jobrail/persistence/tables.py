@@ -175,8 +175,10 @@ flows = Table(
 # code, so every path that changes a job (the worker's one-statement records, a host's
 # own session, a flow's releases) records its event in its own transaction, at no extra
 # round trip. `tx` is the writing transaction's id on Postgres (0 on SQLite, whose writers
-# are serial): a reader takes only rows of transactions older than every one still open,
-# so ordered by (tx, id) the feed never gains a row behind a cursor already handed out.
+# are serial), or the job's previous event's if that is larger (a transaction that waited
+# for the job's row behind a younger one): a reader takes only rows whose `tx` is older
+# than every transaction still open, so ordered by (tx, id) the feed never gains a row
+# behind a cursor already handed out, and a job's events are in the order of its changes.
 job_events = Table(
     "job_events",
     metadata,

@@ -50,6 +50,8 @@ _PG_FUNCTION = """
 CREATE FUNCTION {schema}.jobrail_job_event() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   event text;
+  tx bigint := pg_current_xact_id()::text::bigint;
+  before bigint;
 BEGIN
   IF TG_OP = 'INSERT' THEN
     event := 'enqueued';
@@ -59,9 +61,19 @@ BEGIN
   IF event IS NULL THEN
     RETURN NULL;
   END IF;
+  IF TG_OP = 'UPDATE' THEN
+    -- A transaction that took its id before the one whose change it waited for (it holds
+    -- the job's row now, so that one has committed) orders after it, not before: the
+    -- events of one job are in the order of its changes.
+    SELECT e.tx INTO before FROM {schema}.job_events AS e
+     WHERE e.job_id = NEW.id ORDER BY e.id DESC LIMIT 1;
+    IF before > tx THEN
+      tx := before;
+    END IF;
+  END IF;
   INSERT INTO {schema}.job_events (tx, tenant_id, job_id, job_type, name, at, data)
   VALUES (
-    pg_current_xact_id()::text::bigint, NEW.tenant_id, NEW.id, NEW.type, event,
+    tx, NEW.tenant_id, NEW.id, NEW.type, event,
     statement_timestamp(),
     jsonb_build_object(
       'status', NEW.status, 'attempts', NEW.attempts, 'last_error', NEW.last_error,
