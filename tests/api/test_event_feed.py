@@ -111,7 +111,7 @@ async def test_a_tenant_holds_at_most_its_streams_open(tmp_path: Path) -> None:
             async with http.stream("GET", "/events") as first:
                 assert first.status_code == 200
                 lines = first.aiter_lines()  # kept: dropping it would close the stream
-                assert (await anext(lines)).startswith("retry:")  # the stream has started
+                assert (await anext(lines)).startswith("id:")  # the stream has started
                 second = await http.get("/events")
                 assert second.status_code == 429
                 assert "event streams" in second.json()["error"]["message"]

@@ -53,6 +53,7 @@ async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
         tmp_path,
         events={"poll_interval_ms": 50, "webhook_private_addresses": True},
         retry={"base_s": 0.02, "cap_s": 0.2, "jitter": "none"},
+        scheduler={"embedded": False},  # no housekeeping jobs: only the tests' events
     )
     app = create_app(await migrated(settings), modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
@@ -207,3 +208,33 @@ async def test_private_addresses_are_refused_unless_allowed(tmp_path: Path) -> N
         assert (
             await client.post("/webhooks", json={"url": "https://example.com/"})
         ).status_code == 201
+
+
+async def test_a_tenant_that_takes_a_deliverys_key_loses_only_that_delivery(
+    api: ApiClient, receiver: Receiver, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    victim = await api.auth("victim")
+    assert (
+        await api.post(
+            "/webhooks", json={"url": receiver.url, "events": ["enqueued"]}, headers=victim
+        )
+    ).status_code == 201
+    hook = (await api.post("/webhooks", json={"url": receiver.url, "events": ["enqueued"]})).json()
+    # The next event is this job's own `enqueued`: its delivery's key, taken first.
+    with sqlite3.connect(tmp_path / "jobrail.db") as db:
+        (last,) = db.execute("SELECT max(id) FROM job_events").fetchone()
+    key = f"jobrail.webhook:{hook['id']}:0-{(last or 0) + 1}"
+    squatted = await api.post("/demo/echo", json={"message": "x"}, headers={"Idempotency-Key": key})
+    assert squatted.status_code == 202
+    theirs = [await api.echo(headers=victim, message=f"v{i}") for i in range(3)]
+
+    async def delivered() -> bool:
+        got = {b["data"]["job_id"] for b in receiver.bodies()}
+        return set(theirs) <= got
+
+    await wait_for(delivered, timeout=20, what="the other tenant's deliveries")
+    events = (await api.get(f"/jobs/{squatted.json()['job_id']}/events")).json()["items"]
+    assert events[0]["id"] == key.rpartition(":")[2]  # its key was its delivery's
+    assert squatted.json()["job_id"] not in {b["data"]["job_id"] for b in receiver.bodies()}

@@ -185,3 +185,68 @@ async def test_a_jobs_events_follow_its_changes_when_an_older_transaction_waited
     events = await SqlaJobEventLog(engine).read(EventFilter(TenantId(tenant)), 10)
 
     assert [e.name for e in events] == ["enqueued", "started", "cancelled"]
+
+
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)
+async def test_a_jobs_stream_waits_for_its_last_event_rather_than_say_it_ended(
+    engine: AsyncEngine,
+) -> None:
+    # The job has ended, but another transaction still open holds its last event back:
+    # a client resuming after `started` gets a stream (not 204, "nothing follows"),
+    # which hands `succeeded` out once it may.
+    from types import SimpleNamespace
+
+    from starlette.requests import Request
+
+    from jobrail.api.events import job_events_response
+    from jobrail.jobs.domain import JobStatus
+    from jobrail.jobs.use_cases.feed import JobEvents
+    from jobrail.kernel.ids import JobId
+
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    log = SqlaJobEventLog(engine)
+    row = _job(tenant)
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs).values(row))
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(jobs).where(jobs.c.id == row["id"]).values(status="running", attempts=1)
+        )
+    started = (await log.read(EventFilter(TenantId(tenant)), 10))[-1].cursor
+    async with engine.connect() as other:
+        open_elsewhere = await other.begin()
+        await other.execute(insert(jobs).values(_job("another-tenant")))
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(jobs).where(jobs.c.id == row["id"]).values(status="succeeded")
+            )
+
+        async def get(_query: object) -> object:
+            return SimpleNamespace(id=JobId(row["id"]), status=JobStatus.SUCCEEDED)
+
+        request = Request(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": "/",
+                "headers": [(b"accept", b"text/event-stream")],
+                "query_string": b"",
+            }
+        )
+        feed = JobEvents(log, poll_interval_s=0.05)
+        response = await job_events_response(
+            request,
+            TenantId(tenant),
+            JobId(row["id"]),
+            get,
+            feed,
+            started,
+            100,  # type: ignore[arg-type]
+        )
+        assert response.status_code == 200
+        await open_elsewhere.commit()
+
+    body = b""
+    async for chunk in response.body_iterator:  # type: ignore[attr-defined]
+        body += chunk if isinstance(chunk, bytes) else chunk.encode()
+    assert b'"event":"succeeded"' in body  # and then the stream ended

@@ -126,7 +126,11 @@ def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
         env=outside_env(),
     )
 
-    assert loaded.split() == ["maintenance", "demo"]
+    assert loaded.split() == [
+        "maintenance",
+        "webhooks",
+        "demo",
+    ]  # the platform's two, then the one named
 
 
 def test_the_reference_application_runs_beside_the_installed_wheel_as_in_the_image(

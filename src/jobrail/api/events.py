@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from fastapi.sse import KEEPALIVE_COMMENT, format_sse_event
+from fastapi.sse import format_sse_event
 
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
@@ -98,14 +98,16 @@ async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> Asy
     with feed.stream_slot(which.tenant_id or TenantId("")) as held:
         if not held:  # taken between the check and the stream's start: end at once
             return
-        yield format_sse_event(retry=RECONNECT_MS)
+        # Its place, at once: a client that loses the stream before its first event
+        # reconnects with it (EventSource keeps an id from a frame without data).
+        yield format_sse_event(retry=RECONNECT_MS, id=str(which.after))
         try:
-            async for event in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
-                if event is None:
-                    yield KEEPALIVE_COMMENT
+            async for item in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
+                if isinstance(item, EventCursor):  # a keep-alive, with the place read to
+                    yield format_sse_event(comment="ping", id=str(item))
                     continue
-                document = JobEventOut.model_validate(event_document(event))
-                yield format_sse_event(data_str=document.model_dump_json(), id=str(event.cursor))
+                document = JobEventOut.model_validate(event_document(item))
+                yield format_sse_event(data_str=document.model_dump_json(), id=str(item.cursor))
         except StoreUnavailableError as exc:
             # The client reconnects with its Last-Event-ID and loses nothing.
             log.warning("event stream ended: database unavailable (%s)", exc)
@@ -154,11 +156,12 @@ async def events(
     limit: Limit = 100,
 ) -> Response:
     cursor = event_cursor(last_event_id, after)
-    stream = _wants_stream(request)
-    if stream and cursor is None and since is None:
-        cursor = await feed.head()
     which = EventFilter(tenant, cursor or START, job_type=job_type, since=_utc(since))
-    if stream:
+    if _wants_stream(request):
+        if cursor is None:
+            which = EventFilter(
+                tenant, await feed.start_at(which), job_type=job_type, since=which.since
+            )
         return _stream(feed, which, until_ended=False)
     page = _page(list(await feed.page(which, limit)))
     return Response(page.model_dump_json(), media_type="application/json")
@@ -207,5 +210,9 @@ async def job_events_response(
             media_type="application/json",
         )
     if job.status.is_terminal and not await feed.page(which, 1):
-        return Response(status_code=204)
+        # Nothing follows only if the job's last event, written, is one this client has
+        # (it may be written and not handed out yet: then the stream waits for it).
+        last = await feed.last_of_job(job.id)
+        if last is None or (last.ends_job and last.cursor <= which.after):
+            return Response(status_code=204)
     return _stream(feed, which, until_ended=True)

@@ -215,8 +215,8 @@ class JobEventOut(BaseModel):
     )
     event: str = Field(
         description="enqueued, started, progress, deferred, retrying, succeeded, failed, "
-        "cancelled, released (a batch or chain released the job), redriven or requeued "
-        "(its worker was lost)."
+        "cancelled, released (a batch or chain released the job) or redriven. A job whose "
+        "worker was lost shows its next attempt's started."
     )
     job_id: uuid.UUID
     job_type: str

@@ -30,14 +30,14 @@ EVENT_NAMES = (
     "cancelled",
     "released",
     "redriven",
-    "requeued",
 )
 """enqueued: the job was written (pending, or blocked in a flow); started: an attempt
 claimed it; progress: the attempt reported how far it got; deferred: a limit or lock
-turned it away (its `waiting` says what and until when); retrying: an attempt failed
-and it runs again later; succeeded, failed, cancelled: it ended; released: a flow
-released a blocked job; redriven: an operator ran a failed or cancelled job again;
-requeued: a job whose worker was lost was put back."""
+turned it away (its `waiting` says what and until when); retrying: an attempt failed,
+or a vendor's 429 (ThrottledError) asked it to wait, and it runs again later;
+succeeded, failed, cancelled: it ended; released: a flow released a blocked job;
+redriven: an operator ran a failed or cancelled job again. A job whose worker was lost
+is taken over by another: that shows as its next `started`."""
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 

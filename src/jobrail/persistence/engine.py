@@ -1,8 +1,14 @@
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.persistence import json_codec
@@ -84,9 +90,23 @@ def _sqlite_engine(url: str, settings: DatabaseSettings) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read (see `reading`) takes no write lock: WAL lets it read beside a writer.
+        read_only = connection.get_execution_options().get(READ_ONLY_OPTION)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+READ_ONLY_OPTION = "jobrail_read_only"
+
+
+@contextlib.asynccontextmanager
+async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads only. On SQLite its transaction begins DEFERRED rather than
+    IMMEDIATE, so it never waits for (nor holds up) a writer; elsewhere it is a plain
+    connection."""
+    async with engine.connect() as connection:
+        yield await connection.execution_options(**{READ_ONLY_OPTION: True})
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[Any]:

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from jobrail.jobs.domain import JobStatus, Wait
 from jobrail.jobs.feed import EventCursor, EventFilter, JobEvent
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.persistence.engine import reading
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import progress_from_document
 from jobrail.persistence.tables import job_events
@@ -31,12 +32,12 @@ class SqlaJobEventLog:
 
     async def read(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
         with database_errors():
-            async with self._engine.connect() as connection:
+            async with reading(self._engine) as connection:
                 return await self.read_on(connection, which, limit)
 
     async def head(self) -> EventCursor:
         with database_errors():
-            async with self._engine.connect() as connection:
+            async with reading(self._engine) as connection:
                 return await self.head_on(connection)
 
     async def of_job(self, job_id: JobId, limit: int) -> list[JobEvent]:
@@ -45,7 +46,7 @@ class SqlaJobEventLog:
         t = job_events
         query = select(t).where(t.c.job_id == job_id).order_by(t.c.id.desc()).limit(limit)
         with database_errors():
-            async with self._engine.connect() as connection:
+            async with reading(self._engine) as connection:
                 rows = (await connection.execute(query)).mappings().all()
         return sorted((_event(row) for row in rows), key=lambda event: event.cursor)
 

@@ -208,6 +208,9 @@ webhooks = Table(
     Column("secret", String(128), nullable=False),
     # The event names it receives.
     Column("events", Json, nullable=False),
+    # The feed's head when it was made: it receives the events after it.
+    Column("start_tx", BigInteger, nullable=False),
+    Column("start_event_id", BigInteger, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("deleted_at", UtcDateTime),
     Index("ix_webhooks_tenant_id", "tenant_id"),

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import uuid
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from jobrail.jobs.feed import EventCursor
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 
@@ -35,9 +37,11 @@ class Webhook:
     secret: str
     events: tuple[str, ...]
     created_at: datetime
+    start: EventCursor
+    """The feed's head when it was made: it receives the events after it."""
 
-    def wants(self, event_name: str) -> bool:
-        return event_name in self.events
+    def wants(self, event_name: str, at: EventCursor) -> bool:
+        return event_name in self.events and at > self.start
 
 
 def origin(url: str) -> str:
@@ -95,9 +99,34 @@ def is_private(address: str) -> bool:
     """Loopback, private, link-local (cloud metadata), multicast, reserved or
     unspecified: nothing a webhook reaches on the public internet."""
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            return is_private(str(embedded))
     return not ip.is_global or ip.is_multicast
+
+
+# NAT64's well-known prefix: 64:ff9b::a9fe:a9fe reaches 169.254.169.254.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _is_host(host: str) -> bool:
+    """A name (ASCII letters, digits, dots, hyphens; or an internationalised one) or an
+    address."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    if host.isascii():
+        return re.fullmatch(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?", host) is not None
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return not any(c.isspace() for c in host)
 
 
 def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]]) -> str:
@@ -120,10 +149,8 @@ def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise InvalidInputError("url has no host")
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        raise InvalidInputError("url's host is not a valid host name") from None
+    if not _is_host(host):
+        raise InvalidInputError("url's host is not a valid host name")
     if parts.username or parts.password:
         raise InvalidInputError("url must not hold credentials: use the secret")
     port = port or (443 if parts.scheme == "https" else 80)

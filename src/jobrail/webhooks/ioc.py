@@ -22,8 +22,10 @@ class WebhooksProvider(Provider):
         return SqlaWebhookStore(engine, clock)
 
     @provide
-    def webhooks(self, store: SqlaWebhookStore, clock: Clock, settings: Settings) -> Webhooks:
-        return Webhooks(store, clock, private_ok=settings.events.webhook_private_addresses)
+    def webhooks(
+        self, store: SqlaWebhookStore, log: SqlaJobEventLog, clock: Clock, settings: Settings
+    ) -> Webhooks:
+        return Webhooks(store, log, clock, private_ok=settings.events.webhook_private_addresses)
 
     @provide
     def ops_overview(self, engine: AsyncEngine, clock: Clock) -> GetWebhooksOverview:

@@ -10,13 +10,15 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from jobrail.jobs.feed import EventCursor, EventFilter
 from jobrail.jobs.ports import EnqueueJobCommand, StoreUnavailableError
 from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import TenantId
+from jobrail.persistence.engine import reading
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.persistence.tables import webhook_relay, webhooks
@@ -36,6 +38,7 @@ def _webhook(row: RowMapping) -> Webhook:
         secret=row["secret"],
         events=tuple(row["events"]),
         created_at=row["created_at"],
+        start=EventCursor(int(row["start_tx"]), int(row["start_event_id"])),
     )
 
 
@@ -54,6 +57,8 @@ class SqlaWebhookStore:
                         url=webhook.url,
                         secret=webhook.secret,
                         events=list(webhook.events),
+                        start_tx=webhook.start.tx,
+                        start_event_id=webhook.start.id,
                         created_at=webhook.created_at,
                     )
                 )
@@ -75,8 +80,11 @@ class SqlaWebhookStore:
         found = await self._select(query)
         return found[0] if found else None
 
-    async def active(self) -> Sequence[Webhook]:
-        return await self._select(select(webhooks).where(webhooks.c.deleted_at.is_(None)))
+    async def active_on(self, session: AsyncSession) -> list[Webhook]:
+        """Every tenant's webhooks (not the deleted ones), read in `session`'s
+        transaction (the relay's, which holds its place in the feed while it reads)."""
+        rows = await session.execute(select(webhooks).where(webhooks.c.deleted_at.is_(None)))
+        return [_webhook(row) for row in rows.mappings()]
 
     async def delete(self, tenant: TenantId, webhook_id: uuid.UUID) -> bool:
         with database_errors():
@@ -94,13 +102,13 @@ class SqlaWebhookStore:
 
     async def _select(self, query: Any) -> list[Webhook]:
         with database_errors():
-            async with self._engine.connect() as conn:
+            async with reading(self._engine) as conn:
                 return [_webhook(row) for row in (await conn.execute(query)).mappings()]
 
 
 class WebhookRelay:
     """Turns job events into delivery jobs (`webhooks.deliver`), one per event and
-    webhook that wants it, idempotent on both.
+    webhook that wants it (an event after the webhook's start), idempotent on both.
 
     Its place in the feed is one row, `webhook_relay`, locked (Postgres) or written
     first (SQLite) by the transaction that enqueues the deliveries and moves it on: the
@@ -145,9 +153,11 @@ class WebhookRelay:
 
     async def relay_once(self) -> int:
         """Enqueue the deliveries of the next events; how many events it went past."""
-        hooks = await self._store.active()
         async with self._units(SqlaUnitOfWork) as uow, _database_errors():
             place = await self._take_place(uow)
+            # Read with the place held: a webhook made meanwhile is seen by this round
+            # or has its start after what this round goes past.
+            hooks = await self._store.active_on(uow.session)
             if not hooks:
                 head = await self._events.head_on(uow.session)
                 if head != place:  # else nothing to write (the unit of work rolls back)
@@ -157,18 +167,30 @@ class WebhookRelay:
             by_tenant: dict[str, list[Webhook]] = defaultdict(list)
             for hook in hooks:
                 by_tenant[hook.tenant_id].append(hook)
-            # In this transaction: the place is locked while the events are read.
             events = await self._events.read_on(uow.session, EventFilter(None, place), self._batch)
             for event in events:
                 if event.job_type == DELIVER:
                     continue
                 for hook in by_tenant.get(event.tenant_id, ()):
-                    if hook.wants(event.name) and event.at >= hook.created_at:
-                        await self._enqueue.into(uow, _delivery(hook, str(event.cursor)))
+                    if hook.wants(event.name, event.cursor):
+                        await self._enqueue_delivery(uow, hook, event.cursor)
             if events:
                 await self._move(uow, events[-1].cursor)
             await uow.commit()
         return len(events)
+
+    async def _enqueue_delivery(
+        self, uow: SqlaUnitOfWork, hook: Webhook, event: EventCursor
+    ) -> None:
+        try:
+            await self._enqueue.into(uow, _delivery(hook, str(event)))
+        except ConflictError:
+            # The tenant's own job holds the delivery's idempotency key (the key is in
+            # the tenant's space): that one delivery is lost to the tenant that took
+            # its key, never the round (nothing of it was written).
+            log.warning(
+                "webhook %s: event %s not delivered, its key is another job's", hook.id, event
+            )
 
     async def _take_place(self, uow: SqlaUnitOfWork) -> EventCursor:
         t = webhook_relay
@@ -186,8 +208,13 @@ class WebhookRelay:
                 await uow.session.execute(select(t.c.tx, t.c.event_id).where(t.c.id == 1))
             ).first()
         if row is None:
-            await uow.session.execute(insert(t).values(id=1, tx=0, event_id=0, updated_at=now))
-            return EventCursor(0, 0)
+            # The row is gone (the migration makes it): start from now, not from the
+            # oldest event kept, whose deliveries may have been made and pruned.
+            head = await self._events.head_on(uow.session)
+            await uow.session.execute(
+                insert(t).values(id=1, tx=head.tx, event_id=head.id, updated_at=now)
+            )
+            return head
         return EventCursor(int(row[0]), int(row[1]))
 
     async def _move(self, uow: SqlaUnitOfWork, place: EventCursor) -> None:
@@ -209,5 +236,5 @@ def _delivery(hook: Webhook, event_id: str) -> EnqueueJobCommand:
         tenant_id=hook.tenant_id,
         type=DELIVER,
         payload={"webhook_id": str(hook.id), "event_id": event_id},
-        idempotency_key=f"webhook:{hook.id}:{event_id}",
+        idempotency_key=f"jobrail.webhook:{hook.id}:{event_id}",
     )

@@ -45,8 +45,11 @@ class RegisterWebhookCommand:
 
 
 class Webhooks:
-    def __init__(self, store: WebhookStore, clock: Clock, *, private_ok: bool) -> None:
+    def __init__(
+        self, store: WebhookStore, events: JobEventLog, clock: Clock, *, private_ok: bool
+    ) -> None:
         self._store = store
+        self._events = events
         self._clock = clock
         self._private_ok = private_ok
 
@@ -65,6 +68,7 @@ class Webhooks:
             secret=secret,
             events=events,
             created_at=self._clock.now(),
+            start=await self._events.head(),
         )
         await self._store.add(webhook)
         return webhook

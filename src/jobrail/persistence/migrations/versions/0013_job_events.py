@@ -2,7 +2,7 @@
 
 A new table ``job_events`` with one row per change of a job a client may follow
 (enqueued, started, progress, deferred, retrying, succeeded, failed, cancelled,
-released, redriven, requeued), written by two triggers on ``jobs`` so that every path
+released, redriven), written by two triggers on ``jobs`` so that every path
 that changes a job records its event in its own transaction (see
 jobrail.persistence.tables.job_events). New tables ``webhooks`` and ``webhook_relay``
 (jobrail.webhooks). Existing jobs have no past events.
@@ -37,8 +37,7 @@ _NAME = """CASE
     WHEN NEW.status <> OLD.status THEN CASE
       WHEN NEW.status <> 'pending' THEN NEW.status
       WHEN OLD.status = 'blocked' THEN 'released'
-      WHEN OLD.status IN ('failed', 'cancelled') THEN 'redriven'
-      ELSE 'requeued' END
+      ELSE 'redriven' END
     WHEN {progress_present} AND {progress_changed} THEN 'progress'
     WHEN {waiting_present} AND {waiting_changed} THEN 'deferred'
   END"""
@@ -186,6 +185,8 @@ def upgrade() -> None:
         sa.Column("url", sa.String(2048), nullable=False),
         sa.Column("secret", sa.String(128), nullable=False),
         sa.Column("events", Json, nullable=False),
+        sa.Column("start_tx", sa.BigInteger, nullable=False),
+        sa.Column("start_event_id", sa.BigInteger, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("deleted_at", sa.DateTime(timezone=True)),
         sa.PrimaryKeyConstraint("id", name="pk_webhooks"),

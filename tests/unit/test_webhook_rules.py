@@ -1,0 +1,92 @@
+"""Webhooks' rules: the Standard Webhooks signature (the specification's own example),
+the addresses a webhook never reaches, and a delivery sent to the very address that
+was checked."""
+
+import socket
+from typing import Any
+
+import pytest
+
+from jobrail.kernel.errors import InvalidInputError, PermanentError
+from jobrail.webhooks.domain import check_url, is_private, sign
+from jobrail.webhooks.sending import HttpxWebhookSender
+
+
+def test_the_signature_is_the_specifications() -> None:
+    # standardwebhooks.com's example: secret, id, timestamp, body and signature.
+    signature = sign(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        b'{"test": 2432232314}',
+    )
+    assert signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the cloud metadata address
+        "2002:a9fe:a9fe::1",  # 6to4 of it
+        "0.0.0.0",
+        "224.0.0.1",
+    ],
+)
+def test_addresses_a_webhook_never_reaches(address: str) -> None:
+    assert is_private(address)
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"])
+def test_public_addresses_are_reached(address: str) -> None:
+    assert not is_private(address)
+
+
+def test_a_host_that_is_no_name_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="host"):
+        check_url("http://exa mple.com/", private_ok=True, own_hosts=())
+
+
+def _resolving_to(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
+    async def getaddrinfo(host: str, port: int, **_: Any) -> list[Any]:
+        family = socket.AF_INET6
+        return [
+            (socket.AF_INET if ":" not in a else family, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in addresses
+        ]
+
+    import asyncio
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo, raising=False)
+
+
+async def test_a_delivery_goes_to_the_address_that_was_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sender = HttpxWebhookSender(timeout_s=1, private_ok=False)
+    _resolving_to(monkeypatch, "93.184.216.34")
+    try:
+        url, host = await sender._pinned("https://hooks.example.com:8443/in?x=1")
+        assert url == "https://93.184.216.34:8443/in?x=1"
+        assert host == "hooks.example.com:8443"
+        url, host = await sender._pinned("http://hooks.example.com/in")
+        assert (url, host) == ("http://93.184.216.34/in", "hooks.example.com")
+    finally:
+        await sender.close()
+
+
+async def test_a_name_with_one_private_address_is_refused_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sender = HttpxWebhookSender(timeout_s=1, private_ok=False)
+    _resolving_to(monkeypatch, "93.184.216.34", "169.254.169.254")
+    try:
+        with pytest.raises(PermanentError, match="do not reach"):
+            await sender.post("https://rebind.example.com/", b"{}", {})
+    finally:
+        await sender.close()
