@@ -3,10 +3,12 @@ transaction or not at all, and its message leaves only after that commit."""
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from jobrail.jobs.use_cases import EnqueueJobCommand
 from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob
+from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import flows, jobs
 from jobrail.persistence.uow import SqlaUnitOfWork
@@ -75,3 +77,38 @@ async def test_a_batch_started_in_a_transaction_commits_with_it_or_not_at_all(
     assert started.flow.total == 3
     # The members' messages leave after the commit; the callback's waits for its release.
     assert len(dispatcher.dispatched) == 3
+
+
+async def test_jobs_added_to_a_running_batch_commit_with_the_caller_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    dispatcher = FakeDispatcher()
+    engine, factory = await sqlite_units(tmp_path, dispatcher)
+    acme = TenantId("acme")
+    async with factory(SqlaUnitOfWork) as uow:
+        started = await uow.workflows.batch(
+            BatchCommand(tenant_id=acme, jobs=[FlowJob("demo.echo", {"message": "0"})])
+        )
+        await uow.commit()
+    more = [FlowJob("demo.echo", {"message": str(n)}) for n in (1, 2)]
+
+    async with factory(SqlaUnitOfWork) as uow:
+        await uow.workflows.add_to_batch(acme, started.flow.id, more)  # rolled back
+    async with factory(SqlaUnitOfWork) as uow:
+        added = await uow.workflows.add_to_batch(acme, started.flow.id, more)
+        await uow.commit()
+    async with factory(SqlaUnitOfWork) as uow:
+        with pytest.raises(NotFoundError):  # another tenant's batch is none of its own
+            await uow.workflows.add_to_batch(TenantId("globex"), started.flow.id, more)
+
+    async with engine.connect() as conn:
+        total = await conn.scalar(select(flows.c.total))
+        steps = sorted(
+            (await conn.execute(select(jobs.c.flow_step).where(jobs.c.id.in_(added)))).scalars()
+        )
+        stored = await conn.scalar(select(func.count()).select_from(jobs))
+    await engine.dispose()
+    assert total == 3
+    assert stored == 3
+    assert steps == [1, 2]
+    assert len(dispatcher.dispatched) == 3  # one message per member, after each commit

@@ -12,6 +12,7 @@
   transaction.
 """
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Self
 
@@ -28,8 +29,15 @@ from jobrail.jobs.ports import (
     OutboxDispatcher,
 )
 from jobrail.jobs.use_cases.enqueue import EnqueueJob, EnqueueJobCommand, EnqueueResult
-from jobrail.jobs.use_cases.flows import BatchCommand, ChainCommand, FlowStarted, Workflows
+from jobrail.jobs.use_cases.flows import (
+    BatchCommand,
+    ChainCommand,
+    FlowJob,
+    FlowStarted,
+    Workflows,
+)
 from jobrail.kernel.events import IntegrationEvent
+from jobrail.kernel.ids import JobId, TenantId
 
 
 class AfterCommit:
@@ -145,6 +153,16 @@ class TransactionWorkflows:
 
     async def chain(self, cmd: ChainCommand) -> FlowStarted:
         return await self._workflows.start_chain(self._uow, cmd)
+
+    async def add_to_batch(
+        self, tenant_id: TenantId, batch_id: uuid.UUID, jobs: Sequence[FlowJob]
+    ) -> list[JobId]:
+        """Add members to the tenant's running batch (a job of the batch may add to it
+        too): they count in its totals, and its callbacks wait for them. NotFoundError
+        for no such batch of the tenant, ConflictError once it has finished or was
+        cancelled."""
+        added = await self._workflows.add_to_batch(self._uow, tenant_id, batch_id, jobs)
+        return [job.id for job in added]
 
 
 class OutboxEventPublisher:
