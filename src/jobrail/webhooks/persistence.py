@@ -80,6 +80,13 @@ class SqlaWebhookStore:
         found = await self._select(query)
         return found[0] if found else None
 
+    async def any_active(self) -> bool:
+        """Whether any tenant has a webhook (not deleted)."""
+        query = select(webhooks.c.id).where(webhooks.c.deleted_at.is_(None)).limit(1)
+        with database_errors():
+            async with reading(self._engine) as conn:
+                return (await conn.execute(query)).first() is not None
+
     async def active_on(self, session: AsyncSession) -> list[Webhook]:
         """Every tenant's webhooks (not the deleted ones), read in `session`'s
         transaction (the relay's, which holds its place in the feed while it reads)."""
@@ -114,7 +121,7 @@ class WebhookRelay:
     first (SQLite) by the transaction that enqueues the deliveries and moves it on: the
     deliveries and the new place commit together, and two relays (one per worker
     process) take turns. A delivery job's own events are never delivered. With no
-    webhook anywhere, it only follows the feed's head."""
+    webhook anywhere, a round is one read."""
 
     def __init__(
         self,
@@ -153,17 +160,21 @@ class WebhookRelay:
 
     async def relay_once(self) -> int:
         """Enqueue the deliveries of the next events; how many events it went past."""
+        if not await self._store.any_active():
+            # One read, no lock, while no tenant has a webhook. The place stays where it
+            # is: a webhook made later starts after the head of its moment, and the
+            # first round that sees it jumps there.
+            return 0
         async with self._units(SqlaUnitOfWork) as uow, _database_errors():
-            place = await self._take_place(uow)
+            place, stored = await self._take_place(uow)
             # Read with the place held: a webhook made meanwhile is seen by this round
             # or has its start after what this round goes past.
             hooks = await self._store.active_on(uow.session)
             if not hooks:
-                head = await self._events.head_on(uow.session)
-                if head != place:  # else nothing to write (the unit of work rolls back)
-                    await self._move(uow, head)
-                    await uow.commit()
-                return 0
+                return 0  # all deleted meanwhile (the unit of work rolls back)
+            # No webhook wants an event before its start.
+            held = place if stored else None  # a place just made is written whatever
+            place = max(place, min(hook.start for hook in hooks))
             by_tenant: dict[str, list[Webhook]] = defaultdict(list)
             for hook in hooks:
                 by_tenant[hook.tenant_id].append(hook)
@@ -174,9 +185,10 @@ class WebhookRelay:
                 for hook in by_tenant.get(event.tenant_id, ()):
                     if hook.wants(event.name, event.cursor):
                         await self._enqueue_delivery(uow, hook, event.cursor)
-            if events:
-                await self._move(uow, events[-1].cursor)
-            await uow.commit()
+            moved = events[-1].cursor if events else place
+            if moved != held:  # else nothing to write (the unit of work rolls back)
+                await self._move(uow, moved)
+                await uow.commit()
         return len(events)
 
     async def _enqueue_delivery(
@@ -192,7 +204,9 @@ class WebhookRelay:
                 "webhook %s: event %s not delivered, its key is another job's", hook.id, event
             )
 
-    async def _take_place(self, uow: SqlaUnitOfWork) -> EventCursor:
+    async def _take_place(self, uow: SqlaUnitOfWork) -> tuple[EventCursor, bool]:
+        """The relay's place, locked, and whether it was stored (else it is made now,
+        at the head, and must be written)."""
         t = webhook_relay
         now = self._clock.now()
         if self._pg:
@@ -214,8 +228,8 @@ class WebhookRelay:
             await uow.session.execute(
                 insert(t).values(id=1, tx=head.tx, event_id=head.id, updated_at=now)
             )
-            return head
-        return EventCursor(int(row[0]), int(row[1]))
+            return head, False
+        return EventCursor(int(row[0]), int(row[1])), True
 
     async def _move(self, uow: SqlaUnitOfWork, place: EventCursor) -> None:
         await uow.session.execute(
