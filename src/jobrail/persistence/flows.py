@@ -9,9 +9,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
 from jobrail.jobs.flow import Flow, FlowKind, FlowStatus
-from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.dialects import upsert_insert
+from jobrail.persistence.dialects import insert_or_existing
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row
 from jobrail.persistence.platform_schema import qualified
@@ -79,35 +78,9 @@ class SqlaFlowRepository:
             "created_at": flow.created_at,
             **_state(flow),
         }
-        dialect = self._session.get_bind().dialect.name
-        statement = (
-            upsert_insert(dialect, flows)
-            .values(row)
-            .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
-            .returning(flows.c.id)
-        )
         with database_errors():
-            inserted = (
-                await self._session.execute(statement, execution_options=self._options)
-            ).scalar_one_or_none()
-            if inserted is not None:
-                return flow
-            existing = (
-                (
-                    await self._session.execute(
-                        select(flows).where(
-                            flows.c.tenant_id == flow.tenant_id,
-                            flows.c.idempotency_key == flow.idempotency_key,
-                        ),
-                        execution_options=self._options,
-                    )
-                )
-                .mappings()
-                .first()
-            )
-        if existing is None:
-            raise ConflictError("a batch with this Idempotency-Key is being created; try again")
-        return flow_from_row(existing)
+            existing = await insert_or_existing(self._session, flows, row, self._options, "a batch")
+        return flow if existing is None else flow_from_row(existing)
 
     async def get(
         self, flow_id: uuid.UUID, tenant_id: TenantId | None = None, *, for_update: bool = False

@@ -26,11 +26,10 @@ from jobrail.jobs.ports import (
     JobPage,
     WaitNote,
 )
-from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.messaging.codec import encode
 from jobrail.persistence import json_codec
-from jobrail.persistence.dialects import upsert_insert
+from jobrail.persistence.dialects import insert_or_existing
 from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.persistence.outbox import insert_outbox_rows
@@ -38,15 +37,6 @@ from jobrail.persistence.platform_schema import qualified
 from jobrail.persistence.tables import jobs
 
 _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
-
-
-def _insert_ignoring_duplicate_key(dialect: str, row: dict[str, Any]) -> Any:
-    return (
-        upsert_insert(dialect, jobs)
-        .values(row)
-        .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
-        .returning(jobs.c.id)
-    )
 
 
 class SqlaJobRepository:
@@ -58,32 +48,11 @@ class SqlaJobRepository:
         self._options = qualified(schema)
 
     async def add(self, job: Job) -> Job:
-        dialect = self._session.get_bind().dialect.name
         with database_errors():
-            inserted = (
-                await self._session.execute(
-                    _insert_ignoring_duplicate_key(dialect, job_row(job)),
-                    execution_options=self._options,
-                )
-            ).scalar_one_or_none()
-            if inserted is not None:
-                return job
-            existing = (
-                (
-                    await self._session.execute(
-                        select(jobs).where(
-                            jobs.c.tenant_id == job.tenant_id,
-                            jobs.c.idempotency_key == job.idempotency_key,
-                        ),
-                        execution_options=self._options,
-                    )
-                )
-                .mappings()
-                .first()
+            existing = await insert_or_existing(
+                self._session, jobs, job_row(job), self._options, "a job"
             )
-        if existing is None:
-            raise ConflictError("a job with this Idempotency-Key is being created; try again")
-        return job_from_row(existing)
+        return job if existing is None else job_from_row(existing)
 
     async def get(
         self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
