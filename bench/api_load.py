@@ -157,7 +157,7 @@ def echo_request(key: str) -> bytes:
 async def _jobrail(
     stack: Stack, concurrency: int, seconds: float
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own h11 protocol)."""
+    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own httptools protocol)."""
     async with jobrail_api(stack) as (server, port, key):
         pid = server.popen.pid
         enqueue = await load(port, echo_request(key), concurrency, seconds, pid)

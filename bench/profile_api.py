@@ -25,8 +25,7 @@ PY_SPY = str(Path(sys.executable).parent / "py-spy")
 
 # (part, a pattern any frame of the stack matches: "function (file"), most specific first.
 PARTS = [
-    ("HTTP parsing and writing (h11)", r"h11/"),
-    ("uvicorn's protocol (h11_impl, jobrail server.py)", r"h11_impl\.py|api/server\.py"),
+    ("uvicorn's protocol (httptools_impl, api/server.py)", r"httptools_impl\.py|api/server\.py"),
     ("telemetry middleware (RequestTelemetry)", r"telemetry/http\.py"),
     ("OpenTelemetry (spans, context)", r"opentelemetry/"),
     ("Prometheus client", r"prometheus_client/"),

@@ -3,6 +3,7 @@ and JSON refusals, over real sockets to a real server process (embedded mode, no
 
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -109,6 +110,53 @@ def test_a_40_mb_header_is_a_431_in_json_and_the_connection_closes(
     assert headers["connection"] == "close"
     assert headers["x-request-id"]
     assert body["error"]["code"] == "headers_too_large"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("size", [17 * 1024, 200 * 1024])
+def test_headers_over_the_limit_that_arrive_whole_are_a_431_too(
+    server: tuple[str, int], size: int
+) -> None:
+    # Parsed in one read (or a few): refused by what was parsed, not by what is waiting.
+    sock = socket.create_connection(server, timeout=10)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+        response = _read_until_closed(sock)
+    finally:
+        sock.close()
+
+    status, headers, body = _parse(response)
+    assert status == 431
+    assert headers["connection"] == "close"
+    assert body["error"]["code"] == "headers_too_large"  # type: ignore[index]
+
+
+def test_headers_under_the_limit_are_served(server: tuple[str, int]) -> None:
+    conn = http.client.HTTPConnection(*server, timeout=10)
+    try:
+        conn.request("GET", "/health", headers={f"X-Note-{i}": "a" * 1000 for i in range(14)})
+        response = conn.getresponse()
+        response.read()
+    finally:
+        conn.close()
+
+    assert response.status == 200
+
+
+def test_pipelined_requests_are_each_answered_in_order(server: tuple[str, int]) -> None:
+    sock = socket.create_connection(server, timeout=10)
+    try:
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        response = _read_until_closed(sock)
+    finally:
+        sock.close()
+
+    # Each response's status line follows the previous response's body.
+    statuses = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", response)]
+    assert statuses == [200, 404, 200]
 
 
 def test_headers_that_never_end_are_cut_off_after_the_timeout(

@@ -1,20 +1,23 @@
-"""How ``jobrail api`` serves HTTP: uvicorn on h11, with a header limit, header and
-body timeouts and JSON refusals.
+"""How ``jobrail api`` serves HTTP: uvicorn on httptools (llhttp), with a header limit,
+header and body timeouts and JSON refusals.
 
-uvicorn's default protocol is httptools when it is installed, and httptools has no
-limit on the size of a request's headers: a 40 MB ``Authorization`` header was read
-whole. h11 has one (``h11_max_incomplete_event_size``, ``api.max_header_bytes``), so
-jobrail runs uvicorn on h11.
+httptools is uvicorn's fastest protocol (it parses in C; bench/README.md has the
+figures), but it has no limit on the size of a request's headers: a 40 MB
+``Authorization`` header was read whole. uvicorn has no header-read timeout either:
+its keep-alive timer runs only between requests and stops at the first byte, and
+nothing runs before a connection's first byte, so a connection that sends a few bytes
+of a request line, or nothing at all, stayed open for good (slowloris). And its
+refusal of a request it cannot parse is ``text/plain``. uvicorn offers no hook for
+any of this, hence the small subclass of its httptools protocol below (it overrides
+uvicorn's ``data_received``, ``connection_made``, ``connection_lost``,
+``send_400_response``, the parser's ``on_message_begin``, ``on_url``, ``on_header``,
+``on_headers_complete`` and ``on_message_complete`` callbacks and
+``on_response_complete``; tests/integration/test_http_server_limits.py holds it to its
+behaviour across uvicorn upgrades):
 
-uvicorn has no header-read timeout either: its keep-alive timer runs only between
-requests and stops at the first byte, and nothing runs before a connection's first
-byte, so a connection that sends a few bytes of a request line, or nothing at all,
-stayed open for good (slowloris). And its refusal of a request it cannot parse is
-``text/plain``. uvicorn offers no hook for either, hence the small subclass of its
-h11 protocol below (it overrides uvicorn's ``data_received``, ``connection_made``,
-``connection_lost`` and ``send_400_response``; tests/integration/test_http_server_limits.py
-holds it to its behaviour across uvicorn upgrades):
-
+- a request line and headers over ``api.max_header_bytes`` get a JSON 431 and the
+  connection is closed: counted as they are parsed, and, for headers that have not
+  ended yet, as their bytes arrive (so at most one read past the limit is held);
 - from the moment a connection waits for a request (it opened, or it sent a partial
   request line after its previous response), the whole request line and headers must
   arrive within ``api.header_timeout_s``; otherwise a JSON 408 (if it sent anything)
@@ -28,11 +31,11 @@ holds it to its behaviour across uvicorn upgrades):
   at most ``api.max_body_bytes`` (64 KiB), which any real client sends in well under
   a second. The deadline waits while the client is still waiting for its
   ``100 Continue`` (uvicorn sends it when the app first reads the body);
-- a request it cannot parse gets JSON, with h11's status (431 for headers over the
-  limit, else 400), an ``X-Request-Id`` and ``Connection: close``; so does one that
-  carries both ``Content-Length`` and ``Transfer-Encoding`` (h11 would let the latter
-  win and keep the connection, a request-smuggling gap behind a proxy that reads the
-  former);
+- a request it cannot parse gets JSON (400), with an ``X-Request-Id`` and
+  ``Connection: close``. llhttp refuses a request that carries both ``Content-Length``
+  and ``Transfer-Encoding`` (a request-smuggling gap behind a proxy that reads the
+  former), a duplicate ``Content-Length``, and a NUL or a control character in the
+  request line or a header;
 - after such a refusal the connection is closed for writing and what the client still
   sends is read and dropped for a short while before the socket is closed ("lingering
   close", as nginx does): closing a socket with unread data makes the kernel reset the
@@ -40,17 +43,17 @@ holds it to its behaviour across uvicorn upgrades):
 """
 
 import asyncio
+import enum
 import uuid
 from http import HTTPStatus
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from jobrail.api.errors import error_body
 
 LINGER_S = 2.0
-H11_DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # h11's own default, when none is configured
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 
 _REFUSALS = {
     408: ("request_timeout", "the request line and headers did not arrive in time"),
@@ -59,42 +62,31 @@ _REFUSALS = {
 _BODY_LATE = "the request body did not arrive in time"
 
 
-class _Connection(h11.Connection):
-    """h11's connection, remembering the error that ended it (for its status hint)."""
+class _Phase(enum.Enum):
+    """Where the connection's current request is, as the parser has seen it."""
 
-    error: h11.RemoteProtocolError | None = None
-
-    def next_event(self) -> Any:
-        try:
-            event = super().next_event()
-            if isinstance(event, h11.Request) and _both_framings(event.headers):
-                raise h11.RemoteProtocolError(
-                    "a request may not carry both Content-Length and Transfer-Encoding",
-                    error_status_hint=400,
-                )
-            return event
-        except h11.RemoteProtocolError as exc:
-            self.error = exc
-            raise
+    WAITING = "waiting"  # no byte of a request yet (it opened, or a response is done)
+    HEAD = "head"  # its request line or headers have begun, not ended
+    BODY = "body"  # its headers are in, its body is under way
+    RECEIVED = "received"  # all of it is in; the app answers
 
 
-def _both_framings(headers: Any) -> bool:
-    """A request that says its length twice (RFC 9112 6.1): h11 lets Transfer-Encoding
-    win and keeps the connection open, so a proxy in front that went by Content-Length
-    would see a different request boundary than jobrail does (request smuggling). Such
-    a request is refused and the connection closed."""
-    names = {name for name, _ in headers}
-    return b"content-length" in names and b"transfer-encoding" in names
+class _HeadersTooLargeError(Exception):
+    """Raised in a parser callback: httptools then stops and uvicorn calls
+    `send_400_response`, which answers 431."""
 
 
-class JobrailH11Protocol(H11Protocol):
+class JobrailHttpToolsProtocol(HttpToolsProtocol):
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        max_size = self.config.h11_max_incomplete_event_size
-        self.conn = _Connection(h11.SERVER, max_size or H11_DEFAULT_MAX_HEADER_BYTES)
+        self._phase = _Phase.WAITING
+        self._head_received = 0  # bytes read while the current head has not ended
+        self._head_parsed = 0  # its request line and headers, as parsed so far
+        self._too_large = False
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._refused = False
@@ -111,15 +103,23 @@ class JobrailH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:  # lingering after a refusal: read and drop
             return
+        if self._phase in (_Phase.WAITING, _Phase.HEAD):
+            self._head_received += len(data)
         super().data_received(data)
         if self._refused or self.transport.is_closing():
             self._stop_header_timer()
             self._stop_body_timer()
-        elif self.conn.their_state is h11.IDLE:
+        elif self._phase in (_Phase.WAITING, _Phase.HEAD):
+            if self._head_received > self.max_header_bytes:
+                # Headers that have not ended, already past the limit: the parser holds
+                # what it has read of them, so no more is read.
+                self._too_large = True
+                self._refuse(431)
+                return
             # Waiting for (the rest of) a request line and headers.
             self._start_header_timer()
             self._stop_body_timer()
-        elif self.conn.their_state is h11.SEND_BODY:
+        elif self._phase is _Phase.BODY:
             # Headers in, waiting for (the rest of) the body: the timer keeps running
             # across reads, so trickling bytes does not reset it.
             self._stop_header_timer()
@@ -127,6 +127,43 @@ class JobrailH11Protocol(H11Protocol):
         else:
             self._stop_header_timer()
             self._stop_body_timer()
+
+    # -- the parser's callbacks ------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._phase = _Phase.HEAD
+        self._head_parsed = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url) + 16)  # with the method and the version
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF
+        super().on_header(name, value)
+
+    def _count_head(self, size: int) -> None:
+        self._head_parsed += size
+        if self._head_parsed > self.max_header_bytes:
+            self._too_large = True
+            raise _HeadersTooLargeError
+
+    def on_headers_complete(self) -> None:
+        self._phase = _Phase.BODY
+        self._head_received = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._phase = _Phase.RECEIVED
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self._phase is _Phase.RECEIVED:  # not a pipelined request already under way
+            self._phase = _Phase.WAITING
+        super().on_response_complete()
+
+    # -- the timers ------------------------------------------------------------------
 
     def _start_header_timer(self) -> None:
         if self._header_timer is None:
@@ -139,11 +176,11 @@ class JobrailH11Protocol(H11Protocol):
 
     def _headers_late(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+        if self.transport.is_closing() or self._phase not in (_Phase.WAITING, _Phase.HEAD):
             return
         if self.cycle is not None and not self.cycle.response_complete:
             return  # a response is being made; uvicorn's own timers take over after it
-        if self.conn.trailing_data[0]:
+        if self._phase is _Phase.HEAD or self._head_received:
             self._refuse(408)
         else:
             self.transport.close()
@@ -159,7 +196,7 @@ class JobrailH11Protocol(H11Protocol):
 
     def _body_late(self) -> None:
         self._body_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+        if self.transport.is_closing() or self._phase is not _Phase.BODY:
             return
         cycle = self.cycle
         if cycle is not None and cycle.waiting_for_100_continue and not cycle.response_started:
@@ -172,11 +209,15 @@ class JobrailH11Protocol(H11Protocol):
             return
         self._refuse(408, _BODY_LATE, code="request_timeout")
 
+    # -- refusals --------------------------------------------------------------------
+
     def send_400_response(self, msg: str) -> None:
-        """uvicorn calls this for a request h11 could not parse."""
-        error = getattr(self.conn, "error", None)
-        status = error.error_status_hint if error is not None else 400
-        self._refuse(status if status in _REFUSALS else 400, msg)
+        """uvicorn calls this for a request httptools could not parse (or that a
+        callback above refused)."""
+        if self._too_large:
+            self._refuse(431)
+        else:
+            self._refuse(400, msg)
 
     def _refuse(
         self, status: int, msg: str = "invalid HTTP request", *, code: str | None = None
@@ -205,9 +246,9 @@ class JobrailH11Protocol(H11Protocol):
             "connection: close\r\n"
             f"x-request-id: {uuid.uuid4()}\r\n\r\n"
         ).encode()
-        # Written by hand, not through h11: h11 refuses to send a response while the
-        # client's request is incomplete (the 408), and its state after an error is of
-        # no further use on a connection that is being closed.
+        # Written by hand: uvicorn's own writer is the app's, through its cycle, and the
+        # parser's state after an error is of no further use on a connection that is
+        # being closed.
         self.transport.write(head + body)
         self._refused = True
         if self.transport.can_write_eof():
@@ -221,12 +262,18 @@ def _reason(status: int) -> str:
     return HTTPStatus(status).phrase
 
 
-def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type[JobrailH11Protocol]:
-    """The protocol class for uvicorn.Config(http=...), with these timeouts."""
+def protocol_class(
+    max_header_bytes: int, header_timeout_s: float, body_timeout_s: float
+) -> type[JobrailHttpToolsProtocol]:
+    """The protocol class for uvicorn.Config(http=...), with these limits."""
     return type(
-        "JobrailH11Protocol",
-        (JobrailH11Protocol,),
-        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+        "JobrailHttpToolsProtocol",
+        (JobrailHttpToolsProtocol,),
+        {
+            "max_header_bytes": max_header_bytes,
+            "header_timeout_s": header_timeout_s,
+            "body_timeout_s": body_timeout_s,
+        },
     )
 
 
@@ -235,8 +282,7 @@ def uvicorn_options(
 ) -> dict[str, Any]:
     """The uvicorn.Config / uvicorn.run options that make these limits."""
     return {
-        "http": protocol_class(header_timeout_s, body_timeout_s),
-        "h11_max_incomplete_event_size": max_header_bytes,
+        "http": protocol_class(max_header_bytes, header_timeout_s, body_timeout_s),
         # X-Forwarded-For is believed only from api.trusted_proxies, by the app itself
         # (jobrail.api.app); uvicorn's default trusts 127.0.0.1.
         "proxy_headers": False,
