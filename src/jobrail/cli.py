@@ -331,6 +331,11 @@ def main(argv: list[str] | None = None) -> None:
         help="an app's JobRail, whose settings, modules and job types to use "
         f"(default: ${APP_ENV})",
     )
+    # `jobrail tenants list --app X` as well as `jobrail tenants --app X list`: the
+    # actions take it too, without a default of their own (argparse would let an
+    # action's default overwrite the value given before it).
+    action_app = argparse.ArgumentParser(add_help=False)
+    action_app.add_argument("--app", default=argparse.SUPPRESS, metavar="PKG.MODULE:RAIL")
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [app]
     sub.add_parser(
@@ -352,16 +357,22 @@ def main(argv: list[str] | None = None) -> None:
     )
     tenants = sub.add_parser("tenants", help="tenants and API keys (prints JSON)", parents=parents)
     actions = tenants.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="a new tenant and its first API key")
+    create = actions.add_parser(
+        "create", help="a new tenant and its first API key", parents=[action_app]
+    )
     create.add_argument("name", help="lower-case letters, digits, '.', '_' or '-'")
     create.add_argument(
         "--admin", action="store_true", help="its keys may call the admin endpoints"
     )
-    add_key = actions.add_parser("add-key", help="another API key for a tenant (rotation)")
+    add_key = actions.add_parser(
+        "add-key", help="another API key for a tenant (rotation)", parents=[action_app]
+    )
     add_key.add_argument("name")
-    revoke = actions.add_parser("revoke-key", help="revoke an API key by its key_id")
+    revoke = actions.add_parser(
+        "revoke-key", help="revoke an API key by its key_id", parents=[action_app]
+    )
     revoke.add_argument("key_id", type=uuid.UUID)
-    actions.add_parser("list", help="tenants and their keys (hints only)")
+    actions.add_parser("list", help="tenants and their keys (hints only)", parents=[action_app])
     args = parser.parse_args(argv)
     rail = None if args.app is None else _load_rail_or_exit(args.app)
     if rail is not None:

@@ -78,6 +78,22 @@ def test_an_app_that_does_not_import_is_one_line_naming_it(command: str, tmp_pat
     assert "cannot be imported" in line
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tenants", "list", "--app", "no_such_package.app:rail"],
+        ["tenants", "--app", "no_such_package.app:rail", "list"],
+    ],
+    ids=["after-the-action", "before-the-action"],
+)
+def test_tenants_takes_app_before_or_after_its_action(args: list[str], tmp_path: Path) -> None:
+    done = jobrail(*args, JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/jobrail.db")
+
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("jobrail: --app 'no_such_package.app:rail': no_such_package.app")
+
+
 def test_tenants_on_a_database_not_migrated_is_one_line_saying_so(tmp_path: Path) -> None:
     done = jobrail(
         "tenants", "create", "acme", JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/x.db"
