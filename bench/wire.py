@@ -5,7 +5,9 @@ honest: a round trip is a round trip whichever library made it.
 
 - Postgres (frontend messages): a round trip is a Sync ('S') or a simple Query
   ('Q'); a statement is an Execute ('E') or a simple Query other than
-  BEGIN/COMMIT/ROLLBACK.
+  BEGIN/COMMIT/ROLLBACK. What a driver asks once on each new connection (asyncpg's
+  type introspection, SQLAlchemy's dialect checks) is counted apart, under
+  ``connection_setup``: bounded by the pool's size, it is no cost of a job.
 - AMQP 0-9-1 (client frames): a publish is a Basic.Publish method frame.
 """
 
@@ -16,6 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TRANSACTION_CONTROL = (b"BEGIN", b"COMMIT", b"ROLLBACK", b"START TRANSACTION")
+# The statements a driver runs once per connection (asyncpg introspects the types a
+# connection's first statements use, with JIT turned off meanwhile; SQLAlchemy's
+# asyncpg dialect reads the server's version and settings on connect).
+CONNECTION_SETUP = (
+    b"typeinfo_tree",
+    b"set_config('jit'",
+    b"current_setting('jit')",
+    b"select pg_catalog.version()",
+    b"select current_schema()",
+    b"show transaction isolation level",
+    b"show standard_conforming_strings",
+)
 
 
 @dataclass
@@ -23,8 +37,10 @@ class PostgresCounter:
     counts: Counter[str] = field(default_factory=Counter)
 
     def parser(self) -> Callable[[bytes], None]:
+        """The parser of one connection's frontend messages."""
         buffer = bytearray()
         started = False
+        connection = _Statements()
 
         def feed(data: bytes) -> None:
             nonlocal started
@@ -49,15 +65,24 @@ class PostgresCounter:
                     return
                 body = bytes(buffer[5 : length + 1])
                 del buffer[: length + 1]
-                self._count(kind, body)
+                self._count(kind, body, connection)
 
         return feed
 
-    def _count(self, kind: str, body: bytes) -> None:
-        if kind == "S":
-            self.counts["round_trips"] += 1
+    def _count(self, kind: str, body: bytes, connection: "_Statements") -> None:
+        if kind == "P":  # Parse: statement name, then its text
+            name, _, rest = body.partition(b"\x00")
+            connection.texts[name] = rest.partition(b"\x00")[0]
+        elif kind == "B":  # Bind: portal name, then the statement it runs
+            statement = body.split(b"\x00", 2)[1]
+            connection.bound = connection.texts.get(statement, b"")
+        elif kind == "S":  # the round trip of what was executed since the last one
+            setup = connection.setup
+            self.counts["connection_setup_round_trips" if setup else "round_trips"] += 1
+            connection.setup = False
         elif kind == "E":
-            self.counts["statements"] += 1
+            connection.setup = any(marker in connection.bound for marker in CONNECTION_SETUP)
+            self.counts["connection_setup" if connection.setup else "statements"] += 1
         elif kind == "Q":
             self.counts["round_trips"] += 1
             text = body.rstrip(b"\x00").strip().upper()
@@ -65,6 +90,15 @@ class PostgresCounter:
                 self.counts["transaction_control"] += 1
             else:
                 self.counts["statements"] += 1
+
+
+@dataclass
+class _Statements:
+    """One connection's prepared statements (name -> text) and the one bound last."""
+
+    texts: dict[bytes, bytes] = field(default_factory=dict)
+    bound: bytes = b""
+    setup: bool = False  # whether what was executed since the last Sync was setup
 
 
 @dataclass
