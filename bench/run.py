@@ -72,6 +72,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             "worker_sql_statements": counted["worker_sql_statements"],
             "worker_sql_round_trips": counted["worker_sql_round_trips"],
             "enqueue_sql_round_trips": counted["enqueue_sql_round_trips"],
+            "connection_setup_statements": counted["connection_setup_statements"],
             "enqueue_rabbitmq_publishes": counted["enqueue_rabbitmq_publishes"],
             "worker_rabbitmq_publishes": counted["worker_rabbitmq_publishes"],
         },
@@ -212,6 +213,10 @@ def table(r: dict[str, Any]) -> str:
             "per job: Redis scripts / worker SQL statements / enqueue SQL round trips",
             f"{r['per_job']['redis_round_trips']} / {r['per_job']['worker_sql_statements']} / "
             f"{r['per_job']['enqueue_sql_round_trips']} (targets <= 2 / 2 / 1)",
+        ),
+        (
+            "SQL a new connection asks once (types, settings), counted apart, in all",
+            f"{r['per_job'].get('connection_setup_statements', 0)} statements",
         ),
         (
             "per job: RabbitMQ publishes, enqueue / worker",
