@@ -14,11 +14,12 @@ settings, modules and job types it runs with, besides the modules of JOBRAIL_MOD
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobrail.facade.loading import APP_ENV
@@ -26,6 +27,8 @@ from jobrail.modules import ModuleLoadError
 from jobrail.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from jobrail.facade.rail import JobRail
     from jobrail.modules import Module
     from jobrail.persistence.schema import MigrationChain
@@ -179,6 +182,7 @@ def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
             "no demo tenant outside SQLite: make one with `jobrail tenants create`",
             flush=True,
         )
+    _settle_heap_once_started(app)
     uvicorn.run(
         app,
         host=settings.api.host,
@@ -191,6 +195,22 @@ def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
             settings.api.body_timeout_s,
         ),
     )
+
+
+def _settle_heap_once_started(app: "FastAPI") -> None:
+    """`jobrail api` owns its process: once the app's lifespan has started it (the
+    broker, the relays, the pools), its heap is settled (`bootstrap.settle_heap`)."""
+    from jobrail.bootstrap import settle_heap
+
+    started = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(served: "FastAPI") -> AsyncIterator[Any]:
+        async with started(served) as state:
+            settle_heap()
+            yield state
+
+    app.router.lifespan_context = lifespan
 
 
 async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:

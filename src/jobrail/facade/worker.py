@@ -2,14 +2,15 @@
 the runtime of a worker, for the modules of ``JOBRAIL_MODULES`` and, with ``--app
 pkg.module:rail``, for the app's ``JobRail`` too (its module is imported, which declares
 its job types). Worker processes end without running ``atexit`` hooks, so the spans
-still in the batch are flushed at worker shutdown."""
+still in the batch are flushed at worker shutdown. Once started, a worker process
+settles its heap (``jobrail.bootstrap.settle_heap``)."""
 
 import asyncio
 import os
 
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
-from jobrail.bootstrap import install_worker_lifecycle
+from jobrail.bootstrap import install_worker_lifecycle, settle_heap
 from jobrail.facade.loading import APP_ENV, load_rail
 from jobrail.facade.rail import JobRail
 from jobrail.telemetry.logging import configure_logging
@@ -23,7 +24,13 @@ def create_broker() -> AsyncBroker:
     runtime = rail.build(worker=True)
     install_worker_lifecycle(runtime)
     runtime.broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, _flush_spans)
+    # Last of the start-up handlers: a worker process is jobrail's own.
+    runtime.broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, _settle_heap)
     return runtime.broker
+
+
+async def _settle_heap(_state: TaskiqState) -> None:
+    settle_heap()
 
 
 async def _flush_spans(_state: TaskiqState) -> None:
