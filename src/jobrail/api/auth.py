@@ -35,11 +35,10 @@ from jobrail.limits.api import ApiRateLimiter
 from jobrail.tenants.domain import Principal, check_key_shape
 from jobrail.tenants.use_cases import Authenticate
 
-_bearer = HTTPBearer(
-    auto_error=False,
-    scheme_name="ApiKey",
-    description="An API key made by `jobrail tenants create NAME`.",
-)
+API_KEY_SCHEME = "ApiKey"
+API_KEY_DESCRIPTION = "An API key made by `jobrail tenants create NAME`."
+
+_bearer = HTTPBearer(auto_error=False, scheme_name=API_KEY_SCHEME, description=API_KEY_DESCRIPTION)
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
