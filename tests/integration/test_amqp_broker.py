@@ -14,6 +14,7 @@ from jobrail.messaging.codec import Envelope
 from jobrail.settings import Settings
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for
+from tests.support.tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -102,6 +103,29 @@ async def test_publishing_while_disconnected_fails_fast(stack_settings: Settings
     finally:
         await broker.shutdown()
     await asyncio.sleep(0)
+
+
+async def test_a_publish_rabbitmq_never_confirms_fails_at_its_deadline(
+    stack_settings: Settings,
+) -> None:
+    async with TcpProxy(5672) as proxy:
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
+        settings = stack_settings.rabbit.model_copy(
+            update={"url": stack_settings.rabbit.url.__class__(url), "publish_timeout_s": 0.5}
+        )
+        broker = AmqpJobBroker(settings)
+        await broker.startup()
+        try:
+            await broker.publish(Envelope(queue="jobs.io", body=b"confirmed"))
+            proxy.hold_replies()  # the message reaches RabbitMQ; its confirm never comes back
+            with pytest.raises(BrokerUnavailableError, match=r"publish to \S+ failed"):
+                # Bounded only so that a publish that waits for good fails the test.
+                await asyncio.wait_for(
+                    broker.publish(Envelope(queue="jobs.io", body=b"unconfirmed")), 60
+                )
+        finally:
+            proxy.pass_replies()
+            await broker.shutdown()
 
 
 async def test_concurrent_publishes_are_each_confirmed_and_arrive_whole(

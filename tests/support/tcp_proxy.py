@@ -17,6 +17,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.StreamWriter] = set()
         self._upstream: set[asyncio.StreamWriter] = set()
+        self._replying = asyncio.Event()
+        self._replying.set()
         self.port = 0
 
     async def __aenter__(self) -> "TcpProxy":
@@ -61,6 +63,15 @@ class TcpProxy:
         await self.refuse()
         self._drop_all()
 
+    def hold_replies(self) -> None:
+        """Stop passing on what the target sends (the connections stay open): a
+        service that has stopped answering, as one under a memory alarm looks."""
+        self._replying.clear()
+
+    def pass_replies(self) -> None:
+        """Pass on what the target sent meanwhile, and what it sends from now on."""
+        self._replying.set()
+
     def _drop_all(self) -> None:
         for writer in list(self._pipes):
             writer.transport.abort()
@@ -77,14 +88,23 @@ class TcpProxy:
         self._upstream.add(up_writer)
         try:
             await asyncio.gather(
-                self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True
+                self._pump(reader, up_writer),
+                self._pump(up_reader, writer, self._replying),
+                return_exceptions=True,
             )
         finally:
             self._upstream.discard(up_writer)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        passing: asyncio.Event | None = None,
+    ) -> None:
         try:
             while data := await reader.read(65536):
+                if passing is not None:
+                    await passing.wait()
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):

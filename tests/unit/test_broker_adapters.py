@@ -122,12 +122,13 @@ def test_a_dead_letter_is_routed_to_the_dead_letter_queue_and_an_unknown_queue_n
 
 
 def test_aiormq_still_publishes_without_waiting_for_the_socket_write() -> None:
-    """jobrail.messaging.publishing.publish_confirmed passes aiormq's `wait=False`."""
+    """jobrail.messaging.publishing.publish_confirmed passes aiormq's `wait=False` and its
+    `timeout` (the publish's only deadline)."""
     parameters = inspect.signature(aiormq.Channel.basic_publish).parameters
 
     assert parameters["wait"].kind is inspect.Parameter.KEYWORD_ONLY
     assert parameters["wait"].default is True
-    for name in ("exchange", "routing_key", "properties", "mandatory"):
+    for name in ("exchange", "routing_key", "properties", "mandatory", "timeout"):
         assert name in parameters, name
 
 

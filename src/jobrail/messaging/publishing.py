@@ -60,6 +60,7 @@ async def publish_confirmed(
     exchange: str,
     routing_key: str,
     properties: spec.Basic.Properties,
+    timeout_s: float | None = None,
 ) -> None:
     """Publish ``mandatory`` and wait for RabbitMQ's confirm (the channel confirms).
 
@@ -71,7 +72,9 @@ async def publish_confirmed(
     all the same, and an unroutable message still raises. ``wait`` is not on aiormq's
     abstract channel, so the call is typed here once; tests/unit/test_broker_adapters.py
     fails if an upgrade drops it, tests/integration/test_amqp_broker.py if the confirm is
-    no longer awaited.
+    no longer awaited. `timeout_s` is aiormq's own deadline, over the channel's lock and
+    the confirm (TimeoutError past it): aiormq keeps one either way, so a second one
+    around the call only cost a timer per publish.
     """
     publish: Any = channel.basic_publish
     await publish(
@@ -80,6 +83,7 @@ async def publish_confirmed(
         routing_key=routing_key,
         properties=properties,
         mandatory=True,
+        timeout=timeout_s,
         wait=False,
     )
 
@@ -132,14 +136,13 @@ class AmqpPublisher:
             delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
         )
         try:
-            async with asyncio.timeout(self._timeout_s):
-                await publish_confirmed(
-                    await self._underlay(opened),
-                    envelope.body,
-                    exchange.name,
-                    to.routing_key,
-                    properties,
-                )
+            underlay = self._underlay_channel
+            if underlay is None or underlay.is_closed:
+                async with asyncio.timeout(self._timeout_s):
+                    underlay = await self._underlay(opened)
+            await publish_confirmed(
+                underlay, envelope.body, exchange.name, to.routing_key, properties, self._timeout_s
+            )
         except (*CHANNEL_GONE, TimeoutError) as exc:
             raise BrokerUnavailableError(f"publish to {to.routing_key} failed: {why(exc)}") from exc
 
