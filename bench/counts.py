@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bench import jobs as bench_jobs
 from bench.common import PYTHON, consumers, rss_mb, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from bench.wire import AmqpCounter, CountingProxy, PostgresCounter
+from bench.wire import AmqpCounter, CountingProxy, PostgresCounter, RedisCounter
 from jobrail.bootstrap import build_runtime
 from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
@@ -31,27 +31,6 @@ def _through(url: str, port: int, default_port: int) -> str:
     return url.replace(f"127.0.0.1:{default_port}", f"127.0.0.1:{port}")
 
 
-class RedisCommands:
-    """Scripts clients sent to Redis, from INFO commandstats (MONITOR drops lines under
-    load). Commands a script runs inside count under their own names, not here."""
-
-    def __enter__(self) -> "RedisCommands":
-        self._before = self._scripts()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.scripts = self._scripts() - self._before
-
-    @staticmethod
-    def _scripts() -> int:
-        from redis import Redis
-
-        client = Redis()
-        stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
-        client.close()
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
-
-
 async def run(count: int = 300) -> dict[str, Any]:
     url = await create_database()
     stack = Stack(database_url=url, prefix=unique("bench."))
@@ -59,12 +38,15 @@ async def run(count: int = 300) -> dict[str, Any]:
     enqueue_amqp = await CountingProxy(5672, AmqpCounter()).start()
     worker_pg = await CountingProxy(5432, PostgresCounter()).start()
     worker_amqp = await CountingProxy(5672, AmqpCounter()).start()
+    # Both sides' Redis through one proxy: only what this run's processes send counts.
+    redis = await CountingProxy(6379, RedisCounter()).start()
     topology = Topology.from_settings(stack.settings().rabbit)
     worker = spawn(
         [PYTHON, "-m", "jobrail.cli", "worker"],
         stack.env(
             JOBRAIL_DATABASE__URL=_through(url, worker_pg.port, 5432),
             JOBRAIL_RABBIT__URL=_through(stack.amqp_url, worker_amqp.port, 5672),
+            JOBRAIL_REDIS__URL=_through(stack.redis_url, redis.port, 6379),
             **QUIET,
         ),
         "counts-worker",
@@ -80,6 +62,10 @@ async def run(count: int = 300) -> dict[str, Any]:
                 rabbit={
                     "url": _through(stack.amqp_url, enqueue_amqp.port, 5672),
                     "prefix": stack.prefix,
+                },
+                redis={
+                    "url": _through(stack.redis_url, redis.port, 6379),
+                    "key_prefix": f"{stack.prefix}jobrail:",
                 },
             ),
             worker=False,
@@ -119,20 +105,19 @@ async def run(count: int = 300) -> dict[str, Any]:
             lambda: _equals(finished(), warm_up), 60, "the warm-up jobs", interval=0.05
         )
         await asyncio.sleep(0.2)  # the warm-up's marks and acks go out before counting
-        for counter in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp):
+        for counter in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp, redis):
             counter.counter.counts.clear()
-        with RedisCommands() as redis_commands:
-            for n in range(count):  # one at a time: the cost of one enqueue, not a batch
-                await enqueue_one(n)
-            await wait_until(
-                lambda: _equals(finished(), count + warm_up), 120, "the jobs", interval=0.1
-            )
-            await asyncio.sleep(0.5)
+        for n in range(count):  # one at a time: the cost of one enqueue, not a batch
+            await enqueue_one(n)
+        await wait_until(
+            lambda: _equals(finished(), count + warm_up), 120, "the jobs", interval=0.1
+        )
+        await asyncio.sleep(0.5)
         await runtime.broker.shutdown()
         await runtime.container.close()
         per = lambda value: round(value / count, 2)  # noqa: E731
         return {
-            "redis_round_trips": per(redis_commands.scripts),
+            "redis_round_trips": per(redis.counter.counts["scripts"]),
             "worker_sql_statements": per(worker_pg.counter.counts["statements"]),
             "worker_sql_round_trips": per(worker_pg.counter.counts["round_trips"]),
             "enqueue_sql_statements": per(enqueue_pg.counter.counts["statements"]),
@@ -148,7 +133,7 @@ async def run(count: int = 300) -> dict[str, Any]:
     finally:
         worker.stop()
         await engine.dispose()
-        for proxy in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp):
+        for proxy in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp, redis):
             await proxy.stop()
         await cleanup(stack)
         await drop_database(url)

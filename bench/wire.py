@@ -9,6 +9,8 @@ honest: a round trip is a round trip whichever library made it.
   type introspection, SQLAlchemy's dialect checks) is counted apart, under
   ``connection_setup``: bounded by the pool's size, it is no cost of a job.
 - AMQP 0-9-1 (client frames): a publish is a Basic.Publish method frame.
+- Redis (RESP commands a client sends): a script call is an EVALSHA or an EVAL, each
+  command of a pipeline counted on its own.
 """
 
 import asyncio
@@ -134,8 +136,52 @@ class AmqpCounter:
         return feed
 
 
+@dataclass
+class RedisCounter:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def parser(self) -> Callable[[bytes], None]:
+        buffer = bytearray()
+
+        def feed(data: bytes) -> None:
+            buffer.extend(data)
+            while (name := _resp_command(buffer)) is not None:
+                self.counts["commands"] += 1
+                if name in (b"EVALSHA", b"EVAL"):
+                    self.counts["scripts"] += 1
+
+        return feed
+
+
+def _resp_command(buffer: bytearray) -> bytes | None:
+    """The name of the first whole command in `buffer` (removed from it), or None while
+    it has not all arrived. A command is an array of bulk strings."""
+    end = buffer.find(b"\r\n")
+    if end < 0:
+        return None
+    if buffer[:1] != b"*":  # an inline command: one line
+        line = bytes(buffer[:end])
+        del buffer[: end + 2]
+        return line.split(b" ", 1)[0].upper()
+    count, at, name = int(buffer[1:end]), end + 2, b""
+    for i in range(count):
+        end = buffer.find(b"\r\n", at)
+        if end < 0:
+            return None
+        size = int(buffer[at + 1 : end])
+        if len(buffer) < end + 2 + size + 2:
+            return None
+        if i == 0:
+            name = bytes(buffer[end + 2 : end + 2 + size]).upper()
+        at = end + 2 + size + 2
+    del buffer[:at]
+    return name
+
+
 class CountingProxy:
-    def __init__(self, target_port: int, counter: PostgresCounter | AmqpCounter) -> None:
+    def __init__(
+        self, target_port: int, counter: PostgresCounter | AmqpCounter | RedisCounter
+    ) -> None:
         self._target_port = target_port
         self.counter = counter
         self._server: asyncio.Server | None = None
