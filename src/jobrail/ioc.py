@@ -59,7 +59,7 @@ from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
 from jobrail.messaging.codec import MessagePublisher
-from jobrail.persistence.engine import create_engine, create_sessionmaker
+from jobrail.persistence.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.persistence.ops import SqlaOpsReadModel
@@ -115,7 +115,7 @@ class PlatformProvider(Provider):
     async def engine(self, settings: Settings) -> AsyncIterator[AsyncEngine]:
         engine = create_engine(settings.database)
         yield engine
-        await engine.dispose()
+        await close_engine(engine)
 
     @provide(scope=Scope.APP)
     def sessionmaker(self, engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -297,7 +297,7 @@ class PlatformProvider(Provider):
         return FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
 
     @provide(scope=Scope.APP)
-    def runner(
+    async def runner(
         self,
         store: JobStore,
         dispatcher: OutboxDispatcher,
@@ -307,7 +307,7 @@ class PlatformProvider(Provider):
         gate: JobGate,
         settings: Settings,
         metrics: Metrics,
-    ) -> JobRunner:
+    ) -> AsyncIterator[JobRunner]:
         config = RunnerConfig(
             dead_letter_queue=settings.rabbit.dead_letter_queue,
             lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
@@ -319,7 +319,8 @@ class PlatformProvider(Provider):
         # The attempt's middleware, in order: each lets the delivery in before the claim
         # after those before it, and is told the attempt is over before them.
         middleware = (LimitsAndLock(gate, clock),)
-        return JobRunner(
+        wait_notes = WaitNotes(store)
+        yield JobRunner(
             store,
             dispatcher,
             publisher,
@@ -328,8 +329,9 @@ class PlatformProvider(Provider):
             config,
             middleware,
             observer=metrics.jobs,
-            wait_notes=WaitNotes(store),
+            wait_notes=wait_notes,
         )
+        await wait_notes.close()  # before the store's connections close
 
     @provide(scope=Scope.APP)
     def uow_factory(

@@ -177,3 +177,20 @@ async def test_notes_a_store_refuses_are_dropped_without_failing_anything() -> N
     await notes.flush()
 
     assert notes.written == 0
+
+
+async def test_closing_writes_the_notes_taken_at_once_and_leaves_no_write_behind() -> None:
+    # At shutdown: nothing noted is lost, and no write is left to run after the store
+    # has closed its connections.
+    store = FakeJobStore()
+    job = make_job()
+    store.jobs[job.id] = job
+    notes = WaitNotes(store, interval_s=60)
+    wait = Wait(on=ON_LOCK, until=job.created_at, since=job.created_at)
+    notes.note(job.id, wait, job.created_at)
+
+    await asyncio.wait_for(notes.close(), timeout=5)  # not after the 60 s interval
+
+    assert store.jobs[job.id].waiting == wait
+    assert (store.wait_statements, notes.written) == (1, 1)
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "wait-notes"] == []

@@ -235,3 +235,45 @@ async def test_a_cancellation_from_outside_the_watchdog_stays_a_cancellation() -
 
 async def _value(value: int) -> int:
     return value
+
+
+class SlowHeld(Held):
+    """A hold whose renewal takes `renew_s` (a slow database)."""
+
+    def __init__(self, renew_s: float) -> None:
+        super().__init__("lease", 0.02, 1.0, [])
+        self._renew_s = renew_s
+        self.finished = 0
+
+    async def renew(self) -> bool:
+        held = await super().renew()
+        await asyncio.sleep(self._renew_s)
+        self.finished += 1
+        return held
+
+
+async def test_an_attempt_ends_only_once_its_renewal_under_way_has_ended() -> None:
+    # A renewal still running after the attempt would use the database after its
+    # caller is done with it: at shutdown, after the pool is closed.
+    lease = SlowHeld(renew_s=0.1)
+
+    assert await Watchdog([lease], "j1").run(lambda: _after(0.05, 7)) == 7
+
+    assert lease.renewals == 1
+    assert lease.finished == 1
+
+
+async def test_a_cancelled_attempt_ends_only_once_its_renewal_under_way_has_ended() -> None:
+    lease = SlowHeld(renew_s=0.1)
+    attempt = asyncio.ensure_future(Watchdog([lease], "j1").run(lambda: asyncio.sleep(5)))
+    await asyncio.sleep(0.05)  # its first renewal is under way
+    attempt.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await attempt
+    assert (lease.renewals, lease.finished) == (1, 1)
+
+
+async def _after(delay_s: float, value: int) -> int:
+    await asyncio.sleep(delay_s)
+    return value

@@ -25,6 +25,7 @@ class WaitNotes:
         self._interval_s = interval_s
         self._notes: dict[JobId, WaitNote] = {}
         self._flushing: asyncio.Task[None] | None = None
+        self._sleeping = False
         self.written = 0
         """Statements written so far (for tests and the bench)."""
 
@@ -35,11 +36,23 @@ class WaitNotes:
             self._flushing = asyncio.create_task(self._flush_later(), name="wait-notes")
 
     async def _flush_later(self) -> None:
+        self._sleeping = True
         try:
             await asyncio.sleep(self._interval_s)
         finally:
+            self._sleeping = False
             self._flushing = None
             await self.flush()
+
+    async def close(self) -> None:
+        """Write the notes taken so far now (at shutdown); returns once no write is under
+        way, so none is left to run after the store has closed its connections."""
+        flushing = self._flushing
+        if flushing is not None:
+            if self._sleeping:
+                flushing.cancel()  # only its wait: it writes the notes as it ends
+            await asyncio.wait([flushing])
+        await self.flush()
 
     async def flush(self) -> None:
         """Write the notes taken so far (at shutdown, or in a test)."""

@@ -112,6 +112,18 @@ class Watchdog:
             self._running = False
             if self._timer is not None:
                 self._timer.cancel()
+            await self._renewals_ended()
+
+    async def _renewals_ended(self) -> None:
+        # A renewal left running would use the store after the attempt's caller is done
+        # with it (at shutdown: after the connection pool is closed). One already known
+        # to be too late is stopped; any other is short, and waited for.
+        if not self._renewals:
+            return
+        if self._lost is not None:
+            for renewal in self._renewals:
+                renewal.cancel()
+        await asyncio.wait(set(self._renewals))
 
     def _arm(self) -> None:
         if self._timer is not None:
