@@ -1,4 +1,6 @@
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -14,6 +16,8 @@ from jobrail.kernel.errors import InvalidInputError
 from jobrail.persistence import json_codec
 from jobrail.persistence.platform_schema import search_path_sql
 from jobrail.settings import DatabaseSettings
+
+log = logging.getLogger("jobrail")
 
 NUL_TEXT_ERROR = "a text value holds a NUL character (U+0000), which cannot be stored"
 
@@ -39,6 +43,30 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
     if settings.schema_ is not None:
         _platform_schema_first(engine, settings.schema_)
     return engine
+
+
+async def close_engine(engine: AsyncEngine, *, wait_s: float = 5.0) -> None:
+    """Close the engine's pool once the connections in use have come back (for up to
+    `wait_s`): work still under way at shutdown (a lookup whose caller has gone, a last
+    write) ends on an open pool. `dispose` alone closes only the idle connections and
+    starts a new pool: a connection still in use would go back to the old one, where
+    nothing ever closes it."""
+    pool: Any = engine.pool
+    in_use = getattr(pool, "checkedout", None)
+    if in_use is not None and in_use():
+        returned = asyncio.Event()
+        listener = lambda *_: returned.set()  # noqa: E731 - a connection came back
+        event.listen(pool, "checkin", listener)
+        try:
+            async with asyncio.timeout(wait_s):
+                while in_use():
+                    returned.clear()
+                    await returned.wait()
+        except TimeoutError:
+            log.warning("closing the database pool with %d connections still in use", in_use())
+        finally:
+            event.remove(pool, "checkin", listener)
+    await engine.dispose()
 
 
 def _platform_schema_first(engine: AsyncEngine, schema: str) -> None:
