@@ -140,12 +140,14 @@ class PlatformProvider(Provider):
         await pool.close()
 
     @provide(scope=Scope.APP)
-    async def pg_outbox_marks(self, pool: PgPool | None) -> AsyncIterator[PgOutboxMarks | None]:
+    async def pg_outbox_marks(
+        self, pool: PgPool | None, settings: Settings
+    ) -> AsyncIterator[PgOutboxMarks | None]:
         """Marks that ride along with the next enqueue statement (None on SQLite)."""
         if pool is None:
             yield None
             return
-        marks = PgOutboxMarks(pool)
+        marks = PgOutboxMarks(pool, delay_s=settings.outbox.mark_delay_s)
         yield marks
         await marks.close()  # before the pool closes
 

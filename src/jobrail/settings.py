@@ -242,6 +242,13 @@ class OutboxSettings(BaseModel):
     )
     fast_path_timeout_s: PositiveFloat = 2.0
 
+    @property
+    def mark_delay_s(self) -> float:
+        """How long a published row's mark waits for the next enqueue statement to carry
+        it before going in a statement of its own: a quarter of `relay_min_age_s` (so
+        the relay never takes a row whose mark is merely waiting), at most 0.25 s."""
+        return min(0.25, self.relay_min_age_s / 4)
+
 
 class EventsSettings(BaseModel):
     """The job event feed (GET /events, GET /jobs/{id}/events) and its webhooks."""

@@ -2,7 +2,7 @@ import pytest
 from pydantic import BaseModel
 
 from jobrail.jobs.registry import JobRegistry, JobSpec, job
-from jobrail.settings import SettingsError, load_settings
+from jobrail.settings import OutboxSettings, SettingsError, load_settings
 
 
 class P(BaseModel):
@@ -88,3 +88,9 @@ def test_timeouts_come_from_the_type_unless_settings_override_them() -> None:
 def test_timeouts_for_unknown_job_types_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown job types"):
         JobRegistry([], queues=["jobs.default"], default_timeout_s=1, timeouts_s={"t.zzz": 1})
+
+
+def test_a_published_rows_mark_waits_well_below_the_age_at_which_the_relay_takes_it() -> None:
+    assert OutboxSettings().mark_delay_s == 0.25  # relay_min_age_s 2 s by default
+    assert OutboxSettings(relay_min_age_s=0.4).mark_delay_s == pytest.approx(0.1)
+    assert OutboxSettings(relay_min_age_s=0).mark_delay_s == 0

@@ -597,7 +597,7 @@ class PgOutboxMarks(_Pg):
     consumers' claim makes the duplicate harmless. The delay is far below the age at
     which the relay takes a row (``outbox.relay_min_age_s``)."""
 
-    def __init__(self, pool: asyncpg.Pool, delay_s: float = 0.05) -> None:
+    def __init__(self, pool: asyncpg.Pool, delay_s: float = 0.25) -> None:
         super().__init__(pool)
         self._delay_s = delay_s
         self._pending: list[tuple[Any, datetime]] = []
