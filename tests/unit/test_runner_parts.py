@@ -1,23 +1,34 @@
 """The runner's parts on their own: the backoff, the error classification, the retry
-decision's limits, where a message goes that cannot run now, and the watchdog."""
+decision and what it sends, where a message goes that cannot run now, the takeover of a
+dead worker's job, and the watchdog."""
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from jobrail.jobs.context import JobCancelledError
-from jobrail.jobs.domain import JobStatus
-from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.outcomes import Next, classify, retry_limit, stored_result
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.messages import DeadLetterMessage, JobMessage
+from jobrail.jobs.outcomes import Next, Verdict, classify, conclude, retry_limit, stored_result
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.registry import JobSpec
-from jobrail.jobs.rerouting import ComeBack, Done, Refuse, leased_elsewhere, unclaimed, when_due
+from jobrail.jobs.rerouting import (
+    ComeBack,
+    Done,
+    Refuse,
+    leased_elsewhere,
+    sent_on,
+    unclaimed,
+    when_due,
+)
 from jobrail.jobs.retry import RetryPolicy, backoff
+from jobrail.jobs.takeover import HOLD_LEASES, wait_out_lease
 from jobrail.jobs.watchdog import LeaseLostError, Watchdog
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
-from jobrail.limits.model import LimitsUnavailableError
-from tests.fakes import START, make_job
+from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
+from tests.fakes import START, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)
 
@@ -277,3 +288,183 @@ async def test_a_cancelled_attempt_ends_only_once_its_renewal_under_way_has_ende
 async def _after(delay_s: float, value: int) -> int:
     await asyncio.sleep(delay_s)
     return value
+
+
+def _running(**overrides: Any) -> tuple[Job, JobMessage]:
+    job = make_job(**overrides)
+    job.start(START, timedelta(seconds=30))
+    return job, JobMessage.of(job)
+
+
+POLICY = RetryPolicy(base_s=1.0, cap_s=60.0, jitter=False)
+
+
+def _conclude(job: Job, verdict: Verdict, message: JobMessage, **overrides: Any) -> list[Any]:
+    values: dict[str, Any] = {
+        "now": START,
+        "policy": POLICY,
+        "cancel_requested": False,
+        "limits": JobLimits(),
+        "delivery": message,
+        "dead_letter_queue": "jobs.dlq",
+    }
+    values.update(overrides)
+    return list(conclude(job, verdict, **values))
+
+
+def test_a_retry_waits_the_policy_and_sends_the_next_attempts_message() -> None:
+    job, message = _running()
+
+    (again,) = _conclude(job, Verdict(Next.RETRY, "TransientError: later"), message)
+
+    assert job.status is JobStatus.RETRYING
+    assert job.last_error == "TransientError: later"
+    assert job.run_after == START + timedelta(seconds=1)  # base * 2^(attempt 1 - 1)
+    assert isinstance(again, JobMessage)
+    assert (again.job_id, again.not_before) == (job.id, job.run_after)
+    assert again.message_id != message.message_id
+
+
+def test_the_last_attempt_fails_the_job_and_dead_letters_the_message_that_ran_it() -> None:
+    job, message = _running(max_attempts=1)
+
+    (letter,) = _conclude(job, Verdict(Next.RETRY, "TransientError: later"), message)
+
+    assert job.status is JobStatus.FAILED
+    assert job.last_error == "TransientError: later (gave up after 1 attempts)"
+    assert isinstance(letter, DeadLetterMessage)
+    assert letter.message.message_id == message.message_id
+    assert (letter.reason, letter.dead_letter_queue) == (job.last_error, "jobs.dlq")
+    assert letter.job_failed_at == job.finished_at == START
+
+
+def test_unknown_errors_give_up_sooner_than_named_ones() -> None:
+    job, message = _running(max_attempts=10)
+    job.attempts = POLICY.max_attempts_unknown
+
+    (letter,) = _conclude(job, Verdict(Next.RETRY, "boom", unknown=True), message)
+    assert isinstance(letter, DeadLetterMessage)
+
+    named, message = _running(max_attempts=10)
+    named.attempts = POLICY.max_attempts_unknown
+    (again,) = _conclude(named, Verdict(Next.RETRY, "TransientError: later"), message)
+    assert isinstance(again, JobMessage)
+
+
+def test_a_cancel_asked_for_while_it_ran_stops_a_job_that_would_run_again() -> None:
+    for next_ in (Next.RETRY, Next.GIVE_BACK):
+        job, message = _running()
+        assert _conclude(job, Verdict(next_, "e"), message, cancel_requested=True) == []
+        assert job.status is JobStatus.CANCELLED
+
+    # Only a job that would run again asks: a failure is a failure.
+    job, message = _running()
+    (letter,) = _conclude(job, Verdict(Next.FAIL, "no"), message, cancel_requested=True)
+    assert isinstance(letter, DeadLetterMessage)
+    assert job.status is JobStatus.FAILED
+    assert not Verdict(Next.FAIL).runs_again
+    assert not Verdict(Next.THROTTLE).runs_again
+
+
+def test_a_throttled_job_waits_what_it_was_told_with_its_limit_keys_and_no_attempt_spent() -> None:
+    limits = JobLimits(
+        limits=(TokenBucket(name="vendor", key="vendor:{tenant_id}", capacity=1, per_second=1),)
+    )
+    job, message = _running()
+
+    (again,) = _conclude(
+        job, Verdict(Next.THROTTLE, "429", retry_after=timedelta(seconds=7)), message, limits=limits
+    )
+
+    assert job.status is JobStatus.RETRYING
+    assert job.attempts == 0  # given back
+    assert isinstance(again, JobMessage)
+    assert again.not_before == START + timedelta(seconds=7)
+    assert again.limit_keys == ("vendor:acme",)
+
+
+def test_an_attempt_given_back_runs_again_without_counting() -> None:
+    job, message = _running()
+
+    (again,) = _conclude(job, Verdict(Next.GIVE_BACK, "LeaseLostError: stalled"), message)
+
+    assert (job.status, job.attempts) == (JobStatus.RETRYING, 0)
+    assert isinstance(again, JobMessage)
+
+
+def test_a_message_that_cannot_be_claimed_is_dead_lettered_acknowledged_or_sent_round() -> None:
+    job = make_job()
+    message = JobMessage.of(job)
+
+    letter = sent_on(message, None, START, "jobs.dlq")
+    assert isinstance(letter, DeadLetterMessage)
+    assert letter.message.message_id == message.message_id
+    assert letter.reason == f"job {job.id} does not exist"
+    assert letter.dead_letter_queue == "jobs.dlq"
+
+    job.start(START, timedelta(seconds=30))
+    again = sent_on(message, job, START, "jobs.dlq")
+    assert isinstance(again, JobMessage)
+    assert again.not_before == START + timedelta(seconds=30)  # when that lease ends
+
+    job.succeed(None, START)
+    assert sent_on(message, job, START, "jobs.dlq") is None
+
+
+class _Rows:
+    """The job as another attempt keeps it, read by the waiting delivery."""
+
+    def __init__(self, job: Job, clock: FixedClock) -> None:
+        self.job: Job | None = job
+        self.clock = clock
+        self.reads = 0
+
+    async def read(self) -> Job | None:
+        self.reads += 1
+        return self.job
+
+    async def sleep(self, seconds: float) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+
+
+async def test_a_delivery_waits_out_a_dead_attempts_lease_then_takes_the_job_over() -> None:
+    clock = FixedClock()
+    job = make_job()
+    job.start(START, timedelta(seconds=5))
+    rows = _Rows(job, clock)
+
+    until = START + HOLD_LEASES * timedelta(seconds=5)
+    assert await wait_out_lease(job, until, rows.read, clock, rows.sleep) is None
+
+    assert clock.now() == START + timedelta(seconds=5)  # at the lease's end, not before
+    assert rows.reads == 5  # looked at it every TAKEOVER_POLL
+
+
+async def test_a_lease_that_keeps_being_renewed_belongs_to_a_live_attempt() -> None:
+    clock = FixedClock()
+    job = make_job()
+    job.start(START, timedelta(seconds=5))
+    rows = _Rows(job, clock)
+
+    async def renewing(seconds: float) -> None:
+        await rows.sleep(seconds)
+        job.lease_until = clock.now() + timedelta(seconds=5)
+
+    until = START + timedelta(seconds=10)
+    assert await wait_out_lease(job, until, rows.read, clock, renewing) is job
+    assert clock.now() == until
+
+
+async def test_waiting_ends_as_soon_as_the_other_attempt_has_ended() -> None:
+    clock = FixedClock()
+    job = make_job()
+    job.start(START, timedelta(seconds=5))
+    finished = make_job()
+    finished.id = job.id
+    finished.start(START, timedelta(seconds=5))
+    finished.succeed(None, START)
+    rows = _Rows(finished, clock)
+
+    until = START + timedelta(seconds=10)
+    assert await wait_out_lease(job, until, rows.read, clock, rows.sleep) is None
+    assert rows.reads == 1

@@ -11,7 +11,7 @@ row while the limits store was away.
 
 Turned away only by locks or slots the job's own earlier admissions hold (a dead
 attempt's: ``Deferred.own``), the job is let in without them and, once claimed, takes
-them over (see ``jobrail.jobs.runner``): a claim means no other attempt of the job is
+them over (see ``jobrail.jobs.takeover``): a claim means no other attempt of the job is
 alive. Turned away at that point (by a rate limit), the job gives its claim and attempt
 back (`GiveBack`).
 

@@ -1,10 +1,11 @@
-"""A job type as the runner runs it (`JobRun`), and one delivery's way through the runner
-as its middleware see it (`Attempt`, see ``jobrail.jobs.middleware``)."""
+"""What the runner works with: a job type as it runs it (`JobRun`), its settings
+(`RunnerConfig`), who it tells what happened (`JobObserver`), and one delivery's way
+through it as its middleware see it (`Attempt`, see ``jobrail.jobs.middleware``)."""
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job
@@ -47,3 +48,46 @@ class Attempt:
     token: ClaimToken | None = None
     fence: int | None = None
     kept: tuple[Kept, ...] = ()
+
+
+class JobObserver(Protocol):
+    """Told what happens to jobs in this worker (metrics, tracing). Must not raise."""
+
+    def claimed(self, job: Job) -> None:
+        """An attempt started: `job` is running, `started_at` set."""
+
+    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
+        """An attempt's outcome was written: `job.status` is succeeded, failed,
+        retrying or cancelled."""
+
+
+class NoObserver:
+    def claimed(self, job: Job) -> None:
+        return None
+
+    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    dead_letter_queue: str
+    lease_grace: timedelta
+    store_retry_max: timedelta
+    lease: timedelta | None = None
+    """A job whose timeout + grace is longer claims this much, renewed every third of
+    it while it runs, so a worker that dies mid-job frees it this soon rather than
+    after its whole timeout. None: one lease of timeout + grace."""
+    max_result_bytes: int = 64 * 1024
+    """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
+    the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
+    progress_interval: timedelta = timedelta(milliseconds=250)
+    """An attempt writes its progress reports at most once per this
+    (JOBRAIL_JOBS__PROGRESS_INTERVAL_MS, see ``jobrail.jobs.progress``)."""
+
+    def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
+        """How long a claim of a job with this timeout lasts, and whether it is renewed."""
+        lease = timeout + self.lease_grace
+        if self.lease is not None and lease > self.lease:
+            return self.lease, True
+        return lease, False

@@ -1,9 +1,10 @@
 """What the end of an attempt means: the error classification and the retry decision.
 
-`classify` turns what a handler raised into a `Verdict`, and `retry_limit` says how
-many attempts that kind of failure may use; the runner applies the verdict to the job
-(``JobRunner._conclude``). Between attempts a job waits its type's retry policy
-(``jobrail.jobs.retry``: exponential backoff with full jitter).
+`classify` turns what a handler raised into a `Verdict`, `retry_limit` says how many
+attempts that kind of failure may use, and `conclude` applies the verdict to the job and
+says which message goes next (its next attempt's, or its dead letter), without I/O: the
+runner records the job and sends the message. Between attempts a job waits its type's
+retry policy (``jobrail.jobs.retry``: exponential backoff with full jitter).
 
 | raised                                         | verdict                                   |
 |------------------------------------------------|-------------------------------------------|
@@ -16,19 +17,24 @@ many attempts that kind of failure may use; the runner applies the verdict to th
 """
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import timedelta
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from jobrail.jobs.context import JobCancelledError
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.watchdog import LeaseLostError
 from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
 from jobrail.kernel.json_text import has_nul_escape
-from jobrail.limits.model import LimitsUnavailableError
+from jobrail.limits.model import JobLimits, LimitsUnavailableError
+
+log = logging.getLogger("jobrail.runner")
 
 # Infrastructure the handler needed being away counts as transient.
 _TRANSIENT = (TransientError, StoreUnavailableError, BrokerUnavailableError, LimitsUnavailableError)
@@ -50,6 +56,12 @@ class Verdict:
     """An unexpected error (not one the platform or the handler named): fewer retries."""
     retry_after: timedelta | None = None
     """For THROTTLE: how long the throttling party asked to wait."""
+
+    @property
+    def runs_again(self) -> bool:
+        """Whether the job would run again on its retry policy: a cancel asked for
+        meanwhile stops it instead (`conclude`'s `cancel_requested`)."""
+        return self.next in (Next.RETRY, Next.GIVE_BACK)
 
 
 def classify(exc: BaseException, timeout: timedelta) -> Verdict:
@@ -81,6 +93,68 @@ def classify(exc: BaseException, timeout: timedelta) -> Verdict:
 def retry_limit(verdict: Verdict, max_attempts: int, policy: RetryPolicy) -> int:
     """How many attempts in all a job may make for a failure of this kind."""
     return min(max_attempts, policy.max_attempts_unknown) if verdict.unknown else max_attempts
+
+
+def conclude(
+    job: Job,
+    verdict: Verdict,
+    *,
+    now: datetime,
+    policy: RetryPolicy,
+    cancel_requested: bool,
+    limits: JobLimits,
+    delivery: JobMessage,
+    dead_letter_queue: str,
+) -> Sequence[Outgoing]:
+    """Apply an attempt's failure to `job` (cancelled, failed, throttled, retrying or
+    given back); return the messages to send once it is recorded. `cancel_requested`:
+    whether someone asked to cancel the job while it ran (read only when the verdict
+    `runs_again`); `policy`: the job type's retry policy."""
+    if verdict.next is Next.CANCEL or (verdict.runs_again and cancel_requested):
+        job.stop_cancelled(now)
+        return ()
+    if verdict.next is Next.FAIL:
+        return (failed(job, verdict.error, delivery, dead_letter_queue, now),)
+    if verdict.next is Next.THROTTLE:
+        assert verdict.retry_after is not None
+        run_after = now + verdict.retry_after
+        job.throttled(verdict.error, run_after, now)
+        return (next_message(job, run_after, limits),)
+    run_after = now + policy.delay(job.attempts)
+    if verdict.next is Next.GIVE_BACK:
+        log.warning(
+            "job %s: %s; it will run again, this attempt not counted", job.id, verdict.error
+        )
+        job.throttled(verdict.error, run_after, now)
+    elif job.attempts >= retry_limit(verdict, job.max_attempts, policy):
+        error = f"{verdict.error} (gave up after {job.attempts} attempts)"
+        return (failed(job, error, delivery, dead_letter_queue, now),)
+    else:
+        job.retry_later(verdict.error, run_after, now)
+    return (next_message(job, run_after, limits),)
+
+
+def failed(
+    job: Job, error: str, delivery: JobMessage, dead_letter_queue: str, now: datetime
+) -> DeadLetterMessage:
+    """Fail the job; its dead letter is the message that ran it, under its id, and names
+    the failure (the job's finished_at) so that a redrive can tell it from the letters
+    of earlier failures."""
+    job.fail(error, now)
+    return DeadLetterMessage(
+        message=replace(JobMessage.of(job), message_id=delivery.message_id),
+        reason=job.last_error or error,
+        source_queue=job.queue,
+        dead_letter_queue=dead_letter_queue,
+        at=now,
+        job_failed_at=job.finished_at,
+    )
+
+
+def next_message(job: Job, run_after: datetime, limits: JobLimits) -> JobMessage:
+    """The job's message for its next attempt, due at `run_after`, with its limit keys."""
+    keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
+    return JobMessage.of(job, limit_keys=keys, not_before=run_after)
 
 
 def stored_result(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str, Any] | None:

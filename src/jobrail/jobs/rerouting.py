@@ -3,15 +3,18 @@
 A delivery's job may not be startable when the message arrives: the message came back
 early from a delay tier (tiers are coarse), names a job that does not exist or that is
 another tenant's or type's, names a finished job (a duplicate), or the job is not due
-yet or still leased by a live attempt. `when_due` and `unclaimed` decide, from the
-message and the job as read, without I/O; the runner sends the message on.
+yet or still leased by a live attempt. `when_due`, `unclaimed` and `sent_on` decide,
+from the message and the job as read, without I/O; the runner sends the message on.
 """
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobStatus
-from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
+
+log = logging.getLogger("jobrail.runner")
 
 # A message this close to its time waits in the worker instead of in a delay tier.
 SHORT_WAIT = timedelta(milliseconds=30)
@@ -82,4 +85,39 @@ def leased_elsewhere(message: JobMessage, current: Job | None, now: datetime) ->
         and current.status is JobStatus.RUNNING
         and current.lease_until is not None
         and current.lease_until > now
+    )
+
+
+def sent_on(
+    message: JobMessage, current: Job | None, now: datetime, dead_letter_queue: str
+) -> Outgoing | None:
+    """What to publish for a delivery whose claim failed (`current`: the job as it is, if
+    any): its dead letter, itself again later, or nothing (acknowledge it as it is)."""
+    route = unclaimed(message, current, now)
+    if isinstance(route, Refuse):
+        log.warning("message %s dead-lettered: %s", message.message_id, route.reason)
+        return refused(message, route.reason, dead_letter_queue, now)
+    if isinstance(route, Done):
+        assert current is not None
+        log.info(
+            "job %s is already %s; message %s acknowledged without running",
+            current.id,
+            current.status.value,
+            message.message_id,
+        )
+        return None
+    log.debug("job %s not claimable now; deferred to %s", message.job_id, route.at)
+    return message.again(not_before=route.at)
+
+
+def refused(
+    message: JobMessage, reason: str, dead_letter_queue: str, now: datetime
+) -> DeadLetterMessage:
+    """The dead letter of a message the runner will not run, with the reason."""
+    return DeadLetterMessage(
+        message=replace(message.again(), message_id=message.message_id),
+        reason=reason,
+        source_queue=message.queue,
+        dead_letter_queue=dead_letter_queue,
+        at=now,
     )

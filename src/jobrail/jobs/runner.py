@@ -4,9 +4,10 @@ The runner is the orchestrator: the attempt's middleware (``jobrail.jobs.middlew
 in the order the composition root gives them; the job's limits and lock are one,
 ``jobrail.jobs.admission``) let the delivery in before the claim and say what the
 attempt holds after it; the parts beside it classify the outcome and decide the retry
-(``jobrail.jobs.outcomes``), keep the attempt's holds (``jobrail.jobs.watchdog``),
-route messages that cannot run now (``jobrail.jobs.rerouting``) and wait out outages
-(``jobrail.jobs.waiting``).
+and apply it to the job (``jobrail.jobs.outcomes``), keep the attempt's holds
+(``jobrail.jobs.watchdog``), route messages that cannot run now
+(``jobrail.jobs.rerouting``), take over a dead worker's job (``jobrail.jobs.takeover``)
+and wait out outages (``jobrail.jobs.waiting``).
 
 A delivery is acknowledged only after the runner returns. The runner returns once
 the outcome is in the database (or the message was safely re-published); while
@@ -32,48 +33,24 @@ lock's fence comes from Redis's clock, so fenced writes stay safe.) Taking the
 database's now() in the claim and the renewal would lift the assumption, at the price
 of a store that no longer runs on the clock it is given.
 
-Taking over a dead worker's job. When a worker dies, RabbitMQ hands its
-unacknowledged messages to the other consumers at once, at the head of the queue.
-The job row is still claimed by the dead attempt, so the claim fails; the worker
-then *holds* the delivery (`_wait_out_lease`), looking at the row about once a
-second, and claims the job as soon as that lease has ended: a dead worker's job
-starts again about one lease after its death, whatever the backlog behind it.
-(Re-publishing the message to come back at the lease end, as this runner once did,
-put it at the back of the queue: with a backlog, the job waited for all of it.)
-A delivery whose job stays leased for two leases belongs to a live attempt (a
-duplicate message, or one RabbitMQ redelivered after a channel closed under a
-working worker): it is re-published to come back when that lease ends, so that it
-does not hold a worker slot for a long job's whole run.
-
-A job with a lock or concurrency slots: the dead attempt's lock (its TTL often far
-longer than the lease) would turn the delivery away. The holder tokens of a job's
-admissions name the job (``jobs.gating.job_owner``), so the admission says when only
-the job's own earlier admissions hold what it needs (``Deferred.own``). The limits
-middleware then lets the job be claimed first (holding the delivery while the old lease
-lasts, as above) and, claimed, takes the lock and slots over: a claim means no other
-attempt of the job is alive (the dead one stopped itself before its lease ended; a
-duplicate delivery's admission will fail its claim). The lock's fence grows, so the dead
-attempt's fenced writes are refused. Turned away at that point (a rate limit), the job
-gives its claim and attempt back and is deferred (``GiveBack``).
-
-Worker heartbeats would detect a death about as fast, but need a table, a writer per
-process and a second liveness rule beside the lease; the short lease is the one rule,
-and only jobs longer than a third of it write anything more.
+Taking over a dead worker's job: a claim that fails on a live lease holds the delivery
+until that lease ends (``jobrail.jobs.takeover``), so a dead worker's job starts again
+about one lease after its death, whatever the backlog behind it, and takes over its
+lock and slots too.
 """
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from jobrail.jobs.attempt import Attempt, JobRun
+from jobrail.jobs.attempt import Attempt, JobObserver, JobRun, NoObserver, RunnerConfig
 from jobrail.jobs.context import JobContext
-from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, GiveUp, NotStartable
-from jobrail.jobs.outcomes import Next, Verdict, classify, retry_limit, stored_result
+from jobrail.jobs.outcomes import Verdict, classify, conclude, failed, stored_result
 from jobrail.jobs.ports import (
     BrokerUnavailableError,
     ClaimToken,
@@ -84,68 +61,19 @@ from jobrail.jobs.ports import (
     StoreUnavailableError,
 )
 from jobrail.jobs.progress import ProgressReporter
-from jobrail.jobs.rerouting import Done, Refuse, leased_elsewhere, unclaimed, when_due
+from jobrail.jobs.rerouting import leased_elsewhere, sent_on, when_due
 from jobrail.jobs.retry import RetryPolicy, backoff
+from jobrail.jobs.takeover import HOLD_LEASES, wait_out_lease
 from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.jobs.waiting import hold
 from jobrail.jobs.watchdog import Kept, KeptClaim, Watchdog
 from jobrail.kernel.clock import Clock
-from jobrail.limits.model import JobLimits
 
 __all__ = ["JobObserver", "JobRun", "JobRunner", "RunnerConfig"]
 
 log = logging.getLogger("jobrail.runner")
 
 T = TypeVar("T")
-
-# A delivery whose job another attempt holds looks at the job this often while it waits
-# for that lease to end (so that it lets go soon after that attempt finishes)...
-TAKEOVER_POLL = timedelta(seconds=1)
-# ...for at most this many of the job's leases: longer, and the holder is alive.
-HOLD_LEASES = 2
-
-
-class JobObserver(Protocol):
-    """Told what happens to jobs in this worker (metrics, tracing). Must not raise."""
-
-    def claimed(self, job: Job) -> None:
-        """An attempt started: `job` is running, `started_at` set."""
-
-    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
-        """An attempt's outcome was written: `job.status` is succeeded, failed,
-        retrying or cancelled."""
-
-
-class _NoObserver:
-    def claimed(self, job: Job) -> None:
-        return None
-
-    def recorded(self, job: Job, attempt_started_at: datetime) -> None:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerConfig:
-    dead_letter_queue: str
-    lease_grace: timedelta
-    store_retry_max: timedelta
-    lease: timedelta | None = None
-    """A job whose timeout + grace is longer claims this much, renewed every third of
-    it while it runs, so a worker that dies mid-job frees it this soon rather than
-    after its whole timeout. None: one lease of timeout + grace."""
-    max_result_bytes: int = 64 * 1024
-    """A handler's result larger than this (as UTF-8 JSON) fails the job permanently:
-    the jobs table holds small results, not blobs (JOBRAIL_JOBS__MAX_RESULT_BYTES)."""
-    progress_interval: timedelta = timedelta(milliseconds=250)
-    """An attempt writes its progress reports at most once per this
-    (JOBRAIL_JOBS__PROGRESS_INTERVAL_MS, see ``jobrail.jobs.progress``)."""
-
-    def lease_of(self, timeout: timedelta) -> tuple[timedelta, bool]:
-        """How long a claim of a job with this timeout lasts, and whether it is renewed."""
-        lease = timeout + self.lease_grace
-        if self.lease is not None and lease > self.lease:
-            return self.lease, True
-        return lease, False
 
 
 class JobRunner:
@@ -167,7 +95,7 @@ class JobRunner:
         self._sleep = sleep
         self._wait_notes = wait_notes
         self._middleware = tuple(middleware)
-        self._observer = observer or _NoObserver()
+        self._observer = observer or NoObserver()
         self._store = store
         self._dispatcher = dispatcher
         self._publisher = publisher
@@ -263,10 +191,10 @@ class JobRunner:
                 # Claimed only to fail it, as an attempt that ran out of attempts is.
                 log.warning("job %s failed without running: %s", job.id, give_up.reason)
                 self._observer.claimed(job)
-                outbox = self._fail(job, give_up.reason, delivery)
-                if await self._hold_store(lambda: self._store.record(job, token, outbox)):
+                letter = (self._failed(job, give_up.reason, delivery),)
+                if await self._hold_store(lambda: self._store.record(job, token, letter)):
                     self._observer.recorded(job, token.started_at)
-                    await self._dispatcher.dispatch(outbox)
+                    await self._dispatcher.dispatch(letter)
                 return None
             for i, (middleware, state) in enumerate(entered):
                 after = await middleware.after_claim(attempt, state)
@@ -316,37 +244,13 @@ class JobRunner:
             await self._dispatcher.dispatch((given.message,))
 
     async def _wait_out_lease(self, leased: Job, until: datetime) -> Job | None:
-        """Hold the delivery while the attempt that holds `leased` keeps its lease,
-        looking at the job every TAKEOVER_POLL. None once that lease has ended or the
-        attempt has ended (claim again, or find the job finished); the job as last read
-        if it is still leased at `until` (its attempt is alive and renewing)."""
-        token = ClaimToken.of(leased)
-        job_id = leased.id
-        job = leased
-        while True:
-            now = self._clock.now()
-            assert job.lease_until is not None
-            if job.lease_until <= now:
-                log.info(
-                    "job %s: the lease of attempt %d ended (its worker stopped renewing it); "
-                    "taking the job over",
-                    job.id,
-                    token.attempt,
-                )
-                return None
-            if now >= until:
-                return job
-            wake_at = min(job.lease_until, until, now + TAKEOVER_POLL)
-            await self._sleep((wake_at - now).total_seconds())
-            current = await self._hold_store(lambda: self._store.get(job_id))
-            if (
-                current is None
-                or current.status is not JobStatus.RUNNING
-                or current.lease_until is None
-                or ClaimToken.of(current) != token
-            ):
-                return None
-            job = current
+        return await wait_out_lease(
+            leased,
+            until,
+            lambda: self._hold_store(lambda: self._store.get(leased.id)),
+            self._clock,
+            self._sleep,
+        )
 
     async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
@@ -404,82 +308,29 @@ class JobRunner:
     async def _conclude(
         self, job: Job, verdict: Verdict, job_run: JobRun, delivery: JobMessage
     ) -> Sequence[Outgoing]:
-        """Apply an attempt's failure to the job; return the messages to send."""
-        now = self._clock.now()
-        if verdict.next is Next.CANCEL:
-            job.stop_cancelled(now)
-            return ()
-        if verdict.next is Next.FAIL:
-            return self._fail(job, verdict.error, delivery)
-        if verdict.next is Next.THROTTLE:
-            assert verdict.retry_after is not None
-            run_after = now + verdict.retry_after
-            job.throttled(verdict.error, run_after, now)
-            return (_again(job, run_after, job_run.limits),)
-        # A retry, or an attempt given back: unless someone asked to cancel meanwhile.
-        if await self._hold_store(lambda: self._store.cancel_requested(job.id)):
-            job.stop_cancelled(self._clock.now())
-            return ()
-        policy = self._retry.for_type(job_run.retry_base_s, job_run.retry_cap_s)
-        now = self._clock.now()
-        run_after = now + policy.delay(job.attempts)
-        if verdict.next is Next.GIVE_BACK:
-            log.warning(
-                "job %s: %s; it will run again, this attempt not counted", job.id, verdict.error
-            )
-            job.throttled(verdict.error, run_after, now)
-        elif job.attempts >= retry_limit(verdict, job.max_attempts, policy):
-            error = f"{verdict.error} (gave up after {job.attempts} attempts)"
-            return self._fail(job, error, delivery)
-        else:
-            job.retry_later(verdict.error, run_after, now)
-        return (_again(job, run_after, job_run.limits),)
-
-    def _fail(self, job: Job, error: str, delivery: JobMessage) -> Sequence[Outgoing]:
-        """Fail the job; its dead letter is the message that ran it, under its id, and
-        names the failure (the job's finished_at) so that a redrive can tell it from
-        the letters of earlier failures."""
-        now = self._clock.now()
-        job.fail(error, now)
-        return (
-            DeadLetterMessage(
-                message=replace(JobMessage.of(job), message_id=delivery.message_id),
-                reason=job.last_error or error,
-                source_queue=job.queue,
-                dead_letter_queue=self._config.dead_letter_queue,
-                at=now,
-                job_failed_at=job.finished_at,
-            ),
+        """Apply an attempt's failure to the job (``jobrail.jobs.outcomes.conclude``);
+        return the messages to send."""
+        cancel_requested = verdict.runs_again and await self._hold_store(
+            lambda: self._store.cancel_requested(job.id)
         )
+        return conclude(
+            job,
+            verdict,
+            now=self._clock.now(),
+            policy=self._retry.for_type(job_run.retry_base_s, job_run.retry_cap_s),
+            cancel_requested=cancel_requested,
+            limits=job_run.limits,
+            delivery=delivery,
+            dead_letter_queue=self._config.dead_letter_queue,
+        )
+
+    def _failed(self, job: Job, error: str, delivery: JobMessage) -> Outgoing:
+        return failed(job, error, delivery, self._config.dead_letter_queue, self._clock.now())
 
     async def _not_claimed(self, delivery: JobMessage, current: Job | None, now: datetime) -> None:
-        route = unclaimed(delivery, current, now)
-        if isinstance(route, Refuse):
-            log.warning("message %s dead-lettered: %s", delivery.message_id, route.reason)
-            await self._refuse(delivery, route.reason, now)
-        elif isinstance(route, Done):
-            assert current is not None
-            log.info(
-                "job %s is already %s; message %s acknowledged without running",
-                current.id,
-                current.status.value,
-                delivery.message_id,
-            )
-        else:
-            log.debug("job %s not claimable now; deferred to %s", delivery.job_id, route.at)
-            await self._hold_broker(delivery.again(not_before=route.at))
-
-    async def _refuse(self, delivery: JobMessage, reason: str, now: datetime) -> None:
-        """Dead-letter a message the runner will not run, with the reason."""
-        await self._hold_broker(
-            DeadLetterMessage(
-                message=replace(delivery.again(), message_id=delivery.message_id),
-                reason=reason,
-                source_queue=delivery.queue,
-                dead_letter_queue=self._config.dead_letter_queue,
-                at=now,
-            )
-        )
+        message = sent_on(delivery, current, now, self._config.dead_letter_queue)
+        if message is not None:
+            await self._hold_broker(message)
 
     async def _hold_store(self, operation: Callable[[], Awaitable[T]]) -> T:
         return await hold(
@@ -493,9 +344,3 @@ class JobRunner:
             "broker",
             self._config.store_retry_max,
         )
-
-
-def _again(job: Job, run_after: datetime, limits: JobLimits) -> JobMessage:
-    """The job's message for its next attempt."""
-    keys = limits.keys({**job.payload, "tenant_id": job.tenant_id}) if limits else None
-    return JobMessage.of(job, limit_keys=keys, not_before=run_after)
