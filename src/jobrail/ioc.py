@@ -33,7 +33,7 @@ from jobrail.jobs.ports import (
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.runner import JobRunner, RunnerConfig
-from jobrail.jobs.transactional import AfterCommit, IntakeUnitOfWork
+from jobrail.jobs.transactional import AfterCommit, DetachedDispatch, IntakeUnitOfWork
 from jobrail.jobs.use_cases import (
     CancelJob,
     EnqueueJob,
@@ -168,8 +168,15 @@ class PlatformProvider(Provider):
         return SqlaJobIntake(sessionmaker)
 
     @provide(scope=Scope.APP)
-    def after_commit(self, dispatcher: OutboxDispatcher, metrics: Metrics) -> AfterCommit:
-        return AfterCommit(dispatcher, metrics.jobs)
+    async def after_commit(
+        self, dispatcher: OutboxDispatcher, metrics: Metrics
+    ) -> AsyncIterator[AfterCommit]:
+        """What follows every commit that enqueued: the fast path, detached (a 202 does
+        not wait for the broker's confirms), and the count. Closing waits for the
+        publishes under way, before the broker they use closes."""
+        detached = DetachedDispatch(dispatcher)
+        yield AfterCommit(detached, metrics.jobs)
+        await detached.drain()
 
     @provide(scope=Scope.APP)
     def metrics(

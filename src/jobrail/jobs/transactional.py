@@ -2,6 +2,7 @@
 
 - ``AfterCommit`` is the one place where what a committed transaction enqueued
   leaves: its messages go to the outbox's fast path, its new jobs are counted.
+  ``DetachedDispatch`` lets the committer go on while they are published.
 - ``RecordingIntake`` and ``TransactionIntake`` note what a unit of work enqueued,
   for its commit.
 - ``IntakeUnitOfWork`` is the unit of work of one statement that ``EnqueueJob`` uses
@@ -12,6 +13,7 @@
   transaction.
 """
 
+import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Self
@@ -54,6 +56,41 @@ class AfterCommit:
                 self._counter.enqueued(job_type)
         if messages:
             await self._dispatcher.dispatch(messages)
+
+
+class DetachedDispatch:
+    """The fast path without the committer waiting for it: `dispatch` starts publishing
+    and returns. Once a transaction has committed, its jobs are durable and its outbox
+    rows will be published (by this fast path, or by the relay if it fails or the
+    process dies), so a route's 202 need not wait for the broker's confirms.
+
+    At most `max_in_flight` dispatches run detached; past that (the broker is slow or
+    stalled) a dispatch waits for its publishes, which slows the committers down as an
+    undetached fast path would. `drain` waits for the dispatches under way: the process
+    calls it before it closes the broker."""
+
+    def __init__(self, inner: OutboxDispatcher, max_in_flight: int = 1024) -> None:
+        self._inner = inner
+        self._max_in_flight = max_in_flight
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        if len(self._tasks) >= self._max_in_flight:
+            await self._inner.dispatch(messages)
+            return
+        task = asyncio.get_running_loop().create_task(self._inner.dispatch(messages))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 class RecordingIntake:

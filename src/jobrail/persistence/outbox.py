@@ -132,7 +132,9 @@ class OutboxPublisher:
     async def dispatch_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         if not envelopes:
             return
-        if not trace.get_current_span().is_recording():
+        # The enqueue's span may have ended (the committer does not wait for this): its
+        # trace's sampling decision, not the span's recording, says whether to record.
+        if not trace.get_current_span().get_span_context().trace_flags.sampled:
             await self._batches.submit(envelopes)  # an unsampled trace: no child span either
             return
         with _tracer.start_as_current_span(

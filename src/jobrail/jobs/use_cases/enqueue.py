@@ -46,7 +46,8 @@ class EnqueueJob:
         self._default_max_attempts = default_max_attempts
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
-        # The span covers the commit too: the fast-path publish is its child.
+        # The span covers the commit too: the fast-path publish is its child (which may
+        # end after it: the commit does not wait for the broker).
         with _enqueue_span(cmd) as span:
             async with self._units() as uow:
                 result = await self._record(uow, cmd, span)

@@ -1,0 +1,85 @@
+"""After a commit, the messages leave without the committer waiting for the broker:
+`DetachedDispatch` starts the fast path and returns; it waits only past its bound (the
+broker is slow or stalled) and when the process stops (`drain`)."""
+
+import asyncio
+from collections.abc import Sequence
+
+from jobrail.jobs.messages import JobMessage, Outgoing
+from jobrail.jobs.transactional import DetachedDispatch
+from tests.fakes import make_job
+
+
+class GatedDispatcher:
+    """A fast path whose publishes complete only when the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.started: list[Sequence[Outgoing]] = []
+        self.done: list[Sequence[Outgoing]] = []
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        self.started.append(messages)
+        await self.gate.wait()
+        self.done.append(messages)
+
+
+def _messages() -> list[Outgoing]:
+    return [JobMessage.of(make_job())]
+
+
+async def test_the_committer_does_not_wait_for_the_broker() -> None:
+    inner = GatedDispatcher()
+    detached = DetachedDispatch(inner, max_in_flight=8)
+
+    await asyncio.wait_for(detached.dispatch(_messages()), timeout=5)
+    await asyncio.sleep(0)
+
+    assert len(inner.started) == 1
+    assert inner.done == []
+    assert detached.in_flight == 1
+    inner.gate.set()
+    await detached.drain()
+    assert len(inner.done) == 1
+    assert detached.in_flight == 0
+
+
+async def test_past_its_bound_a_dispatch_waits_for_the_broker() -> None:
+    inner = GatedDispatcher()
+    detached = DetachedDispatch(inner, max_in_flight=2)
+    for _ in range(2):
+        await detached.dispatch(_messages())
+
+    third = asyncio.ensure_future(detached.dispatch(_messages()))
+    await asyncio.sleep(0.01)
+
+    assert not third.done()  # backpressure: it waits as an undetached dispatch would
+    inner.gate.set()
+    await asyncio.wait_for(third, timeout=5)
+    await detached.drain()
+    assert len(inner.done) == 3
+
+
+async def test_drain_waits_for_every_dispatch_under_way() -> None:
+    inner = GatedDispatcher()
+    detached = DetachedDispatch(inner, max_in_flight=8)
+    for _ in range(3):
+        await detached.dispatch(_messages())
+
+    drained = asyncio.ensure_future(detached.drain())
+    await asyncio.sleep(0.01)
+    assert not drained.done()
+
+    inner.gate.set()
+    await asyncio.wait_for(drained, timeout=5)
+    assert len(inner.done) == 3
+
+
+async def test_nothing_to_send_starts_nothing() -> None:
+    inner = GatedDispatcher()
+    detached = DetachedDispatch(inner, max_in_flight=8)
+
+    await detached.dispatch([])
+
+    assert detached.in_flight == 0
+    assert inner.started == []
