@@ -98,20 +98,25 @@ async def run(count: int = 300) -> dict[str, Any]:
         # Then as the counted jobs go, one at a time, so that the worker's pools have
         # grown to what that takes (a new connection's type and settings queries are
         # a dozen statements, not a cost of the jobs).
-        for n in range(WARM_UP + 1, WARM_UP + WARM_UP_ONE_BY_ONE + 1):
-            await enqueue_one(-n)
-        warm_up = WARM_UP + WARM_UP_ONE_BY_ONE
         await wait_until(
-            lambda: _equals(finished(), warm_up), 60, "the warm-up jobs", interval=0.05
+            lambda: _equals(finished(), WARM_UP), 60, "the warm-up jobs", interval=0.05
         )
-        await asyncio.sleep(0.2)  # the warm-up's marks and acks go out before counting
+
+        async def one_job(n: int, before: int) -> None:
+            """Enqueue a job and wait until it has run: no job shares a call with
+            another, on either side (the enqueue does not wait for its publish, so
+            enqueues back to back would reach the worker together and be batched)."""
+            await enqueue_one(n)
+            await wait_until(lambda: _equals(finished(), before + 1), 30, "the job", interval=0.002)
+
+        for n in range(WARM_UP + 1, WARM_UP + WARM_UP_ONE_BY_ONE + 1):
+            await one_job(-n, n - 1)
+        warm_up = WARM_UP + WARM_UP_ONE_BY_ONE
+        await asyncio.sleep(0.3)  # the warm-up's marks and acks go out before counting
         for counter in (enqueue_pg, enqueue_amqp, worker_pg, worker_amqp, redis):
             counter.counter.counts.clear()
-        for n in range(count):  # one at a time: the cost of one enqueue, not a batch
-            await enqueue_one(n)
-        await wait_until(
-            lambda: _equals(finished(), count + warm_up), 120, "the jobs", interval=0.1
-        )
+        for n in range(count):  # one at a time: the cost of one job, not of a batch
+            await one_job(n, warm_up + n)
         await asyncio.sleep(0.5)
         await runtime.broker.shutdown()
         await runtime.container.close()

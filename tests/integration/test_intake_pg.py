@@ -124,6 +124,31 @@ async def test_marks_ride_along_with_the_next_enqueue_statement(
     await marks.close()
 
 
+async def test_a_mark_waits_its_own_delay_after_an_earlier_one_was_carried(
+    intake: CountingIntake,
+) -> None:
+    # The first mark is carried by an enqueue; a second one made later still waits its
+    # whole delay for the next enqueue, rather than going alone when the first one's
+    # wait would have ended.
+    marks = CountingMarks(intake._pool, delay_s=1.0)
+    with_marks = CountingIntake(intake._pool, marks=marks)
+    await _add(with_marks, make_job())
+    await _add(with_marks, make_job())
+    first, second = await intake._pool.fetchval("SELECT array_agg(id ORDER BY id) FROM outbox")
+
+    await marks.mark_published([first], START)
+    await _add(with_marks, make_job())  # carries the first mark
+    await asyncio.sleep(0.6)
+    await marks.mark_published([second], START)
+    await asyncio.sleep(0.6)  # past the first mark's delay, within the second's
+    await _add(with_marks, make_job())  # carries the second mark
+
+    published = "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL"
+    assert await intake._pool.fetchval(published) == 2
+    assert marks.statements == 0
+    await marks.close()
+
+
 async def test_marks_with_no_enqueue_to_ride_along_go_on_their_own(
     intake: CountingIntake,
 ) -> None:

@@ -610,7 +610,12 @@ class PgOutboxMarks(_Pg):
             self._timer = asyncio.get_running_loop().call_later(self._delay_s, self._flush_soon)
 
     def take(self) -> list[tuple[Any, datetime]]:
-        """The marks waiting, for a statement that carries them."""
+        """The marks waiting, for a statement that carries them. Nothing waits any more:
+        the next mark's wait starts afresh (a timer left running would send the marks
+        made just before it fires on their own, however soon a statement came)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         pending, self._pending = self._pending, []
         return pending
 
