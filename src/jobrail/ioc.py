@@ -352,6 +352,7 @@ class PlatformProvider(Provider):
         catalog: JobCatalog,
         settings: Settings,
         metrics: Metrics,
+        after_commit: AfterCommit,
     ) -> UnitOfWorkFactory:
         return UnitOfWorkFactory(
             sessionmaker,
@@ -361,6 +362,7 @@ class PlatformProvider(Provider):
             catalog,
             settings.retry.max_attempts,
             enqueued=metrics.jobs,
+            after_commit=after_commit,
         )
 
     @provide(scope=Scope.REQUEST)

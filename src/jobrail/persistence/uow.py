@@ -100,12 +100,15 @@ class UnitOfWorkFactory:
         job_types: JobCatalog,
         default_max_attempts: int,
         enqueued: EnqueueCounter | None = None,
+        after_commit: AfterCommit | None = None,
     ) -> None:
+        """`after_commit`: the process's one AfterCommit (the composition root's), else
+        one over `dispatcher` and `enqueued`."""
         enqueue = EnqueueJob(lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts)
         self.workflows = Workflows(job_types, clock, default_max_attempts)
         self._args = (
             sessionmaker,
-            AfterCommit(dispatcher, enqueued),
+            after_commit or AfterCommit(dispatcher, enqueued),
             clock,
             event_catalog,
             enqueue,
