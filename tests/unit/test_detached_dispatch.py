@@ -5,6 +5,8 @@ broker is slow or stalled) and when the process stops (`drain`)."""
 import asyncio
 from collections.abc import Sequence
 
+import pytest
+
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.transactional import DetachedDispatch
 from tests.fakes import make_job
@@ -83,3 +85,22 @@ async def test_nothing_to_send_starts_nothing() -> None:
 
     assert detached.in_flight == 0
     assert inner.started == []
+
+
+class BrokenDispatcher:
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        raise RuntimeError("a bug")
+
+
+async def test_a_dispatch_that_fails_after_the_committer_left_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    detached = DetachedDispatch(BrokenDispatcher(), max_in_flight=8)
+
+    await detached.dispatch(_messages())
+    await detached.drain()
+
+    assert detached.in_flight == 0
+    (record,) = [r for r in caplog.records if r.name == "jobrail.outbox"]
+    assert record.levelname == "ERROR"
+    assert "the relay will publish its rows" in record.getMessage()

@@ -14,6 +14,7 @@
 """
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Self
@@ -40,6 +41,8 @@ from jobrail.jobs.use_cases.flows import (
 )
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
+
+log = logging.getLogger("jobrail.outbox")
 
 
 class AfterCommit:
@@ -86,7 +89,14 @@ class DetachedDispatch:
             return
         task = asyncio.get_running_loop().create_task(self._inner.dispatch(messages))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        # A dispatcher never raises (OutboxDispatcher); should one, nobody awaits this
+        # task to hear it, so it is said here. Its rows are committed: the relay sends them.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("the fast path failed; the relay will publish its rows", exc_info=exc)
 
     async def drain(self) -> None:
         while self._tasks:
