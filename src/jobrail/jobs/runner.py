@@ -122,7 +122,13 @@ class JobRunner:
                 if hold_until is None:
                     lease, _ = self._config.lease_of(job_run.timeout)
                     hold_until = self._clock.now() + HOLD_LEASES * lease
-                still_leased = await self._wait_out_lease(leased, hold_until)
+                still_leased = await wait_out_lease(
+                    leased,
+                    hold_until,
+                    lambda: self._hold_store(lambda: self._store.get(delivery.job_id)),
+                    self._clock,
+                    self._sleep,
+                )
                 if still_leased is not None:
                     await self._not_claimed(delivery, still_leased, self._clock.now())
                     return
@@ -191,7 +197,10 @@ class JobRunner:
                 # Claimed only to fail it, as an attempt that ran out of attempts is.
                 log.warning("job %s failed without running: %s", job.id, give_up.reason)
                 self._observer.claimed(job)
-                letter = (self._failed(job, give_up.reason, delivery),)
+                now = self._clock.now()
+                letter = (
+                    failed(job, give_up.reason, delivery, self._config.dead_letter_queue, now),
+                )
                 if await self._hold_store(lambda: self._store.record(job, token, letter)):
                     self._observer.recorded(job, token.started_at)
                     await self._dispatcher.dispatch(letter)
@@ -242,15 +251,6 @@ class JobRunner:
         job.throttled(given.reason, given.run_after, given.now)
         if await self._hold_store(lambda: self._store.record(job, token, (given.message,))):
             await self._dispatcher.dispatch((given.message,))
-
-    async def _wait_out_lease(self, leased: Job, until: datetime) -> Job | None:
-        return await wait_out_lease(
-            leased,
-            until,
-            lambda: self._hold_store(lambda: self._store.get(leased.id)),
-            self._clock,
-            self._sleep,
-        )
 
     async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
@@ -323,9 +323,6 @@ class JobRunner:
             delivery=delivery,
             dead_letter_queue=self._config.dead_letter_queue,
         )
-
-    def _failed(self, job: Job, error: str, delivery: JobMessage) -> Outgoing:
-        return failed(job, error, delivery, self._config.dead_letter_queue, self._clock.now())
 
     async def _not_claimed(self, delivery: JobMessage, current: Job | None, now: datetime) -> None:
         message = sent_on(delivery, current, now, self._config.dead_letter_queue)
