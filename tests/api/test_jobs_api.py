@@ -1,9 +1,13 @@
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+from dishka.integrations.fastapi import DishkaRoute
+from fastapi import APIRouter, FastAPI
 
-from jobrail.api.app import create_app
+from jobrail.api.app import add_routes, create_app
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
@@ -144,6 +148,39 @@ async def test_the_openapi_schema_describes_every_route(api: ApiClient) -> None:
     job = paths["/jobs/{job_id}"]["get"]["responses"]
     assert job["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/JobOut")
     assert job["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+async def test_the_routes_are_the_app_s_own_and_keep_what_their_router_gave_them(
+    api: ApiClient,
+) -> None:
+    """The app adds its routers' routes as they are (jobrail.api.app.add_routes), so a
+    request is matched once; each route still has its router's prefix, tags, route
+    class and responses, and the order the app gave them."""
+    routes = api.app.routes
+    paths = [getattr(route, "path", None) for route in routes]
+    echo = routes[paths.index("/demo/echo")]
+    assert isinstance(echo, DishkaRoute)  # its router's route class
+    assert echo.tags == ["demo"]
+    assert "404" in {str(code) for code in echo.responses}
+    assert paths.index("/jobs") < paths.index("/demo/echo") < paths.index("/ops")
+    response = await api.post("/demo/echo", json={"message": "matched"})
+    assert response.status_code == 202
+
+
+async def test_a_router_with_a_lifespan_of_its_own_is_included_so_that_it_runs() -> None:
+    started: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(_: object) -> AsyncIterator[None]:
+        started.append("router")
+        yield
+
+    router = APIRouter(lifespan=lifespan)
+    router.add_api_route("/ping", lambda: {"ok": True})
+    app = FastAPI()
+    add_routes(app, router)
+    async with app.router.lifespan_context(app):
+        assert started == ["router"]
 
 
 async def test_unfinished_jobs_resume_after_an_embedded_restart(tmp_path: Path) -> None:
