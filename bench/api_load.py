@@ -1,5 +1,5 @@
-"""The API under load: POST /demo/echo beside GET /health (same server), then the two
-plain FastAPI + Taskiq peers (bench/peer_app.py), in the same run.
+"""The API under load: POST /demo/echo and GET /health on `jobrail api`, and the two
+plain FastAPI + Taskiq peers (bench/peer_app.py), in alternating rounds of one run.
 
 The load generator is a lean keep-alive HTTP/1.1 client (raw asyncio streams), so
 that it measures the server rather than itself.
@@ -154,22 +154,9 @@ def echo_request(key: str) -> bytes:
     return _request("POST", "/demo/echo", ECHO_BODY, key)
 
 
-async def _jobrail(
-    stack: Stack, concurrency: int, seconds: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """`POST /demo/echo`, then `GET /health`, on `jobrail api` (its own httptools protocol)."""
-    async with jobrail_api(stack) as (server, port, key):
-        pid = server.popen.pid
-        enqueue = await load(port, echo_request(key), concurrency, seconds, pid)
-        health = await load(port, _request("GET", "/health"), concurrency, seconds, pid)
-    return enqueue, health
-
-
-async def _peers(
-    database_url: str, concurrency: int, seconds: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """The plain FastAPI peer (bench/peer_app.py) on `uvicorn bench.peer_app:app`:
-    `POST /insert-kiq`, then `POST /kiq`, loaded exactly like `POST /demo/echo`."""
+@asynccontextmanager
+async def _peer(database_url: str) -> AsyncIterator[tuple[Proc, int]]:
+    """The plain FastAPI peer (bench/peer_app.py) on `uvicorn bench.peer_app:app`."""
     port = _free_port()
     queue = unique("bench.peer.")
     server = spawn(
@@ -193,34 +180,53 @@ async def _peers(
     )
     try:
         await wait_until(lambda: _ready(port, "/health"), 60, "the peer API", interval=0.2)
-        pid = server.popen.pid
-        insert_request = _request("POST", "/insert-kiq", ECHO_BODY)
-        insert_kiq = await load(port, insert_request, concurrency, seconds, pid)
-        kiq = await load(port, _request("POST", "/kiq", ECHO_BODY), concurrency, seconds, pid)
+        yield server, port
     finally:
         server.stop()
         await delete_queues([queue, f"{queue}.dlq"], [f"{queue}.exchange"])
-    return insert_kiq, kiq
 
 
-async def run(concurrency: int = 32, seconds: float = 8.0) -> dict[str, Any]:
-    """jobrail's API and its two peers, back to back in one run, each on its own
-    uvicorn process, under the same load."""
+MEASURES = ("enqueue", "peer_insert_kiq", "peer_kiq", "health")
+
+
+async def run(concurrency: int = 32, seconds: float = 4.0, rounds: int = 3) -> dict[str, Any]:
+    """jobrail's API (`jobrail api`, its own httptools protocol) and the two peers, each
+    on its own process and loaded alike, in `rounds` alternating rounds: `POST
+    /demo/echo`, the peer's `POST /insert-kiq` and `POST /kiq`, then jobrail's `GET
+    /health`, `seconds` each. The servers run side by side and each measure is taken
+    right after the others of its round, so a machine that speeds up or slows down
+    (other work on it, its clock) moves them together; each figure is the median over
+    the rounds, and each ratio (bench.run) the median of the rounds' ratios."""
     url = await create_database()
     stack = Stack(database_url=url, prefix=unique("bench."))
     try:
-        enqueue, health = await _jobrail(stack, concurrency, seconds)
-        insert_kiq, kiq = await _peers(url, concurrency, seconds)
+        async with jobrail_api(stack) as (server, port, key), _peer(url) as (peer, peer_port):
+            requests = {
+                "enqueue": (port, echo_request(key), server.popen.pid),
+                "peer_insert_kiq": (
+                    peer_port,
+                    _request("POST", "/insert-kiq", ECHO_BODY),
+                    peer.popen.pid,
+                ),
+                "peer_kiq": (peer_port, _request("POST", "/kiq", ECHO_BODY), peer.popen.pid),
+                "health": (port, _request("GET", "/health"), server.popen.pid),
+            }
+            measured: list[dict[str, dict[str, float]]] = []
+            for _ in range(rounds):
+                measured.append({})
+                for name in MEASURES:
+                    target, request, pid = requests[name]
+                    measured[-1][name] = await load(target, request, concurrency, seconds, pid)
     finally:
         await cleanup(stack)
         await drop_database(url)
-    return {
-        "concurrency": concurrency,
-        "enqueue": enqueue,
-        "health": health,
-        "peer_insert_kiq": insert_kiq,
-        "peer_kiq": kiq,
-    }
+    result: dict[str, Any] = {"concurrency": concurrency, "rounds": measured}
+    for name in MEASURES:
+        result[name] = {
+            figure: statistics.median(r[name][figure] for r in measured)
+            for figure in measured[0][name]
+        }
+    return result
 
 
 if __name__ == "__main__":
