@@ -121,6 +121,11 @@ class RabbitSettings(BaseModel):
     with 32 its batches were smaller and it ran far fewer jobs per second (figures in
     bench/README.md)."""
     connect_timeout_s: PositiveFloat = 5.0
+    reconnect_interval_s: PositiveFloat = 1.0
+    """How long a lost connection waits between reconnection attempts (aio-pika's robust
+    connection; its own default is 5 s). After RabbitMQ restarts, the relay, the
+    consumers and the API's fast path are back within about this long; each failed
+    attempt is one connect and no log record above DEBUG (jobrail.messaging.reconnects)."""
     publish_timeout_s: PositiveFloat = 5.0
     quorum_queues: bool = True
 

@@ -105,6 +105,44 @@ async def test_publishing_while_disconnected_fails_fast(stack_settings: Settings
     await asyncio.sleep(0)
 
 
+async def test_a_lost_connection_is_back_within_the_reconnect_interval(
+    stack_settings: Settings,
+) -> None:
+    """RabbitMQ away for a second: the broker publishes again about one reconnect
+    interval after it is back (aio-pika's own 5 s would leave it waiting up to 5 s)."""
+    async with TcpProxy(5672) as proxy:
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
+        settings = stack_settings.rabbit.model_copy(
+            update={
+                "url": stack_settings.rabbit.url.__class__(url),
+                "publish_timeout_s": 0.5,
+                "reconnect_interval_s": 0.2,
+            }
+        )
+        broker = AmqpJobBroker(settings)
+        await broker.startup()
+        try:
+            await broker.publish(Envelope(queue="jobs.io", body=b"before"))
+            await proxy.take_down()
+            await asyncio.sleep(1.0)  # several attempts fail meanwhile
+            await proxy.accept()
+            back = time.monotonic()
+
+            async def published() -> bool:
+                try:
+                    await broker.publish(Envelope(queue="jobs.io", body=b"after"))
+                except BrokerUnavailableError:
+                    return False
+                return True
+
+            await wait_for(published, timeout=30, interval=0.05, what="a publish")
+            waited = time.monotonic() - back
+        finally:
+            await broker.shutdown()
+    print(f"published again {waited:.2f}s after RabbitMQ was back")
+    assert waited < 3.0
+
+
 async def test_a_publish_rabbitmq_never_confirms_fails_at_its_deadline(
     stack_settings: Settings,
 ) -> None:

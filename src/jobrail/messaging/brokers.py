@@ -158,13 +158,16 @@ class AmqpJobBroker(AioPikaBroker):
     async def _connect(self) -> None:
         url = self._settings.url.get_secret_value()
         timeout = self._settings.connect_timeout_s
-        write = await aio_pika.connect_robust(url, timeout=timeout)
+        interval = self._settings.reconnect_interval_s
+        write = await aio_pika.connect_robust(url, timeout=timeout, reconnect_interval=interval)
         read = None
         try:
             write_channel = await write.channel()
             read_channel = None
             if self.is_worker_process:
-                read = await aio_pika.connect_robust(url, timeout=timeout)
+                read = await aio_pika.connect_robust(
+                    url, timeout=timeout, reconnect_interval=interval
+                )
                 read_channel = await read.channel()
             internals.attach_connections(
                 self, write=write, write_channel=write_channel, read=read, read_channel=read_channel
