@@ -223,9 +223,12 @@ async def run(concurrency: int = 32, seconds: float = 4.0, rounds: int = 3) -> d
     result: dict[str, Any] = {"concurrency": concurrency, "rounds": measured}
     for name in MEASURES:
         result[name] = {
-            figure: statistics.median(r[name][figure] for r in measured)
+            figure: round(statistics.median(r[name][figure] for r in measured), 3)
             for figure in measured[0][name]
         }
+        result[name]["rps"] = round(result[name]["rps"])
+        result[name]["p50_ms"] = round(result[name]["p50_ms"], 2)
+        result[name]["p99_ms"] = round(result[name]["p99_ms"], 2)
     return result
 
 
