@@ -527,7 +527,9 @@ class SchedulerSettings(BaseModel):
         '{"prune-jobs": {"cron": "0 4 * * *"}, "dlq-report": {"enabled": false}}.',
     )
     prune_after_days: PositiveInt = Field(
-        default=30, description="prune-jobs deletes finished jobs older than this."
+        default=30,
+        description="prune-jobs deletes finished jobs older than this, then the batches "
+        "and chains that finished as long ago and have no job left.",
     )
     outbox_keep_days: PositiveInt = Field(
         default=7,

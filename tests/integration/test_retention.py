@@ -18,6 +18,7 @@ from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import TenantId
 from jobrail.maintenance.persistence import (
+    SqlaFinishedFlows,
     SqlaFinishedJobs,
     SqlaProcessedInbox,
     SqlaPublishedOutbox,
@@ -25,7 +26,7 @@ from jobrail.maintenance.persistence import (
 from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
 from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.inbox import SqlaInbox
-from jobrail.persistence.tables import inbox, jobs, outbox
+from jobrail.persistence.tables import flows, inbox, jobs, outbox
 from jobrail.persistence.uow import UnitOfWorkFactory
 from tests.contexts.fakes import FakeEmailSender
 from tests.fakes import START, FakeDispatcher, FixedClock
@@ -36,7 +37,7 @@ DAY = timedelta(days=1)
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine: AsyncEngine = await store_engine(request, tmp_path, "jobs, outbox, inbox")
+    engine: AsyncEngine = await store_engine(request, tmp_path, "jobs, outbox, inbox, flows")
     yield engine
     await engine.dispose()
 
@@ -133,6 +134,62 @@ async def test_prune_jobs_still_deletes_only_finished_jobs_past_their_time(
 
     assert pruned.deleted == 2
     assert left == {rows[2]["id"], rows[3]["id"]}
+
+
+async def test_prune_jobs_deletes_finished_flows_once_none_of_their_jobs_is_left(
+    engine: AsyncEngine,
+) -> None:
+    def flow_row(finished_days_ago: float | None, created_days_ago: float = 60) -> dict:
+        created = START - created_days_ago * DAY
+        finished = None if finished_days_ago is None else START - finished_days_ago * DAY
+        return {
+            "id": uuid.uuid4(),
+            "tenant_id": "acme",
+            "kind": "batch",
+            "status": "running" if finished is None else "succeeded",
+            "total": 1,
+            "succeeded": 0 if finished is None else 1,
+            "callbacks": {},
+            "created_at": created,
+            "updated_at": finished or created,
+            "finished_at": finished,
+        }
+
+    gone, still_has_a_job, recent, running = (
+        flow_row(40),
+        flow_row(40),
+        flow_row(2),
+        flow_row(None),
+    )
+    # A job of the flow that is still there (a callback that finished later, say).
+    member = {
+        "id": uuid.uuid4(),
+        "tenant_id": "acme",
+        "type": "demo.echo",
+        "queue": "jobs.default",
+        "status": JobStatus.SUCCEEDED.value,
+        "payload": {},
+        "attempts": 1,
+        "max_attempts": 3,
+        "trace_context": {},
+        "created_at": START - 3 * DAY,
+        "updated_at": START - 3 * DAY,
+        "finished_at": START - 3 * DAY,
+        "flow_id": still_has_a_job["id"],
+    }
+    async with engine.begin() as conn:
+        await conn.execute(insert(flows), [gone, still_has_a_job, recent, running])
+        await conn.execute(insert(jobs), [member])
+
+    prune = PruneFinishedJobs(
+        SqlaFinishedJobs(engine), FixedClock(START), 30 * DAY, flows=SqlaFinishedFlows(engine)
+    )
+    pruned = await prune()
+    async with engine.connect() as conn:
+        left = set((await conn.execute(select(flows.c.id))).scalars())
+
+    assert pruned.flows_deleted == 1
+    assert left == {still_has_a_job["id"], recent["id"], running["id"]}
 
 
 async def test_a_receipt_event_taken_again_renews_its_inbox_row(engine: AsyncEngine) -> None:

@@ -6,6 +6,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.jobs.ports import OpsReadModel
 from jobrail.kernel.clock import Clock
 from jobrail.maintenance.persistence import (
+    SqlaFinishedFlows,
     SqlaFinishedJobs,
     SqlaProcessedInbox,
     SqlaPublishedOutbox,
@@ -27,7 +28,8 @@ class MaintenanceProvider(Provider):
     @provide
     def prune(self, engine: AsyncEngine, clock: Clock, settings: Settings) -> PruneFinishedJobs:
         keep = timedelta(days=settings.scheduler.prune_after_days)
-        return PruneFinishedJobs(SqlaFinishedJobs(engine), clock, keep)
+        flows = SqlaFinishedFlows(engine)
+        return PruneFinishedJobs(SqlaFinishedJobs(engine), clock, keep, flows=flows)
 
     @provide
     def prune_messages(

@@ -22,9 +22,14 @@ class NoPayload(BaseModel):
 async def prune_jobs(
     payload: NoPayload, ctx: JobContext, prune: FromDishka[PruneFinishedJobs]
 ) -> dict[str, object]:
-    """Delete finished jobs older than JOBRAIL_SCHEDULER__PRUNE_AFTER_DAYS."""
+    """Delete finished jobs older than JOBRAIL_SCHEDULER__PRUNE_AFTER_DAYS, then the
+    batches and chains that finished as long ago and have no job left."""
     pruned = await prune()
-    return {"deleted": pruned.deleted, "finished_before": pruned.finished_before.isoformat()}
+    return {
+        "deleted": pruned.deleted,
+        "flows_deleted": pruned.flows_deleted,
+        "finished_before": pruned.finished_before.isoformat(),
+    }
 
 
 @job("maintenance.prune_messages", payload=NoPayload, timeout_s=600, max_attempts=3)

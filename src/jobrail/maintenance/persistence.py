@@ -1,4 +1,5 @@
-"""Housekeeping's SQL: platform-wide statements over the jobs, outbox and inbox tables.
+"""Housekeeping's SQL: platform-wide statements over the jobs, flows, outbox and inbox
+tables.
 (The outbox lag check reads the operators' read model, jobrail.persistence.ops.)
 
 Each delete takes one batch of ids and deletes them in one short transaction; rows
@@ -7,12 +8,12 @@ another transaction holds are skipped (SKIP LOCKED, on Postgres) and go next tim
 
 from datetime import datetime
 
-from sqlalchemy import Delete, Select, delete, select, tuple_
+from sqlalchemy import Delete, Select, delete, exists, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import TERMINAL_STATUSES
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import inbox, jobs, outbox
+from jobrail.persistence.tables import flows, inbox, jobs, outbox
 
 
 class SqlaFinishedJobs:
@@ -37,6 +38,25 @@ class SqlaFinishedJobs:
                     delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
                 )
         return int(result.rowcount)
+
+
+class SqlaFinishedFlows:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def delete_finished_before(self, cutoff: datetime, limit: int) -> int:
+        # A flow's row is what its jobs' pages and GET /batches/{id} read: it stays while
+        # any of its jobs does (a callback that finished after it, say).
+        batch = (
+            select(flows.c.id)
+            .where(
+                flows.c.finished_at < cutoff,
+                ~exists().where(jobs.c.flow_id == flows.c.id),
+            )
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return await _delete(self._engine, delete(flows).where(flows.c.id.in_(batch)))
 
 
 class SqlaPublishedOutbox:

@@ -12,6 +12,14 @@ class FinishedJobs(Protocol):
         ...
 
 
+class FinishedFlows(Protocol):
+    async def delete_finished_before(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` batches and chains that finished before `cutoff` and
+        have no job left (their members and callbacks pruned already), in one short
+        transaction; return how many went."""
+        ...
+
+
 class PublishedOutbox(Protocol):
     async def delete_published_before(self, cutoff: datetime, limit: int) -> int:
         """Delete up to `limit` outbox rows published before `cutoff` (never one still

@@ -11,6 +11,7 @@ from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import TransientError
 from jobrail.maintenance.ports import (
+    FinishedFlows,
     FinishedJobs,
     OutboxBacklog,
     PastEvents,
@@ -26,20 +27,29 @@ log = logging.getLogger("jobrail.maintenance")
 class Pruned:
     deleted: int
     finished_before: datetime
+    flows_deleted: int = 0
 
 
 class PruneFinishedJobs:
-    """Delete the jobs that finished (succeeded, failed, cancelled) more than `keep` ago.
+    """Delete the jobs that finished (succeeded, failed, cancelled) more than `keep` ago,
+    then the batches and chains (`flows`) that finished as long ago and have no job left.
 
-    - Unfinished jobs stay, however old.
+    - Unfinished jobs stay, however old; so do running flows, and a finished flow while
+      any of its jobs is still kept (it goes on a later run).
     - Deletes in batches of `batch`, each its own short transaction, so a large backlog
       never holds many row locks for long; stops at the first short batch.
     """
 
     def __init__(
-        self, jobs: FinishedJobs, clock: Clock, keep: timedelta, batch: int = 1000
+        self,
+        jobs: FinishedJobs,
+        clock: Clock,
+        keep: timedelta,
+        batch: int = 1000,
+        flows: FinishedFlows | None = None,
     ) -> None:
         self._jobs = jobs
+        self._flows = flows
         self._clock = clock
         self._keep = keep
         self._batch = batch
@@ -47,8 +57,16 @@ class PruneFinishedJobs:
     async def __call__(self) -> Pruned:
         cutoff = self._clock.now() - self._keep
         deleted = await _in_batches(self._jobs.delete_finished_before, cutoff, self._batch)
-        log.info("pruned %d finished jobs", deleted, extra={"deleted": deleted, "before": cutoff})
-        return Pruned(deleted=deleted, finished_before=cutoff)
+        flows = 0
+        if self._flows is not None:
+            flows = await _in_batches(self._flows.delete_finished_before, cutoff, self._batch)
+        log.info(
+            "pruned %d finished jobs and %d finished batches and chains",
+            deleted,
+            flows,
+            extra={"deleted": deleted, "flows_deleted": flows, "before": cutoff},
+        )
+        return Pruned(deleted=deleted, finished_before=cutoff, flows_deleted=flows)
 
 
 async def _in_batches(
