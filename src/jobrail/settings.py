@@ -260,7 +260,8 @@ class EventsSettings(BaseModel):
 
     poll_interval_ms: PositiveInt = Field(
         default=500,
-        description="How often an open event stream (and the webhook relay) looks for new events.",
+        description="How often the API (one query for all its open event streams) and "
+        "the webhook relay look for new events.",
     )
     max_streams_per_tenant: PositiveInt = Field(
         default=20,

@@ -131,6 +131,19 @@ async def test_a_job_row_a_transaction_rolled_back_has_no_event(engine: AsyncEng
     assert len(await SqlaJobEventLog(engine).read(EventFilter(TenantId(tenant)), 10)) == 1
 
 
+async def test_the_tip_is_the_last_event_that_can_be_read(engine: AsyncEngine) -> None:
+    log = SqlaJobEventLog(engine)
+    assert await log.tip() == START  # the engine's tables start empty
+    for tenant in ("a-tenant", "another"):
+        async with engine.begin() as conn:
+            await conn.execute(insert(jobs).values(_job(tenant)))
+    everything = await log.read(EventFilter(None), 10)
+
+    assert len(everything) == 2
+    assert await log.tip() == everything[-1].cursor
+    assert await log.read(EventFilter(None, await log.tip()), 10) == []
+
+
 async def test_retention_deletes_old_events_and_keeps_recent_ones(engine: AsyncEngine) -> None:
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     for _ in range(5):

@@ -115,6 +115,12 @@ class JobEventLog(Protocol):
         what happens from here on."""
         ...
 
+    async def tip(self) -> EventCursor:
+        """The cursor of the last event that can be read now, of any tenant (START when
+        there is none): reading after a cursor at or past it finds nothing, until the
+        tip moves on. It only ever moves forward."""
+        ...
+
     async def of_job(self, job_id: JobId, limit: int) -> Sequence[JobEvent]:
         """The job's newest `limit` events (the last written), in feed order, for a look
         at its history: every one written, including those the feed holds back yet."""

@@ -10,7 +10,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from jobrail.jobs.domain import JobStatus, Wait
-from jobrail.jobs.feed import EventCursor, EventFilter, JobEvent
+from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.persistence.engine import reading
 from jobrail.persistence.errors import database_errors
@@ -39,6 +39,17 @@ class SqlaJobEventLog:
         with database_errors():
             async with reading(self._engine) as connection:
                 return await self.head_on(connection)
+
+    async def tip(self) -> EventCursor:
+        t = job_events
+        # The (tx, id) index read backwards from the horizon: one row.
+        query = select(t.c.tx, t.c.id).order_by(t.c.tx.desc(), t.c.id.desc()).limit(1)
+        if self._pg:
+            query = query.where(t.c.tx < text(_PG_HORIZON))
+        with database_errors():
+            async with reading(self._engine) as connection:
+                last = (await connection.execute(query)).first()
+        return START if last is None else EventCursor(int(last.tx), int(last.id))
 
     async def of_job(self, job_id: JobId, limit: int) -> list[JobEvent]:
         # The newest by id, served by ix_job_events_job_id without sorting all of a

@@ -15,16 +15,19 @@ MAX_PAGE = 500
 class JobEvents:
     """A page of the feed, or the feed followed as it grows.
 
-    Following polls the log every `poll_interval_s` (one indexed query per open stream;
-    a page at a time while it catches up)."""
+    Following reads a stream's events once the feed's tip (its last readable event, of
+    any tenant) has passed the stream's cursor. One task per process watches the tip,
+    an indexed one-row query every `poll_interval_s` while any stream is open, so open
+    streams cost no query while nothing happens; a page at a time while one catches
+    up."""
 
     def __init__(
         self, log: JobEventLog, *, poll_interval_s: float, max_streams_per_tenant: int = 20
     ) -> None:
         self._log = log
-        self._interval = poll_interval_s
         self._max_streams = max_streams_per_tenant
         self._streams: Counter[str] = Counter()
+        self._tip = _TipWatch(log, poll_interval_s)
 
     @contextlib.contextmanager
     def stream_slot(self, tenant: TenantId) -> Iterator[bool]:
@@ -81,8 +84,10 @@ class JobEvents:
         events again."""
         after = which.after
         scan = dataclasses.replace(which, job_type=None, since=None)
-        idle = 0.0
+        loop = asyncio.get_running_loop()
+        heartbeat_at = loop.time() + heartbeat_s
         while True:
+            readable = self._tip.current  # every event up to it can be read by now
             events = await self._log.read(dataclasses.replace(scan, after=after), MAX_PAGE)
             matched = [e for e in events if _matches(which, e)]
             for event in matched:
@@ -90,15 +95,16 @@ class JobEvents:
             if events:
                 after = events[-1].cursor
             if matched:
-                idle = 0.0
+                heartbeat_at = loop.time() + heartbeat_s
                 if until_ended and matched[-1].ends_job and matched[-1] is events[-1]:
                     return
             if len(events) == MAX_PAGE:
                 continue
-            await asyncio.sleep(self._interval)
-            idle += self._interval
-            if idle >= heartbeat_s:
-                idle = 0.0
+            # Nothing more of this stream's up to the tip seen before the read (other
+            # tenants' events moved it): wait for the tip to pass both.
+            seen = after if readable is None else max(after, readable)
+            while not await self._tip.passed(seen, heartbeat_at - loop.time()):
+                heartbeat_at = loop.time() + heartbeat_s
                 yield after
 
 
@@ -106,3 +112,66 @@ def _matches(which: EventFilter, event: JobEvent) -> bool:
     if which.job_type is not None and event.job_type != which.job_type:
         return False
     return which.since is None or event.at >= which.since
+
+
+class _TipWatch:
+    """The feed's tip, read by one task every `interval` while anyone waits for it to
+    pass a cursor (and stopped when nobody does). A failed read fails the waiters of
+    the moment (their streams end, and their clients resume) and stops the task; the
+    next waiter starts it again."""
+
+    def __init__(self, log: JobEventLog, interval: float) -> None:
+        self._log = log
+        self._interval = interval
+        self._tip: EventCursor | None = None
+        self._waiters = 0
+        self._task: asyncio.Task[None] | None = None
+        self._moved: asyncio.Future[None] | None = None
+
+    @property
+    def current(self) -> EventCursor | None:
+        """The tip as last read (None: not being watched)."""
+        return self._tip
+
+    async def passed(self, cursor: EventCursor, timeout: float) -> bool:
+        """Whether the tip passes `cursor` within `timeout` seconds (False: it has not)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._waiters += 1
+        try:
+            while self._tip is None or self._tip <= cursor:
+                if self._task is None or self._task.done():
+                    self._task = loop.create_task(self._watch())
+                if self._moved is None or self._moved.done():
+                    self._moved = loop.create_future()
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._moved), left)
+            return True
+        finally:
+            self._waiters -= 1
+
+    async def _watch(self) -> None:
+        while self._waiters:
+            try:
+                tip = await self._log.tip()
+            except Exception as exc:  # noqa: BLE001 - handed to the streams waiting now
+                self._tip = None
+                self._wake(exc)
+                return
+            if self._tip is None or tip > self._tip:
+                self._tip = tip
+                self._wake(None)
+            await asyncio.sleep(self._interval)
+        self._tip = None  # nobody follows: it goes stale; the next watch reads it anew
+
+    def _wake(self, error: BaseException | None) -> None:
+        moved, self._moved = self._moved, None
+        if moved is None or moved.done():
+            return
+        if error is None:
+            moved.set_result(None)
+        else:
+            moved.set_exception(error)
