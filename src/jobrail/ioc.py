@@ -398,12 +398,16 @@ class PlatformProvider(Provider):
         return SqlaJobEventLog(engine)
 
     @provide(scope=Scope.APP)
-    def job_events(self, log: SqlaJobEventLog, settings: Settings) -> JobEvents:
-        return JobEvents(
+    async def job_events(
+        self, log: SqlaJobEventLog, settings: Settings
+    ) -> AsyncIterator[JobEvents]:
+        feed = JobEvents(
             log,
             poll_interval_s=settings.events.poll_interval_ms / 1000,
             max_streams_per_tenant=settings.events.max_streams_per_tenant,
         )
+        yield feed
+        await feed.close()  # its watch stops before the engine goes
 
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)

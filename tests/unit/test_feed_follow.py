@@ -3,6 +3,7 @@ watch of the feed's tip serves them all), and each still gets every event of its
 once one is written, and a keep-alive while there is none."""
 
 import asyncio
+import gc
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ class CountingLog:
         self.reads = 0
         self.tips = 0
         self.down = False
+        self.slow_s = 0.0
 
     def write(self, tenant: str, name: str = "enqueued") -> JobEvent:
         event = JobEvent(
@@ -59,6 +61,7 @@ class CountingLog:
     async def tip(self) -> EventCursor:
         self.tips += 1
         if self.down:
+            await asyncio.sleep(self.slow_s)
             raise StoreUnavailableError("the database is away")
         return self.events[-1].cursor if self.events else START
 
@@ -143,3 +146,30 @@ async def test_a_tip_not_read_ends_the_streams_waiting_and_the_next_starts_anew(
     finally:
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
+
+
+async def test_a_failed_watch_whose_streams_all_left_is_no_error_and_close_stops_it() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    log = CountingLog()
+    log.down, log.slow_s = True, 5 * INTERVAL
+    feed = JobEvents(log, poll_interval_s=INTERVAL)
+    stream = asyncio.create_task(_follow(feed, "t0", [], heartbeat_s=60))
+    await _until(lambda: log.tips == 1)  # the watch is reading the tip, slowly
+    stream.cancel()  # its client left
+    await asyncio.gather(stream, return_exceptions=True)
+    del stream  # and its request is gone
+    await asyncio.sleep(10 * INTERVAL)  # the read fails, with nobody waiting
+    gc.collect()
+    assert reported == []
+
+    log.down = False
+    again = asyncio.create_task(_follow(feed, "t0", [], heartbeat_s=60))
+    await _until(lambda: log.tips >= 3)  # watched again
+    await feed.close()
+    tips = log.tips
+    await asyncio.sleep(5 * INTERVAL)
+    assert log.tips == tips  # stopped, though a stream still waits
+    again.cancel()
+    await asyncio.gather(again, return_exceptions=True)

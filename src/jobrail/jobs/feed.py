@@ -118,7 +118,8 @@ class JobEventLog(Protocol):
     async def tip(self) -> EventCursor:
         """The cursor of the last event that can be read now, of any tenant (START when
         there is none): reading after a cursor at or past it finds nothing, until the
-        tip moves on. It only ever moves forward."""
+        tip moves on. New events only move it forward (retention takes it back to START
+        when it deletes every event)."""
         ...
 
     async def of_job(self, job_id: JobId, limit: int) -> Sequence[JobEvent]:

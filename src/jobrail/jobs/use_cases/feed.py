@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -44,6 +45,10 @@ class JobEvents:
             self._streams[tenant] -= 1
             if not self._streams[tenant]:
                 del self._streams[tenant]
+
+    async def close(self) -> None:
+        """Stop the watch of the tip (the process is stopping)."""
+        await self._tip.close()
 
     @property
     def max_streams_per_tenant(self) -> int:
@@ -141,14 +146,19 @@ class _TipWatch:
         try:
             while self._tip is None or self._tip <= cursor:
                 if self._task is None or self._task.done():
-                    self._task = loop.create_task(self._watch())
+                    # A context of its own: not that of the request that happened to start it.
+                    self._task = loop.create_task(self._watch(), context=contextvars.Context())
                 if self._moved is None or self._moved.done():
                     self._moved = loop.create_future()
                 left = deadline - loop.time()
                 if left <= 0:
                     return False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._moved), left)
+                moved = self._moved
+                # asyncio.wait neither cancels `moved` (the other streams wait on it too)
+                # nor raises on its timeout; a failed watch is raised here, by result().
+                await asyncio.wait({moved}, timeout=left)
+                if moved.done():
+                    moved.result()
             return True
         finally:
             self._waiters -= 1
@@ -175,3 +185,13 @@ class _TipWatch:
             moved.set_result(None)
         else:
             moved.set_exception(error)
+            # Said to the streams waiting now; if their clients all left meanwhile,
+            # nobody is left to hear it, and that is no error of its own.
+            moved.exception()
+
+    async def close(self) -> None:
+        """Stop watching (the process is stopping)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
