@@ -34,7 +34,7 @@ class JobEvents:
     def stream_slot(self, tenant: TenantId) -> Iterator[bool]:
         """Hold one of the tenant's open streams (in this process) while the block runs;
         yields False, holding nothing, when it has `max_streams_per_tenant` already:
-        each open stream costs a query per poll."""
+        each open stream holds a response open and reads whenever the feed moves."""
         if self._streams[tenant] >= self._max_streams:
             yield False
             return
