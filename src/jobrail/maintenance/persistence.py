@@ -32,12 +32,9 @@ class SqlaFinishedJobs:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        with database_errors():
-            async with self._engine.begin() as conn:
-                result = await conn.execute(
-                    delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
-                )
-        return int(result.rowcount)
+        return await _delete(
+            self._engine, delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
+        )
 
 
 class SqlaFinishedFlows:

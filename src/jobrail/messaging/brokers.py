@@ -13,6 +13,7 @@ operators, and refuse to run what is not a job message (`jobrail.messaging.scree
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Protocol
@@ -156,18 +157,19 @@ class AmqpJobBroker(AioPikaBroker):
                 return
 
     async def _connect(self) -> None:
-        url = self._settings.url.get_secret_value()
-        timeout = self._settings.connect_timeout_s
-        interval = self._settings.reconnect_interval_s
-        write = await aio_pika.connect_robust(url, timeout=timeout, reconnect_interval=interval)
+        connect = functools.partial(
+            aio_pika.connect_robust,
+            self._settings.url.get_secret_value(),
+            timeout=self._settings.connect_timeout_s,
+            reconnect_interval=self._settings.reconnect_interval_s,
+        )
+        write = await connect()
         read = None
         try:
             write_channel = await write.channel()
             read_channel = None
             if self.is_worker_process:
-                read = await aio_pika.connect_robust(
-                    url, timeout=timeout, reconnect_interval=interval
-                )
+                read = await connect()
                 read_channel = await read.channel()
             internals.attach_connections(
                 self, write=write, write_channel=write_channel, read=read, read_channel=read_channel
