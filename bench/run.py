@@ -6,6 +6,7 @@ go to a dated `api-*.json`, and the README is left alone); `--costs-only` only w
 batch and progress reports cost (a dated `costs-*.json`, the README left alone too).
 """
 
+import argparse
 import asyncio
 import datetime
 import json
@@ -281,13 +282,11 @@ async def measure_api(seconds: float, rounds: int) -> dict[str, Any]:
     }
 
 
-def main_api_only() -> None:
+def main_api_only(runs: int, quick: bool) -> None:
     """`python -m bench.run --api-only [--quick] [--runs N]`: jobrail's API and its
     peers alone, N times back to back (the machine's noise shows in the spread); the
     last line gives the median of each ratio."""
-    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 1
     all_ratios: list[dict[str, float]] = []
-    quick = "--quick" in sys.argv
     for _ in range(runs):
         started = time.time()
         results = asyncio.run(measure_api(3 if quick else 4, 2 if quick else 3))
@@ -301,14 +300,14 @@ def main_api_only() -> None:
         print("median of", runs, "runs:", json.dumps(medians))
 
 
-def main_costs_only() -> None:
+def main_costs_only(quick: bool) -> None:
     """`python -m bench.run --costs-only [--quick]`: what a batch and progress reports
     cost, alone (under a minute)."""
     started = time.time()
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        **asyncio.run(measure_costs("--quick" in sys.argv)),
+        **asyncio.run(measure_costs(quick)),
     }
     results["seconds"] = round(time.time() - started)
     write_json(RESULTS / f"costs-{results['date'][:19].replace(':', '')}.json", results)
@@ -316,14 +315,39 @@ def main_costs_only() -> None:
     print(json.dumps(results["ratios"]), f"({results['seconds']}s)", file=sys.stderr)
 
 
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description="jobrail's benchmarks against raw Taskiq, Celery and plain FastAPI "
+        "peers (bench/README.md). Without options: the whole set (about 6 minutes), "
+        "written to bench/results/ and the README's table.",
+    )
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--api-only", action="store_true", help="the API and its peers alone")
+    only.add_argument(
+        "--costs-only", action="store_true", help="what a batch and progress reports cost"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="shorter runs (the README is left alone)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, metavar="N", help="with --api-only: N runs back to back"
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    return args
+
+
 def main() -> None:
-    if "--api-only" in sys.argv:
-        main_api_only()
+    args = arguments()
+    if args.api_only:
+        main_api_only(args.runs, args.quick)
         return
-    if "--costs-only" in sys.argv:
-        main_costs_only()
+    if args.costs_only:
+        main_costs_only(args.quick)
         return
-    quick = "--quick" in sys.argv
+    quick = args.quick
     started = time.time()
     results = asyncio.run(measure(quick))
     results["seconds"] = round(time.time() - started)
