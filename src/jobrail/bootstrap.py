@@ -122,6 +122,8 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
         registry,
         settings.rabbit.default_queue,
         batch_window_s=settings.worker.batch_window_ms / 1000,
+        wave_size=settings.worker.wave_size,
+        wave_wait_s=settings.worker.wave_wait_ms / 1000,
     )
     register_job_tasks(broker, routes)
     container = make_async_container(

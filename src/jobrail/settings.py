@@ -430,6 +430,17 @@ class WorkerSettings(BaseModel):
         description="How long a worker gathers Redis and Postgres calls into one batch "
         "(each of a job's four calls waits at most this long; 0: no wait).",
     )
+    wave_size: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=32,
+        description="While at least this many jobs run, a worker starts new deliveries in "
+        "waves of this many: the first waits up to wave_wait_ms for the others, so that "
+        "each wave is admitted, claimed and recorded with one call each.",
+    )
+    wave_wait_ms: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=10.0,
+        description="How long a busy worker holds a delivery for its wave to fill "
+        "(0: never; an idle worker never holds one).",
+    )
     shutdown_grace_s: PositiveFloat = 30.0
 
     _split_queues = field_validator("queues", mode="before")(_comma_list)

@@ -7,11 +7,13 @@ from datetime import timedelta
 
 import pytest
 
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import SystemClock
 from jobrail.messaging.brokers import AmqpJobBroker
-from jobrail.messaging.codec import Envelope
+from jobrail.messaging.codec import Envelope, encode
 from jobrail.settings import Settings
+from tests.fakes import make_job
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for
 from tests.support.tcp_proxy import TcpProxy
@@ -192,3 +194,35 @@ async def test_a_publish_rabbitmq_cannot_route_fails_instead_of_vanishing(
     with pytest.raises(BrokerUnavailableError, match=r"publish to .* failed"):
         await broker.publish(Envelope(queue="jobs.io", body=b"nowhere"))
     await broker.publish(Envelope(queue="jobs.high", body=b"still fine"))  # channel is usable
+
+
+async def test_a_worker_takes_every_delivery_that_has_arrived_at_once(
+    stack_settings: Settings, rabbit: RabbitProbe
+) -> None:
+    worker = AmqpJobBroker(stack_settings.rabbit, consume=["jobs.io"])
+    worker.is_worker_process = True
+
+    async def echo() -> None: ...
+
+    worker.register_task(echo, task_name="test.echo")
+    await worker.startup()
+    listening = worker.listen()
+    try:
+        jobs = [make_job(type="test.echo", queue="jobs.io") for _ in range(20)]
+        await asyncio.gather(*(worker.publish(encode(JobMessage.of(j))) for j in jobs))
+        first = await asyncio.wait_for(anext(listening), 10)
+        taken = [first]
+
+        async def all_taken() -> bool:
+            taken.extend(worker.take_ready(100))
+            return len(taken) >= len(jobs)
+
+        await wait_for(all_taken, timeout=10, interval=0.02, what="the other deliveries")
+
+        assert sorted(m.job.job_id for m in taken) == sorted(j.id for j in jobs)  # type: ignore[attr-defined]
+        assert worker.take_ready(100) == []
+        for message in taken:
+            await message.ack()  # type: ignore[misc]
+    finally:
+        await listening.aclose()
+        await worker.shutdown()

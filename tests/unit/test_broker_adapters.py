@@ -27,7 +27,7 @@ from jobrail.messaging.codec import (
     decode,
     encode,
 )
-from jobrail.messaging.consuming import AmqpConsumer
+from jobrail.messaging.consuming import AmqpConsumer, Deliveries
 from jobrail.messaging.dead_letters import MemoryDeadLetters
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher, route
 from jobrail.messaging.reconnects import ConnectionWatch
@@ -322,3 +322,71 @@ async def test_a_refused_message_the_dlq_cannot_take_goes_back_to_its_queue(
 
     assert out == []
     assert bad.settled == ["nack requeue=True"]
+
+
+# -- Deliveries: the consumers of several queues as one stream ----------------------
+
+
+async def test_deliveries_merge_several_streams_and_end_when_all_have_ended() -> None:
+    async def each(*items: str) -> AsyncIterator[str]:
+        for item in items:
+            yield item
+            await asyncio.sleep(0)
+
+    merged = [item async for item in Deliveries([each("a", "b"), each("c")])]
+
+    assert sorted(merged) == ["a", "b", "c"]
+
+
+async def test_what_has_arrived_is_taken_at_once_oldest_first() -> None:
+    arrived = asyncio.Event()
+
+    async def stream() -> AsyncIterator[int]:
+        for n in range(5):
+            yield n
+        arrived.set()
+        await asyncio.Event().wait()  # a consumer whose queue is empty for now
+
+    deliveries = Deliveries([stream()])
+    await arrived.wait()
+
+    assert await anext(deliveries) == 0
+    assert deliveries.take_ready(3) == [1, 2, 3]
+    assert deliveries.take_ready(10) == [4]
+    assert deliveries.take_ready(10) == []
+    await deliveries.close()
+
+
+async def test_what_ends_a_stream_is_raised_after_what_arrived_before_it() -> None:
+    async def failing() -> AsyncIterator[str]:
+        yield "first"
+        raise RuntimeError("channel gone for good")
+
+    async def waiting() -> AsyncIterator[str]:
+        await asyncio.Event().wait()
+        yield "never"
+
+    deliveries = Deliveries([failing(), waiting()])
+
+    assert await anext(deliveries) == "first"
+    with pytest.raises(RuntimeError, match="channel gone"):
+        await anext(deliveries)
+    await deliveries.close()
+
+
+async def test_closing_stops_every_stream() -> None:
+    stopped: list[str] = []
+
+    async def stream(name: str) -> AsyncIterator[str]:
+        try:
+            yield name
+            await asyncio.Event().wait()
+        finally:
+            stopped.append(name)
+
+    deliveries = Deliveries([stream("a"), stream("b")])
+    assert await anext(deliveries) in {"a", "b"}
+
+    await deliveries.close()
+
+    assert sorted(stopped) == ["a", "b"]

@@ -69,8 +69,27 @@ class BatchCountingStore(FakeJobStore):
         return recorded
 
 
+class ReadyBroker(InMemoryBroker):
+    """A broker that has received `ready` and not yielded it yet (as jobrail's AMQP
+    broker does while Taskiq's prefetcher is a few loop turns behind)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready: list[AckableMessage] = []
+
+    def take_ready(self, limit: int) -> list[AckableMessage]:
+        taken, self.ready = self.ready[:limit], self.ready[limit:]
+        return taken
+
+
 def _receiver(
-    store: FakeJobStore, window_s: float, jobs: Sequence[Any] = (echo,)
+    store: FakeJobStore,
+    window_s: float,
+    jobs: Sequence[Any] = (echo,),
+    *,
+    broker: InMemoryBroker | None = None,
+    wave_size: int = 1,
+    wave_wait_s: float = 0.0,
 ) -> tuple[JobReceiver, InMemoryBroker]:
     clock = FixedClock()
     runner = JobRunner(
@@ -91,9 +110,15 @@ def _receiver(
         def runner(self) -> JobRunner:
             return runner
 
-    broker = InMemoryBroker()
+    broker = broker or InMemoryBroker()
     registry = JobRegistry(list(jobs), queues=["jobs.default"], default_timeout_s=10)
-    routes = JobRoutes(registry, "jobs.default", batch_window_s=window_s)
+    routes = JobRoutes(
+        registry,
+        "jobs.default",
+        batch_window_s=window_s,
+        wave_size=wave_size,
+        wave_wait_s=wave_wait_s,
+    )
     register_job_tasks(broker, routes)
     routes.use(make_async_container(Runner()))
     return JobReceiver(broker, max_async_tasks=64), broker
@@ -153,6 +178,100 @@ async def test_deliveries_that_arrive_within_the_window_are_claimed_together() -
     assert batches[0.05] == [8]
     # Without it, each starts as it arrives (the check that the window is what groups them).
     assert len(batches[0.0]) > 1
+
+
+def _delivery(job_: Job, events: list[str]) -> AckableMessage:
+    async def ack() -> None:
+        events.append(f"ack {job_.id}")
+
+    return AckableMessage(data=encode(JobMessage.of(job_)).body, ack=ack)
+
+
+async def _acked(events: list[str], jobs: Sequence[Job]) -> None:
+    """Wait (at most 10 s, long enough on any machine) until every job is acknowledged."""
+
+    async def all_acked() -> None:
+        while not all(f"ack {job_.id}" in events for job_ in jobs):
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(all_acked(), 10)
+
+
+async def test_deliveries_the_broker_has_received_start_with_the_one_handed_over() -> None:
+    events: list[str] = []
+    store = BatchCountingStore(events)
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(8)]
+    for job_ in jobs:
+        store.jobs[job_.id] = job_
+    broker = ReadyBroker()
+    receiver, _ = _receiver(store, window_s=0.0, broker=broker)
+    # Taskiq's prefetcher hands over the first; the broker holds the seven behind it.
+    broker.ready = [_delivery(job_, events) for job_ in jobs[1:]]
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    runner = asyncio.ensure_future(receiver.runner(queue))
+    queue.put_nowait(_PrefetchedMessage(_delivery(jobs[0], events), False))
+
+    await _acked(events, jobs)
+    queue.put_nowait(_QueueSignal.DONE)
+    await asyncio.wait_for(runner, 10)
+
+    assert store.claim_batches == [8]
+    assert broker.ready == []
+
+
+releases: list[asyncio.Event] = []  # the current test's (an Event is bound to its loop)
+
+
+@job("test.busy", payload=Echo)
+async def busy(payload: Echo, ctx: JobContext) -> None:
+    await releases[-1].wait()
+
+
+async def _claims_while_busy(wave_size: int, wave_wait_s: float, busy_jobs: int) -> list[int]:
+    """The claim batches of four echo jobs delivered one per millisecond while
+    `busy_jobs` other jobs run."""
+    release = asyncio.Event()
+    releases.append(release)
+    events: list[str] = []
+    store = BatchCountingStore(events)
+    running = [make_job(type="test.busy", payload={"message": "b"}) for _ in range(busy_jobs)]
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(4)]
+    for job_ in [*running, *jobs]:
+        store.jobs[job_.id] = job_
+    receiver, _ = _receiver(
+        store, 0.0, jobs=[echo, busy], wave_size=wave_size, wave_wait_s=wave_wait_s
+    )
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    runner = asyncio.ensure_future(receiver.runner(queue))
+    for job_ in running:
+        queue.put_nowait(_PrefetchedMessage(_delivery(job_, events), False))
+    while sum(store.claim_batches) < busy_jobs:  # they run (claimed, in their handler)
+        await asyncio.sleep(0)
+    store.claim_batches.clear()
+    try:
+        for job_ in jobs:
+            queue.put_nowait(_PrefetchedMessage(_delivery(job_, events), False))
+            await asyncio.sleep(0.001)
+        await _acked(events, jobs)
+    finally:
+        release.set()
+    queue.put_nowait(_QueueSignal.DONE)
+    await asyncio.wait_for(runner, 10)
+    return store.claim_batches
+
+
+async def test_a_busy_worker_starts_deliveries_in_waves() -> None:
+    # Four jobs run: the deliveries wait for one another (the wait is far longer than
+    # the test) and start as one wave as soon as it is full.
+    assert await _claims_while_busy(wave_size=4, wave_wait_s=60.0, busy_jobs=4) == [4]
+    # Without waves, each starts as it arrives.
+    assert await _claims_while_busy(wave_size=4, wave_wait_s=0.0, busy_jobs=4) == [1, 1, 1, 1]
+
+
+async def test_a_worker_running_fewer_jobs_than_a_wave_holds_no_delivery() -> None:
+    # Three jobs run, fewer than a wave: a delivery that waited for its wave would wait
+    # 60 s, and the test (10 s at most) would fail.
+    assert await _claims_while_busy(wave_size=4, wave_wait_s=60.0, busy_jobs=3) == [1, 1, 1, 1]
 
 
 async def test_a_message_that_is_not_a_job_message_takes_taskiqs_path() -> None:

@@ -2,7 +2,6 @@
 (jobrail.messaging.taskiq_aio_pika_internals): an upgrade that changes it fails here."""
 
 import inspect
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from taskiq import TaskiqEvents
@@ -107,16 +106,6 @@ async def test_shutdown_closes_the_attached_connections() -> None:
     await fresh.shutdown()
 
     assert [write.closed, write_channel.closed, read.closed, read_channel.closed] == [True] * 4
-
-
-async def test_the_consumers_of_several_queues_merge_into_one_stream() -> None:
-    async def each(*items: str) -> AsyncGenerator[str, None]:
-        for item in items:
-            yield item
-
-    merged = [item async for item in internals.merge_async_iterables(each("a", "b"), each("c"))]
-
-    assert sorted(merged) == ["a", "b", "c"]
 
 
 async def test_taskiqs_start_up_runs_its_events_without_connecting() -> None:

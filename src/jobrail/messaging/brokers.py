@@ -29,7 +29,7 @@ from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.messaging import taskiq_aio_pika_internals as internals
 from jobrail.messaging.amqp_errors import why
 from jobrail.messaging.codec import Envelope, dead_letter
-from jobrail.messaging.consuming import AmqpConsumer
+from jobrail.messaging.consuming import AmqpConsumer, Deliveries
 from jobrail.messaging.dead_letters import AmqpDeadLetters, MemoryDeadLetters
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher
 from jobrail.messaging.reconnects import ConnectionWatch
@@ -113,6 +113,7 @@ class AmqpJobBroker(AioPikaBroker):
         self._connection: AbstractRobustConnection | None = None
         self._read_channel: AbstractChannel | None = None
         self._connector: asyncio.Task[None] | None = None
+        self._deliveries: Deliveries[AckableMessage] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -243,10 +244,19 @@ class AmqpJobBroker(AioPikaBroker):
         declared = await internals.declare_queues(self, channel)
         queues = [queue for queue in declared if queue.name in self._consume]
         log.info("consuming %s", ", ".join(sorted(q.name for q in queues)))
-        async for message in internals.merge_async_iterables(
-            *(self._consumer.consume(q) for q in queues)
-        ):
-            yield message
+        deliveries = Deliveries(self._consumer.consume(q) for q in queues)
+        self._deliveries = deliveries
+        try:
+            async for message in deliveries:
+                yield message
+        finally:
+            self._deliveries = None
+            await deliveries.close()
+
+    def take_ready(self, limit: int) -> list[AckableMessage]:
+        """Up to `limit` deliveries that have arrived and that `listen` has not yielded
+        yet (for the worker's receiver to start together with the one it yielded)."""
+        return self._deliveries.take_ready(limit) if self._deliveries is not None else []
 
 
 class EmbeddedJobBroker(InMemoryBroker):

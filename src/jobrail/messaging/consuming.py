@@ -4,13 +4,18 @@ Each delivery gets `jobrail.messaging.screening.screen`'s verdict: what runs is 
 with an ack that a closed channel does not turn into an error; what is refused is
 published to the DLQ with its reason and acknowledged (or, when the DLQ cannot take it,
 put back to be tried again), since Taskiq would acknowledge and forget it.
+
+`Deliveries` merges the consumers of a worker's queues into one stream, and hands over
+at once everything that has arrived (`take_ready`).
 """
 
 import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Generic, TypeVar
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from taskiq import AckableMessage
@@ -24,6 +29,8 @@ from jobrail.messaging.screening import Run, ScreenedMessage, screen
 from jobrail.messaging.topology import Topology
 
 log = logging.getLogger("jobrail.broker")
+
+T = TypeVar("T")
 
 # How long a refused message the DLQ could not take waits before it goes back.
 REQUEUE_AFTER_S = 1.0
@@ -111,3 +118,67 @@ class AmqpConsumer:
             return
         with contextlib.suppress(Exception):  # a closed channel redelivers it anyway
             await message.ack()
+
+
+class Deliveries(Generic[T]):
+    """The items of several async streams (a worker's queue consumers), merged in the
+    order they arrive, as one async iterator.
+
+    Taskiq's receiver takes one delivery at a time, and each costs it two event-loop
+    turns (a task and a wait). A worker's turns are long while it runs a batch of jobs,
+    so deliveries that RabbitMQ has sent meanwhile would reach the worker one turn
+    apart, and start a few at a time. `take_ready` hands over everything that has
+    arrived, for the worker's receiver to start together (`jobrail.messaging.receiver`).
+    Written here rather than with taskiq-aio-pika's ``merge_async_iterables``, whose
+    queue offers no such look at what is waiting.
+
+    Like that merge, it ends when every stream has ended, and what ends a stream with an
+    exception is raised once the items that arrived before it are taken.
+    """
+
+    def __init__(self, streams: Iterable[AsyncIterator[T]]) -> None:
+        self._ready: deque[T] = deque()
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+        self._pumps = [asyncio.ensure_future(self._pump(stream)) for stream in streams]
+        self._open = len(self._pumps)
+
+    async def _pump(self, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                self._ready.append(item)
+                self._changed.set()
+        except asyncio.CancelledError:
+            raise  # closed (see close)
+        except BaseException as exc:  # noqa: BLE001 - raised to the reader (see __anext__)
+            if self._error is None:
+                self._error = exc
+        finally:
+            self._open -= 1
+            self._changed.set()
+
+    def __aiter__(self) -> "Deliveries[T]":
+        return self
+
+    async def __anext__(self) -> T:
+        while not self._ready:
+            if self._error is not None:
+                raise self._error
+            if self._open == 0:
+                raise StopAsyncIteration
+            self._changed.clear()
+            await self._changed.wait()
+        return self._ready.popleft()
+
+    def take_ready(self, limit: int) -> list[T]:
+        """Up to `limit` items that have arrived and are not taken yet, oldest first."""
+        ready = self._ready
+        return [ready.popleft() for _ in range(min(limit, len(ready)))]
+
+    async def close(self) -> None:
+        """Stop every stream. What has arrived and was not taken is dropped: an AMQP
+        delivery that is never acknowledged goes back to its queue when its channel
+        closes."""
+        for pump in self._pumps:
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)

@@ -20,8 +20,6 @@ has no public hook, so it is done here, on the broker's attributes and methods:
   AMQP message (its id and headers go into a dead letter; its ack must survive a closed
   channel). The queues must be declared on the consuming channel: aio-pika's robust
   channel restores a consumer after a reconnect only on a queue it declared.
-- ``taskiq_aio_pika.utils.merge_async_iterables`` (since 0.6.1), with which ``listen``
-  merges its queues' consumers, for jobrail's ``listen`` to do the same.
 
 ``tests/unit/test_taskiq_aio_pika_internals.py`` fails when an upgrade changes any of it.
 """
@@ -29,13 +27,11 @@ has no public hook, so it is done here, on the broker's attributes and methods:
 from aio_pika.abc import AbstractChannel, AbstractQueue, AbstractRobustConnection
 from taskiq import AsyncBroker
 from taskiq_aio_pika import AioPikaBroker
-from taskiq_aio_pika.utils import merge_async_iterables
 
 __all__ = [
     "attach_connections",
     "declare_exchanges",
     "declare_queues",
-    "merge_async_iterables",
     "taskiq_startup",
 ]
 

@@ -68,12 +68,23 @@ class JobRoutes:
     """The route of every job type this process runs (see the module)."""
 
     def __init__(
-        self, registry: JobRegistry, default_queue: str, *, batch_window_s: float = 0.0
+        self,
+        registry: JobRegistry,
+        default_queue: str,
+        *,
+        batch_window_s: float = 0.0,
+        wave_size: int = 1,
+        wave_wait_s: float = 0.0,
     ) -> None:
         self.registry = registry
         self.default_queue = default_queue
+        # For the worker's receiver (jobrail.messaging.receiver):
         self.batch_window_s = batch_window_s
-        """How long the worker's receiver waits for more deliveries to start together."""
+        """How long it waits for more deliveries to start together."""
+        self.wave_size = wave_size
+        """While this many jobs run, it starts deliveries in waves of this many..."""
+        self.wave_wait_s = wave_wait_s
+        """...holding a wave's first delivery this long at most."""
         self._routes: dict[str, _Route] = {}
         self._container: AsyncContainer | None = None
         self._runner: JobRunner | None = None
