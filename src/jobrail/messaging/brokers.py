@@ -31,6 +31,7 @@ from jobrail.messaging.amqp_errors import why
 from jobrail.messaging.codec import Envelope, dead_letter
 from jobrail.messaging.consuming import AmqpConsumer, Deliveries
 from jobrail.messaging.dead_letters import AmqpDeadLetters, MemoryDeadLetters
+from jobrail.messaging.frames import CoalescingRobustConnection
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher
 from jobrail.messaging.reconnects import ConnectionWatch
 from jobrail.messaging.screening import Refuse, screen
@@ -163,6 +164,8 @@ class AmqpJobBroker(AioPikaBroker):
             self._settings.url.get_secret_value(),
             timeout=self._settings.connect_timeout_s,
             reconnect_interval=self._settings.reconnect_interval_s,
+            # The frames written in one loop turn go out in one write (see frames).
+            connection_class=CoalescingRobustConnection,
         )
         write = await connect()
         read = None
