@@ -90,6 +90,7 @@ def _receiver(
     broker: InMemoryBroker | None = None,
     wave_size: int = 1,
     wave_wait_s: float = 0.0,
+    max_async_tasks: int = 64,
 ) -> tuple[JobReceiver, InMemoryBroker]:
     clock = FixedClock()
     runner = JobRunner(
@@ -121,7 +122,7 @@ def _receiver(
     )
     register_job_tasks(broker, routes)
     routes.use(make_async_container(Runner()))
-    return JobReceiver(broker, max_async_tasks=64), broker
+    return JobReceiver(broker, max_async_tasks=max_async_tasks), broker
 
 
 async def _deliver(
@@ -227,19 +228,26 @@ async def busy(payload: Echo, ctx: JobContext) -> None:
     await releases[-1].wait()
 
 
-async def _claims_while_busy(wave_size: int, wave_wait_s: float, busy_jobs: int) -> list[int]:
-    """The claim batches of four echo jobs delivered one per millisecond while
+async def _claims_while_busy(
+    wave_size: int, wave_wait_s: float, busy_jobs: int, max_async_tasks: int = 64, echoes: int = 4
+) -> list[int]:
+    """The claim batches of `echoes` echo jobs delivered one per millisecond while
     `busy_jobs` other jobs run."""
     release = asyncio.Event()
     releases.append(release)
     events: list[str] = []
     store = BatchCountingStore(events)
     running = [make_job(type="test.busy", payload={"message": "b"}) for _ in range(busy_jobs)]
-    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(4)]
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(echoes)]
     for job_ in [*running, *jobs]:
         store.jobs[job_.id] = job_
     receiver, _ = _receiver(
-        store, 0.0, jobs=[echo, busy], wave_size=wave_size, wave_wait_s=wave_wait_s
+        store,
+        0.0,
+        jobs=[echo, busy],
+        wave_size=wave_size,
+        wave_wait_s=wave_wait_s,
+        max_async_tasks=max_async_tasks,
     )
     queue: asyncio.Queue[Any] = asyncio.Queue()
     runner = asyncio.ensure_future(receiver.runner(queue))
@@ -272,6 +280,15 @@ async def test_a_worker_running_fewer_jobs_than_a_wave_holds_no_delivery() -> No
     # Three jobs run, fewer than a wave: a delivery that waited for its wave would wait
     # 60 s, and the test (10 s at most) would fail.
     assert await _claims_while_busy(wave_size=4, wave_wait_s=60.0, busy_jobs=3) == [1, 1, 1, 1]
+
+
+async def test_a_wave_is_no_larger_than_the_slots_left_free() -> None:
+    # Six may run at once and four do: two slots are free, so two deliveries make a
+    # wave (holding for a wave of four would wait 60 s, and the test fail at 10 s).
+    claims = await _claims_while_busy(
+        wave_size=4, wave_wait_s=60.0, busy_jobs=4, max_async_tasks=6, echoes=2
+    )
+    assert claims == [2]
 
 
 async def test_a_message_that_is_not_a_job_message_takes_taskiqs_path() -> None:

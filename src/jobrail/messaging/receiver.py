@@ -80,6 +80,11 @@ class JobReceiver(Receiver):
         self._wave_wait_s = self._routes.wave_wait_s if self._routes is not None else 0.0
         self._ready = self.broker if isinstance(self.broker, ReadyDeliveries) else None
         self._running = 0  # deliveries whose callback has started and not ended
+        # How many run at once (Taskiq's --max-async-tasks; None: no limit).
+        capacity = kwargs.get("max_async_tasks")
+        self._capacity: int | None = (
+            capacity if isinstance(capacity, int) and capacity > 0 else None
+        )
 
     async def runner(self, queue: "asyncio.Queue[Any]") -> None:
         """Start the deliveries at hand together, then wait for the next ones."""
@@ -131,8 +136,12 @@ class JobReceiver(Receiver):
 
     def _holding_s(self, batch: int) -> float:
         """How long a batch of `batch` deliveries waits for more: the batch window, or
-        while a wave's worth of jobs runs and the wave is not full, the wave's wait."""
-        if batch < self._wave_size <= self._running:
+        while a wave's worth of jobs runs and the wave is not full, the wave's wait. A
+        wave is never larger than the slots left free (more could not start)."""
+        wave = self._wave_size
+        if self._capacity is not None:
+            wave = min(wave, self._capacity - self._running)
+        if batch < wave and self._running >= self._wave_size:
             return max(self._window_s, self._wave_wait_s)
         return self._window_s
 
