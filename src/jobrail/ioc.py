@@ -405,6 +405,8 @@ class PlatformProvider(Provider):
             log,
             poll_interval_s=settings.events.poll_interval_ms / 1000,
             max_streams_per_tenant=settings.events.max_streams_per_tenant,
+            # Half the pool at most: the other requests keep the rest.
+            max_reads=max(1, settings.database.pool_size // 2),
         )
         yield feed
         await feed.close()  # its watch stops before the engine goes

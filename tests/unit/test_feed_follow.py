@@ -29,6 +29,8 @@ class CountingLog:
         self.tips = 0
         self.down = False
         self.slow_s = 0.0
+        self.reading = 0  # reads under way now
+        self.most_reading = 0
 
     def write(self, tenant: str, name: str = "enqueued") -> JobEvent:
         event = JobEvent(
@@ -51,7 +53,12 @@ class CountingLog:
 
     async def read(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
         self.reads += 1
-        await asyncio.sleep(0)  # as a query would: a stream reading in a loop shows
+        self.reading += 1
+        self.most_reading = max(self.most_reading, self.reading)
+        try:
+            await asyncio.sleep(0.001)  # as a query would: a stream reading in a loop shows
+        finally:
+            self.reading -= 1
         return [
             e
             for e in self.events
@@ -106,6 +113,26 @@ async def test_idle_streams_make_no_query_but_one_watch_of_the_tip() -> None:
         await asyncio.sleep(3 * INTERVAL)
         assert all(got == [] for got in received[1::2])  # another tenant's event
         assert log.reads == 20  # the tip moved: each stream read once more
+    finally:
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+
+
+async def test_streams_woken_together_read_a_few_at_a_time() -> None:
+    # One event wakes every stream of its tenant at once: their reads take turns, so
+    # that they never hold more than `max_reads` of the database pool's connections.
+    log = CountingLog()
+    feed = JobEvents(log, poll_interval_s=INTERVAL, max_reads=3)
+    received: list[list[object]] = [[] for _ in range(12)]
+    streams = [asyncio.create_task(_follow(feed, "t0", got, heartbeat_s=60)) for got in received]
+    try:
+        await _until(lambda: log.reads >= 12)
+        event = log.write("t0")
+        await _until(lambda: all(got for got in received))
+
+        assert all(got == [event] for got in received)
+        assert log.most_reading == 3
     finally:
         for stream in streams:
             stream.cancel()

@@ -20,13 +20,21 @@ class JobEvents:
     any tenant) has passed the stream's cursor. One task per process watches the tip,
     an indexed one-row query every `poll_interval_s` while any stream is open, so open
     streams cost no query while nothing happens; a page at a time while one catches
-    up."""
+    up. An event wakes every stream of its tenant at once: at most `max_reads` of them
+    read at a time (the others wait their turn), so that a burst of streams does not
+    hold every connection of the database pool the process's other requests use."""
 
     def __init__(
-        self, log: JobEventLog, *, poll_interval_s: float, max_streams_per_tenant: int = 20
+        self,
+        log: JobEventLog,
+        *,
+        poll_interval_s: float,
+        max_streams_per_tenant: int = 20,
+        max_reads: int = 4,
     ) -> None:
         self._log = log
         self._max_streams = max_streams_per_tenant
+        self._reads = asyncio.Semaphore(max_reads)
         self._streams: Counter[str] = Counter()
         self._tip = _TipWatch(log, poll_interval_s)
 
@@ -92,8 +100,9 @@ class JobEvents:
         loop = asyncio.get_running_loop()
         heartbeat_at = loop.time() + heartbeat_s
         while True:
-            readable = self._tip.current  # every event up to it can be read by now
-            events = await self._log.read(dataclasses.replace(scan, after=after), MAX_PAGE)
+            async with self._reads:
+                readable = self._tip.current  # every event up to it can be read by now
+                events = await self._log.read(dataclasses.replace(scan, after=after), MAX_PAGE)
             matched = [e for e in events if _matches(which, e)]
             for event in matched:
                 yield event
