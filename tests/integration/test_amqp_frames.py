@@ -43,61 +43,52 @@ async def connection(
     await connection.close()
 
 
-async def test_publishes_made_together_go_out_in_fewer_writes_and_arrive_whole(
-    connection: aio_pika.abc.AbstractRobustConnection, writes: list[int]
-) -> None:
+async def _publish_and_receive(
+    connection: aio_pika.abc.AbstractRobustConnection, writes: list[int], count: int
+) -> tuple[list[int], list[str]]:
+    """Publish `count` messages together as the platform does (jobrail.messaging.publishing:
+    each awaits its confirm), started in order in one turn; return the frames of each
+    write the publishing made, and the bodies that arrive, in arrival order."""
     channel = await connection.channel()  # with publisher confirms
     queue = await channel.declare_queue(exclusive=True)
     underlay = await channel.get_underlay_channel()
     writes.clear()
-
-    # As the platform publishes (jobrail.messaging.publishing), each awaiting its confirm.
     await asyncio.gather(
         *(
-            publish_confirmed(underlay, f"m{n}".encode(), "", queue.name, spec.Basic.Properties())
-            for n in range(50)
+            publish_confirmed(underlay, f"{n}".encode(), "", queue.name, spec.Basic.Properties())
+            for n in range(count)
         )
     )
-
-    # Every publish went through the coalescing writer (aio-pika handed aiormq the
-    # transport factory), and publishes made in one turn shared a write.
-    assert sum(writes) >= 50
-    assert len(writes) < 50
-    received = []
+    publishing = list(writes)
+    received: list[str] = []
     async with queue.iterator() as messages:
         async for message in messages:
             received.append(message.body.decode())
             await message.ack()
-            if len(received) == 50:
+            if len(received) == count:
                 break
-    assert sorted(received) == sorted(f"m{n}" for n in range(50))
+    return publishing, received
+
+
+async def test_publishes_made_together_go_out_in_fewer_writes_and_arrive_whole(
+    connection: aio_pika.abc.AbstractRobustConnection, writes: list[int]
+) -> None:
+    publishing, received = await _publish_and_receive(connection, writes, 50)
+
+    # Every publish went through the coalescing writer (aio-pika handed aiormq the
+    # transport factory), and publishes made in one turn shared a write.
+    assert sum(publishing) >= 50
+    assert len(publishing) < 50
+    assert sorted(received) == sorted(f"{n}" for n in range(50))
 
 
 async def test_frames_keep_their_order_within_a_write(
     connection: aio_pika.abc.AbstractRobustConnection, writes: list[int]
 ) -> None:
-    channel = await connection.channel()
-    queue = await channel.declare_queue(exclusive=True)
-    underlay = await channel.get_underlay_channel()
-    writes.clear()
+    publishing, received = await _publish_and_receive(connection, writes, 20)
 
-    # Started in this order, in one turn: their frames share writes, in this order.
-    await asyncio.gather(
-        *(
-            publish_confirmed(underlay, f"{n}".encode(), "", queue.name, spec.Basic.Properties())
-            for n in range(20)
-        )
-    )
-    assert max(writes) > 1
-
-    received = []
-    async with queue.iterator() as messages:
-        async for message in messages:
-            received.append(int(message.body))
-            await message.ack()
-            if len(received) == 20:
-                break
-    assert received == list(range(20))
+    assert max(publishing) > 1  # frames shared writes...
+    assert received == [f"{n}" for n in range(20)]  # ...in the order they were written
 
 
 async def test_the_broker_publishes_through_coalesced_writes(

@@ -125,6 +125,14 @@ def _receiver(
     return JobReceiver(broker, max_async_tasks=max_async_tasks), broker
 
 
+def _stored_echoes(store: FakeJobStore, count: int) -> list[Job]:
+    """`count` echo jobs, in `store`."""
+    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(count)]
+    for job_ in jobs:
+        store.jobs[job_.id] = job_
+    return jobs
+
+
 async def _deliver(
     receiver: JobReceiver, jobs: list[Job], events: list[str], *, trickle: bool
 ) -> None:
@@ -148,9 +156,7 @@ async def _deliver(
 async def test_each_delivery_is_acknowledged_only_after_its_outcome_is_recorded() -> None:
     events: list[str] = []
     store = BatchCountingStore(events)
-    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(5)]
-    for job_ in jobs:
-        store.jobs[job_.id] = job_
+    jobs = _stored_echoes(store, 5)
     receiver, _broker = _receiver(store, window_s=0.005)
 
     await _deliver(receiver, jobs, events, trickle=False)
@@ -201,9 +207,7 @@ async def _acked(events: list[str], jobs: Sequence[Job]) -> None:
 async def test_deliveries_the_broker_has_received_start_with_the_one_handed_over() -> None:
     events: list[str] = []
     store = BatchCountingStore(events)
-    jobs = [make_job(type="test.echo", payload={"message": f"m{n}"}) for n in range(8)]
-    for job_ in jobs:
-        store.jobs[job_.id] = job_
+    jobs = _stored_echoes(store, 8)
     broker = ReadyBroker()
     receiver, _ = _receiver(store, window_s=0.0, broker=broker)
     # Taskiq's prefetcher hands over the first; the broker holds the seven behind it.
