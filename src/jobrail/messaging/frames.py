@@ -3,9 +3,10 @@
 aiormq writes every frame (a publish, an ack) to its socket on its own, and on the
 loopback or a fast network each write is a system call that also does the receiving
 side's work: profiled under load, the API spent about a tenth of its CPU in those writes,
-one per enqueued job, and the worker one per acknowledged job. Frames made in the same
-loop turn (the publishes of one group commit, the acks of a batch of recorded jobs) now
-go out joined, in one write at the end of the turn, in the order they were written.
+one per enqueued job. Frames made in the same loop turn (the publishes of one group
+commit, the deferrals of a batch) now go out joined, in one write at the end of the
+turn, in the order they were written. (An ack waits for its own frame to be written,
+aiormq's ``basic_ack(wait=True)``, so acks still go out one per turn.)
 
 The hook is public: aiormq takes a ``TransportFactory`` for its socket, and aio-pika's
 ``connect_robust`` takes the connection class, whose ``kwargs`` it hands to aiormq.
