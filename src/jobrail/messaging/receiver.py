@@ -50,7 +50,6 @@ from taskiq.receiver import Receiver
 from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
 from taskiq.utils import maybe_awaitable
 
-from jobrail.jobs.messages import JobMessage
 from jobrail.messaging.screening import ScreenedMessage
 from jobrail.messaging.tasks import ROUTES_STATE, JobRoutes
 
@@ -146,25 +145,26 @@ class JobReceiver(Receiver):
         return self._window_s
 
     async def callback(self, message: bytes | AckableMessage, raise_err: bool = False) -> None:
-        if self._routes is None:
+        routes = self._routes
+        if routes is None:
             await super().callback(message, raise_err)
             return
         self._running += 1
         try:
-            await self._callback(message, raise_err)
+            await self._callback(routes, message, raise_err)
         finally:
             self._running -= 1
 
-    async def _callback(self, message: bytes | AckableMessage, raise_err: bool) -> None:
-        routes = self._routes
-        delivery: JobMessage | None = None
+    async def _callback(
+        self, routes: JobRoutes, message: bytes | AckableMessage, raise_err: bool
+    ) -> None:
         if isinstance(message, ScreenedMessage):  # decoded by the consumer already
-            delivery = routes.routed(message.job) if routes is not None else None
-        elif routes is not None:
+            delivery = routes.routed(message.job)
+        else:
             delivery = routes.delivery(
                 message.data if isinstance(message, AckableMessage) else message
             )
-        if routes is None or delivery is None:
+        if delivery is None:
             await super().callback(message, raise_err)
             return
         await routes.run(delivery)
