@@ -1,4 +1,5 @@
 import json
+import os
 import uuid
 from datetime import timedelta
 
@@ -8,7 +9,7 @@ from hypothesis import strategies as st
 from taskiq import InMemoryBroker
 
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.kernel.ids import JobId, new_id
+from jobrail.kernel.ids import JobId, new_id, random_bytes, random_hex
 from jobrail.messaging.codec import MalformedMessageError
 from jobrail.messaging.topology import pick_tier
 from tests.support.wire import job_envelope, parse_job_message
@@ -124,6 +125,36 @@ def test_ids_are_time_ordered_uuid7() -> None:
     assert all(i.version == 7 for i in ids)
     assert len(set(ids)) == 1000
     assert [i.int >> 80 for i in ids] == sorted(i.int >> 80 for i in ids)
+
+
+def test_a_forked_child_makes_ids_its_parent_does_not() -> None:
+    """Ids come from random bytes read a page at a time: a forked child must not hand
+    out the bytes its parent still holds."""
+    new_id()  # the parent holds a page
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids and token, then out
+        try:
+            os.write(write, b"".join(new_id().bytes for _ in range(4)) + random_bytes(16))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    parent = b"".join(new_id().bytes for _ in range(4)) + random_bytes(16)
+    assert len(child) == len(parent) == 80
+    # The millisecond part may match; the random part must not.
+    for i in range(4):
+        assert child[16 * i + 6 : 16 * i + 16] != parent[16 * i + 6 : 16 * i + 16]
+    assert child[64:] != parent[64:]
+
+
+def test_random_hex_is_as_long_as_asked_and_never_repeats() -> None:
+    tokens = [random_hex(16) for _ in range(2000)]
+    assert all(len(token) == 32 and int(token, 16) >= 0 for token in tokens)
+    assert len(set(tokens)) == 2000
+    assert len(random_bytes(5000)) == 5000  # more than a page at once
 
 
 def test_the_time_a_job_started_waiting_rides_with_its_message() -> None:

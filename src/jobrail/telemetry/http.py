@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobrail.kernel.ids import random_bytes
 from jobrail.telemetry.logging import log_context
 from jobrail.telemetry.tracing import spans_sampled
 
@@ -139,7 +140,7 @@ def sane_request_id(value: str | None) -> str:
     """The caller's request id if it looks like one, else a new one."""
     if value is not None and _REQUEST_ID.fullmatch(value):
         return value
-    return str(uuid.uuid4())
+    return str(uuid.UUID(bytes=random_bytes(16), version=4))
 
 
 def _finish(
