@@ -3,9 +3,11 @@
 broker is slow or stalled) and when the process stops (`drain`)."""
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 
 import pytest
+from opentelemetry import trace
 
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.transactional import DetachedDispatch
@@ -59,7 +61,7 @@ async def test_past_its_bound_a_dispatch_waits_for_the_broker() -> None:
     inner.gate.set()
     await asyncio.wait_for(third, timeout=5)
     await detached.drain()
-    assert len(inner.done) == 3
+    assert sum(len(messages) for messages in inner.done) == 3
 
 
 async def test_drain_waits_for_every_dispatch_under_way() -> None:
@@ -74,7 +76,7 @@ async def test_drain_waits_for_every_dispatch_under_way() -> None:
 
     inner.gate.set()
     await asyncio.wait_for(drained, timeout=5)
-    assert len(inner.done) == 3
+    assert sum(len(messages) for messages in inner.done) == 3
 
 
 async def test_nothing_to_send_starts_nothing() -> None:
@@ -85,6 +87,62 @@ async def test_nothing_to_send_starts_nothing() -> None:
 
     assert detached.in_flight == 0
     assert inner.started == []
+
+
+class ContextNoting:
+    """A fast path that notes, per dispatch, its messages and the context it runs in."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[Outgoing], str | None, bool]] = []
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        span = trace.get_current_span().get_span_context()
+        self.calls.append((list(messages), REQUEST.get(), span.trace_flags.sampled))
+
+
+REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
+
+
+async def _commit(detached: DetachedDispatch, request: str, messages: list[Outgoing]) -> None:
+    REQUEST.set(request)  # each commit runs in a task of its own, as requests do
+    await detached.dispatch(messages)
+
+
+async def test_the_commits_of_one_turn_leave_in_one_dispatch_outside_any_request() -> None:
+    inner = ContextNoting()
+    detached = DetachedDispatch(inner, max_in_flight=64)
+    sent = [_messages() for _ in range(5)]
+
+    await asyncio.gather(*(_commit(detached, f"r{i}", m) for i, m in enumerate(sent)))
+    await detached.drain()
+
+    ((messages, request, sampled),) = inner.calls
+    assert messages == [message for batch in sent for message in batch]
+    assert request is None  # no request's context (its log context) rides along
+    assert not sampled
+    assert detached.in_flight == 0
+
+
+async def test_a_commit_in_a_sampled_trace_publishes_in_its_own_context() -> None:
+    inner = ContextNoting()
+    detached = DetachedDispatch(inner, max_in_flight=64)
+    sampled = trace.NonRecordingSpan(
+        trace.SpanContext(
+            0x1234, 0x5678, is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+        )
+    )
+
+    async def traced_commit() -> None:
+        with trace.use_span(sampled):
+            await _commit(detached, "traced", _messages())
+
+    await asyncio.gather(traced_commit(), _commit(detached, "plain", _messages()))
+    await detached.drain()
+
+    assert {(request, was_sampled) for _, request, was_sampled in inner.calls} == {
+        (None, False),
+        ("traced", True),
+    }
 
 
 class BrokenDispatcher:
