@@ -77,7 +77,17 @@ async def _all_succeeded(
             )
         return succeeded == len(wanted)
 
-    await wait_for(done, timeout=timeout, interval=0.2, what="all jobs to succeed")
+    try:
+        await wait_for(done, timeout=timeout, interval=0.2, what="all jobs to succeed")
+    except AssertionError as exc:  # timed out: say where the others are (status, attempts, error)
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                select(jobs_table.c.status, jobs_table.c.attempts, jobs_table.c.last_error).where(
+                    jobs_table.c.id.in_(wanted), jobs_table.c.status != "succeeded"
+                )
+            )
+            waiting = Counter((row.status, row.attempts, row.last_error) for row in rows)
+        raise AssertionError(f"{exc}; not succeeded (status, attempts, error): {waiting}") from exc
     headers = await api.auth(tenant) if tenant else None
     return [await api.job(i, headers) for i in ids]
 

@@ -252,3 +252,8 @@ def workers(worker_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[Callabl
     yield start
     for process in started:
         process.stop()
+    # Shown by pytest only when the test failed: what each worker said (a job that
+    # never finished leaves its reason here, if anywhere).
+    for process in started:
+        print(f"--- {process.name} (last 4000 characters of its output):")
+        print(process.output()[-4000:] or "(nothing)")
