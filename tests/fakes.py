@@ -394,6 +394,10 @@ class FakeDispatcher:
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         self.dispatched.extend(encode(message) for message in messages)
 
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+        for messages in commits:
+            await self.dispatch(messages)
+
 
 def make_job(**overrides: Any) -> Job:
     values: dict[str, Any] = {

@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
-from jobrail.messaging.codec import Envelope
+from jobrail.messaging.codec import Envelope, encode
 from jobrail.persistence.outbox import (
     OutboxPublisher,
     OutboxRelay,
@@ -19,7 +20,7 @@ from jobrail.persistence.outbox import (
     insert_outbox_rows,
 )
 from jobrail.persistence.tables import outbox
-from tests.fakes import NO_TYPES, START, FixedClock
+from tests.fakes import NO_TYPES, START, FixedClock, make_job
 
 
 class SlowCountingPublisher:
@@ -240,3 +241,46 @@ async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone
     assert claimed.job is not None
     assert claimed.job.attempts == 2
     assert len(publisher.published) == 1
+
+
+async def test_fast_path_dispatch_each_publishes_commits_side_by_side_each_in_order(
+    engine: AsyncEngine,
+) -> None:
+    """What ``DetachedDispatch`` hands over for one loop turn: several commits' messages.
+    They publish side by side (each publish here waits until the first message of every
+    commit is under way, so one at a time would stall until the fast path's deadline),
+    each commit's in order, and are marked in one statement."""
+    commits = [[JobMessage.of(make_job()) for _ in range(2)] for _ in range(4)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, [encode(m) for c in commits for m in c], START)
+    all_under_way = asyncio.Event()
+
+    class Together(SlowCountingPublisher):
+        order: list[str] = []
+
+        async def publish(self, envelope: Envelope) -> None:
+            self.order.append(str(envelope.id))
+            if len(self.order) >= len(commits):
+                all_under_way.set()
+            await all_under_way.wait()
+            await super().publish(envelope)
+
+    class CountingMarks(SqlaOutboxMarks):
+        statements = 0
+
+        async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
+            self.statements += 1
+            await super().mark_published(ids, at)
+
+    publisher, marks = Together(), CountingMarks(engine)
+    fast_path = OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1))
+
+    await fast_path.dispatch_each(commits)
+
+    assert sum(publisher.published.values()) == 8
+    ids = [[str(encode(m).id) for m in c] for c in commits]
+    assert sorted(publisher.order[:4]) == sorted(first for first, _ in ids)  # side by side
+    for first, second in ids:
+        assert publisher.order.index(first) < publisher.order.index(second)  # in order
+    assert marks.statements == 1
+    assert await _unpublished(engine) == 0

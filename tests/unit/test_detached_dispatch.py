@@ -23,9 +23,12 @@ class GatedDispatcher:
         self.done: list[Sequence[Outgoing]] = []
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
-        self.started.append(messages)
+        await self.dispatch_each([messages])
+
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+        self.started.extend(commits)
         await self.gate.wait()
-        self.done.append(messages)
+        self.done.extend(commits)
 
 
 def _messages() -> list[Outgoing]:
@@ -61,7 +64,7 @@ async def test_past_its_bound_a_dispatch_waits_for_the_broker() -> None:
     inner.gate.set()
     await asyncio.wait_for(third, timeout=5)
     await detached.drain()
-    assert sum(len(messages) for messages in inner.done) == 3
+    assert len(inner.done) == 3
 
 
 async def test_drain_waits_for_every_dispatch_under_way() -> None:
@@ -76,7 +79,7 @@ async def test_drain_waits_for_every_dispatch_under_way() -> None:
 
     inner.gate.set()
     await asyncio.wait_for(drained, timeout=5)
-    assert sum(len(messages) for messages in inner.done) == 3
+    assert len(inner.done) == 3
 
 
 async def test_nothing_to_send_starts_nothing() -> None:
@@ -93,11 +96,14 @@ class ContextNoting:
     """A fast path that notes, per dispatch, its messages and the context it runs in."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[list[Outgoing], str | None, bool]] = []
+        self.calls: list[tuple[list[Sequence[Outgoing]], str | None, bool]] = []
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        await self.dispatch_each([messages])
+
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
         span = trace.get_current_span().get_span_context()
-        self.calls.append((list(messages), REQUEST.get(), span.trace_flags.sampled))
+        self.calls.append((list(commits), REQUEST.get(), span.trace_flags.sampled))
 
 
 REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
@@ -116,8 +122,8 @@ async def test_the_commits_of_one_turn_leave_in_one_dispatch_outside_any_request
     await asyncio.gather(*(_commit(detached, f"r{i}", m) for i, m in enumerate(sent)))
     await detached.drain()
 
-    ((messages, request, sampled),) = inner.calls
-    assert messages == [message for batch in sent for message in batch]
+    ((commits, request, sampled),) = inner.calls
+    assert commits == sent  # each commit's messages apart, to be published side by side
     assert request is None  # no request's context (its log context) rides along
     assert not sampled
     assert detached.in_flight == 0
@@ -149,6 +155,9 @@ class BrokenDispatcher:
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         raise RuntimeError("a bug")
 
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+        raise RuntimeError("a bug")
+
 
 async def test_a_dispatch_that_fails_after_the_committer_left_is_logged(
     caplog: pytest.LogCaptureFixture,
@@ -162,3 +171,15 @@ async def test_a_dispatch_that_fails_after_the_committer_left_is_logged(
     (record,) = [r for r in caplog.records if r.name == "jobrail.outbox"]
     assert record.levelname == "ERROR"
     assert "the relay will publish its rows" in record.getMessage()
+
+
+async def test_dispatch_each_hands_over_each_commit_apart() -> None:
+    inner = ContextNoting()
+    detached = DetachedDispatch(inner, max_in_flight=64)
+    commits = [_messages(), _messages()]
+
+    await detached.dispatch_each(commits)
+    await detached.drain()
+
+    assert [calls for calls, _, _ in inner.calls] == [commits]
+    assert detached.in_flight == 0

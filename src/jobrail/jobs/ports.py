@@ -383,6 +383,12 @@ class OutboxDispatcher(Protocol):
         whatever it cannot publish now, the relay publishes later."""
         ...
 
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+        """`dispatch` for the messages of several commits at once: the commits side by
+        side, each one's messages in order (as separate `dispatch` calls would). Never
+        raises."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class JobType:

@@ -129,6 +129,23 @@ class OutboxPublisher:
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         await self.dispatch_envelopes([encode(message) for message in messages])
 
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+        """The commits' messages as one batch of dispatches (the caller collected them:
+        ``jobs.transactional.DetachedDispatch``), without waiting for the loop turn."""
+        batches = [[encode(message) for message in messages] for messages in commits if messages]
+        if not batches:
+            return
+        if not trace.get_current_span().get_span_context().trace_flags.sampled:
+            await self._publish_many(batches)
+            return
+        with _tracer.start_as_current_span(
+            "outbox publish",
+            kind=SpanKind.CLIENT,
+            attributes={"messaging.batch.message_count": sum(len(b) for b in batches)},
+        ) as span:
+            published = await self._publish_many(batches)
+            span.set_attribute("outbox.published", sum(len(ids) for ids in published))
+
     async def dispatch_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         if not envelopes:
             return
