@@ -3,6 +3,7 @@ decision and what it sends, where a message goes that cannot run now, the takeov
 dead worker's job, and the watchdog."""
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -242,6 +243,45 @@ async def test_a_cancellation_from_outside_the_watchdog_stays_a_cancellation() -
     renewed = lease.renewals
     await asyncio.sleep(0.05)
     assert lease.renewals == renewed  # nothing renews after the attempt ended
+
+
+async def test_the_watchdog_stops_an_attempt_at_its_time_limit_as_asyncio_timeout_would() -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    with pytest.raises(TimeoutError):
+        await Watchdog([], "j1", time_limit_s=0.05).run(lambda: asyncio.sleep(5))
+
+    assert 0.04 <= loop.time() - began < 1
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_an_attempt_within_its_time_limit_keeps_its_result_and_its_holds_renew() -> None:
+    lease = Held("lease", 0.02, 1.0, [])
+
+    assert await Watchdog([lease], "j1", time_limit_s=5).run(lambda: _after(0.07, 7)) == 7
+
+    assert lease.renewals >= 2
+
+
+async def test_a_hold_gone_before_the_time_limit_is_what_stops_the_attempt() -> None:
+    lock = Held("lock", 0.02, 1.0, [False])
+
+    with pytest.raises(LookupError, match="lock taken"):
+        await Watchdog([lock], "j1", time_limit_s=5).run(lambda: asyncio.sleep(5))
+
+
+async def test_an_attempt_that_ignores_its_stop_leaves_its_task_uncancelled() -> None:
+    """A handler may swallow the cancellation and return: its result stands (as under
+    asyncio.timeout), and its task is not left with a cancellation pending."""
+
+    async def stubborn() -> int:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        return 3
+
+    assert await Watchdog([], "j1", time_limit_s=0.02).run(stubborn) == 3
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
 async def _value(value: int) -> int:

@@ -287,12 +287,9 @@ class JobRunner:
         if renew is not None:
             holds = (KeptClaim(self._store, job, token, renew, self._clock), *holds)
         try:
-            async with asyncio.timeout(timeout.total_seconds()):
-                if holds:
-                    watchdog = Watchdog(holds, job.id)
-                    result = await watchdog.run(lambda: job_run.handler(job.payload, ctx))
-                else:
-                    result = await job_run.handler(job.payload, ctx)
+            # One timer keeps the holds and the job's timeout (TimeoutError past it).
+            watchdog = Watchdog(holds, job.id, time_limit_s=timeout.total_seconds())
+            result = await watchdog.run(lambda: job_run.handler(job.payload, ctx))
             stored = stored_result(result, self._config.max_result_bytes)
         except Exception as exc:  # every ending has its verdict (jobrail.jobs.outcomes)
             verdict = classify(exc, timeout)

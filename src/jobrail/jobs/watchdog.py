@@ -9,8 +9,9 @@ that moment another worker may take the job (or the lock) over, and the two must
 run at once.
 
 The watchdog runs the attempt in the caller's task and renews on one timer (the earliest
-of its holds' renewals and deadlines), not in tasks of its own: most jobs end before the
-first renewal is due and pay for one timer, nothing more.
+of its holds' renewals and deadlines, and the attempt's own time limit), not in tasks of
+its own: most jobs end before the first renewal is due and pay for one timer, nothing
+more.
 """
 
 import asyncio
@@ -78,9 +79,16 @@ class Kept(Protocol):
 class Watchdog:
     """Runs an attempt while keeping its holds (see the module)."""
 
-    def __init__(self, holds: Sequence[Kept], job_id: object) -> None:
+    def __init__(
+        self, holds: Sequence[Kept], job_id: object, time_limit_s: float | None = None
+    ) -> None:
+        """`time_limit_s`: the attempt's own timeout, on the same timer. Past it the
+        attempt stops with TimeoutError, as under ``asyncio.timeout`` (which would be a
+        second timer per job, and about 2 % of a worker's CPU: bench/README.md)."""
         self._holds = holds
         self._job_id = job_id
+        self._time_limit_s = time_limit_s
+        self._stop_at = math.inf
         self._renew_at = [math.inf] * len(holds)
         self._deadline = [math.inf] * len(holds)
         self._renewals: set[asyncio.Task[None]] = set()
@@ -96,18 +104,24 @@ class Watchdog:
         assert task is not None
         self._task = task
         now = loop.time()
+        if self._time_limit_s is not None:
+            self._stop_at = now + self._time_limit_s
         for i, hold in enumerate(self._holds):
             self._renew_at[i] = now + hold.renew_every_s
             self._deadline[i] = now + hold.left_s()
         self._running = True
         self._arm()
         try:
-            return await work()
+            result = await work()
         except asyncio.CancelledError:
             if self._lost is not None:
                 task.uncancel()  # this cancellation was ours, and ends here
                 raise self._lost from None
             raise
+        else:
+            if self._lost is not None:  # the work swallowed our cancellation and went on
+                task.uncancel()
+            return result
         finally:
             self._running = False
             if self._timer is not None:
@@ -128,7 +142,7 @@ class Watchdog:
     def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        at = min(min(self._renew_at), min(self._deadline))
+        at = min([self._stop_at, *self._renew_at, *self._deadline])
         self._timer = self._loop.call_at(at, self._tick) if at < math.inf else None
 
     def _tick(self) -> None:
@@ -136,6 +150,10 @@ class Watchdog:
         if not self._running or self._lost is not None:
             return
         now = self._loop.time()
+        if self._stop_at <= now:  # the attempt's time is up (no warning: the runner says)
+            self._lost = TimeoutError()
+            self._task.cancel()
+            return
         for i, hold in enumerate(self._holds):
             if self._deadline[i] <= now:
                 self._lose(hold.lapsed(now - self._deadline[i]))
