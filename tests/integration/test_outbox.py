@@ -35,6 +35,16 @@ class SlowCountingPublisher:
         self.published[str(envelope.id)] += 1
 
 
+class CountingMarks(SqlaOutboxMarks):
+    """Marks on Postgres, counting the statements that marked."""
+
+    statements = 0
+
+    async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
+        self.statements += 1
+        await super().mark_published(ids, at)
+
+
 async def _unpublished(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         count = await conn.scalar(
@@ -159,13 +169,6 @@ async def test_fast_path_dispatches_made_together_mark_in_one_statement_and_fail
                 raise BrokerUnavailableError("down")
             await super().publish(envelope)
 
-    class CountingMarks(SqlaOutboxMarks):
-        statements = 0
-
-        async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
-            self.statements += 1
-            await super().mark_published(ids, at)
-
     publisher, marks = RefusesOne(), CountingMarks(engine)
     fast_path = OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1))
 
@@ -256,7 +259,9 @@ async def test_fast_path_dispatch_each_publishes_commits_side_by_side_each_in_or
     all_under_way = asyncio.Event()
 
     class Together(SlowCountingPublisher):
-        order: list[str] = []
+        def __init__(self) -> None:
+            super().__init__()
+            self.order: list[str] = []
 
         async def publish(self, envelope: Envelope) -> None:
             self.order.append(str(envelope.id))
@@ -264,13 +269,6 @@ async def test_fast_path_dispatch_each_publishes_commits_side_by_side_each_in_or
                 all_under_way.set()
             await all_under_way.wait()
             await super().publish(envelope)
-
-    class CountingMarks(SqlaOutboxMarks):
-        statements = 0
-
-        async def mark_published(self, ids: Sequence[Any], at: Any) -> None:
-            self.statements += 1
-            await super().mark_published(ids, at)
 
     publisher, marks = Together(), CountingMarks(engine)
     fast_path = OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1))
