@@ -1,6 +1,7 @@
 """Identifiers shared by the platform and the contexts."""
 
 import os
+import threading
 import time
 import uuid
 from typing import NewType
@@ -25,16 +26,22 @@ class _RandomBytes:
     def __init__(self) -> None:
         self._buffer = b""
         self._at = 0
+        # jobrail makes ids on its event loop, but an application's code may make them
+        # in threads too (jobrail is a library): two threads must never get the same bytes.
+        self._lock = threading.Lock()
 
     def take(self, n: int) -> bytes:
-        at = self._at
-        if at + n > len(self._buffer):
-            self._buffer = os.urandom(max(self._PAGE, n))
-            at = 0
-        self._at = at + n
-        return self._buffer[at : at + n]
+        with self._lock:
+            at = self._at
+            if at + n > len(self._buffer):
+                self._buffer = os.urandom(max(self._PAGE, n))
+                at = 0
+            self._at = at + n
+            return self._buffer[at : at + n]
 
     def forget(self) -> None:
+        # In a forked child: a lock another thread held at the fork stays held there.
+        self._lock = threading.Lock()
         self._buffer = b""
         self._at = 0
 
