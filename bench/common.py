@@ -112,6 +112,18 @@ async def delete_queues(names: list[str], exchanges: list[str] = ()) -> None:  #
     await connection.close()
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU time (user + system) of process `pid` and its live children, in seconds."""
+    import psutil
+
+    process = psutil.Process(pid)
+    total = 0.0
+    for each in (process, *process.children(recursive=True)):
+        times = each.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def rss_mb(pid: int) -> float:
     import psutil
 

@@ -53,6 +53,7 @@ async def measure(quick: bool) -> dict[str, Any]:
                 "jobrail_jobs_per_s": alone["jobs_per_s"]["1"],
                 "jobrail_enqueue_jobs_per_s": round(alone["enqueue_jobs_per_s"]),
                 "rss_mb_loaded": alone["rss_mb_loaded"]["1"],
+                "jobrail_cpu_ms_per_job": alone["cpu_ms_per_job"]["1"],
             }
         )
     step("the seeds' Celery pipeline")
@@ -62,6 +63,7 @@ async def measure(quick: bool) -> dict[str, Any]:
     taskiq_rate = round(median_of(worker_rounds, "raw_taskiq_tasks_per_s"))
     jobrail["jobs_per_s"]["1"] = round(median_of(worker_rounds, "jobrail_jobs_per_s"))
     jobrail["rss_mb_loaded"]["1"] = round(median_of(worker_rounds, "rss_mb_loaded"), 1)
+    jobrail["cpu_ms_per_job"]["1"] = round(median_of(worker_rounds, "jobrail_cpu_ms_per_job"), 3)
     jobrail["enqueue_jobs_per_s"] = median_of(worker_rounds, "jobrail_enqueue_jobs_per_s")
     vs_taskiq = statistics.median(
         r["jobrail_jobs_per_s"] / r["raw_taskiq_tasks_per_s"] for r in worker_rounds
@@ -81,6 +83,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         "celery_pipeline_jobs_per_s": celery_best,
         "celery_pipeline_by_pool": celery,
         "jobrail_jobs_per_s": jobrail["jobs_per_s"],
+        "jobrail_cpu_ms_per_job": jobrail["cpu_ms_per_job"],
         "jobrail_enqueue_jobs_per_s": round(jobrail["enqueue_jobs_per_s"]),
         "ratios": {
             "jobrail_vs_taskiq": round(vs_taskiq, 2),
@@ -232,6 +235,13 @@ def table(r: dict[str, Any]) -> str:
         (
             "jobrail end to end, 1 / 2 / 4 worker processes",
             f"{j['1']} / {j['2']} / {j['4']} jobs/s",
+        ),
+        (
+            "jobrail worker CPU per job, 1 / 2 / 4 worker processes",
+            " / ".join(
+                str(r.get("jobrail_cpu_ms_per_job", {}).get(n, "-")) for n in ("1", "2", "4")
+            )
+            + " ms",
         ),
         ("jobrail enqueue (EnqueueJob, in process)", f"{r['jobrail_enqueue_jobs_per_s']} jobs/s"),
         (
