@@ -17,7 +17,7 @@ enqueue's trace whichever path published the message.
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -133,34 +133,33 @@ class OutboxPublisher:
         """The commits' messages as one batch of dispatches (the caller collected them:
         ``jobs.transactional.DetachedDispatch``), without waiting for the loop turn."""
         batches = [[encode(message) for message in messages] for messages in commits if messages]
-        if not batches:
-            return
-        if not trace.get_current_span().get_span_context().trace_flags.sampled:
-            await self._publish_many(batches)
-            return
-        with _tracer.start_as_current_span(
-            "outbox publish",
-            kind=SpanKind.CLIENT,
-            attributes={"messaging.batch.message_count": sum(len(b) for b in batches)},
-        ) as span:
-            published = await self._publish_many(batches)
-            span.set_attribute("outbox.published", sum(len(ids) for ids in published))
+        if batches:
+            await self._traced(sum(len(b) for b in batches), self._publish_counted(batches))
 
     async def dispatch_envelopes(self, envelopes: Sequence[Envelope]) -> None:
-        if not envelopes:
-            return
-        # The enqueue's span may have ended (the committer does not wait for this): its
-        # trace's sampling decision, not the span's recording, says whether to record.
+        if envelopes:
+            await self._traced(len(envelopes), self._submit_counted(envelopes))
+
+    async def _traced(self, count: int, publish: Awaitable[int]) -> None:
+        """Await `publish` (which answers how many it published) in an ``outbox
+        publish`` span. The enqueue's span may have ended (the committer does not wait for
+        this): its trace's sampling decision, not the span's recording, says whether to
+        record; an unsampled trace gets no child span either."""
         if not trace.get_current_span().get_span_context().trace_flags.sampled:
-            await self._batches.submit(envelopes)  # an unsampled trace: no child span either
+            await publish
             return
         with _tracer.start_as_current_span(
             "outbox publish",
             kind=SpanKind.CLIENT,
-            attributes={"messaging.batch.message_count": len(envelopes)},
+            attributes={"messaging.batch.message_count": count},
         ) as span:
-            published = await self._batches.submit(envelopes)
-            span.set_attribute("outbox.published", len(published))
+            span.set_attribute("outbox.published", await publish)
+
+    async def _publish_counted(self, batches: Sequence[Sequence[Envelope]]) -> int:
+        return sum(len(ids) for ids in await self._publish_many(batches))
+
+    async def _submit_counted(self, envelopes: Sequence[Envelope]) -> int:
+        return len(await self._batches.submit(envelopes))
 
     async def _publish_many(self, batches: Sequence[Sequence[Envelope]]) -> list[list[Any]]:
         published: list[list[Any]] = [[] for _ in batches]
