@@ -151,8 +151,7 @@ class Watchdog:
             return
         now = self._loop.time()
         if self._stop_at <= now:  # the attempt's time is up (no warning: the runner says)
-            self._lost = TimeoutError()
-            self._task.cancel()
+            self._stop(TimeoutError())
             return
         for i, hold in enumerate(self._holds):
             if self._deadline[i] <= now:
@@ -186,6 +185,9 @@ class Watchdog:
 
     def _lose(self, error: Exception) -> None:
         log.warning("job %s: %s; stopping the attempt", self._job_id, error)
+        self._stop(error)
+
+    def _stop(self, error: Exception) -> None:
         self._lost = error
         self._task.cancel()
 
