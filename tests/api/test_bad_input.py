@@ -279,3 +279,28 @@ async def test_a_500_to_an_allowed_origin_carries_the_cors_headers(tmp_path: Any
     assert response.headers["access-control-allow-origin"] == "https://ok"
     assert "X-Request-Id" in response.headers["access-control-expose-headers"]
     assert response.headers["X-Request-Id"] == "req-cors-500"
+
+
+@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+async def test_an_idempotency_key_past_255_characters_is_a_422_that_names_the_header(
+    api: ApiClient, path: str
+) -> None:
+    body = {"message": "x"} if path == "/demo/echo" else {"count": 1}
+    too_long = await api.post(path, json=body, headers={"Idempotency-Key": "k" * 256})
+    longest = await api.post(path, json=body, headers={"Idempotency-Key": "k" * 255})
+
+    assert _is_422(too_long), too_long.text
+    [detail] = too_long.json()["error"]["details"]
+    assert (detail["loc"], detail["type"]) == (["header", "Idempotency-Key"], "string_too_long")
+    assert longest.status_code == 202, longest.text
+
+
+@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+async def test_the_openapi_schema_documents_the_idempotency_key_header(
+    api: ApiClient, path: str
+) -> None:
+    operation = api.app.openapi()["paths"][path]["post"]
+    [header] = [p for p in operation["parameters"] if p["in"] == "header"]
+
+    assert (header["name"], header["required"]) == ("Idempotency-Key", False)
+    assert {"type": "string", "maxLength": 255} in header["schema"]["anyOf"]

@@ -1,13 +1,18 @@
 import uuid
-from typing import Annotated
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import Field
 
 from jobrail.api.errors import ERROR_RESPONSES
 from jobrail.api.rate_limits import EnqueueTenant
-from jobrail.api.schemas import JobAccepted, RequestModel, accepted
+from jobrail.api.schemas import (
+    IDEMPOTENCY_KEY_OPENAPI,
+    JobAccepted,
+    RequestModel,
+    accepted,
+    idempotency_key,
+)
 from jobrail.demo.jobs import EchoPayload, batch_sum
 from jobrail.demo.jobs import echo as echo_job
 from jobrail.jobs.domain import FlowRole
@@ -24,6 +29,7 @@ router = APIRouter(
     status_code=202,
     summary="Enqueue a demo job that echoes a message",
     description="Poll `GET /jobs/{job_id}` for its status and result.",
+    openapi_extra=IDEMPOTENCY_KEY_OPENAPI,
 )
 async def echo(
     body: EchoPayload,
@@ -31,14 +37,13 @@ async def echo(
     response: Response,
     tenant: EnqueueTenant,
     enqueue: FromDishka[EnqueueJob],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> JobAccepted:
     result = await enqueue(
         EnqueueJobCommand(
             tenant_id=tenant,
             type=echo_job.name,
             payload=body,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key(request),
         )
     )
     return accepted(result, response, request)
@@ -63,6 +68,7 @@ class BatchAccepted(RequestModel):
     description="`count` echo jobs (job i returns the value i), and a `then` callback "
     "that records the sum of their values once all have succeeded. Poll "
     "`GET /batches/{batch_id}` for its counts, `GET /jobs/{then_job_id}` for the sum.",
+    openapi_extra=IDEMPOTENCY_KEY_OPENAPI,
 )
 async def batch(
     body: DemoBatch,
@@ -70,7 +76,6 @@ async def batch(
     response: Response,
     tenant: EnqueueTenant,
     flows: FromDishka[FlowService],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> BatchAccepted:
     started = await flows.batch(
         BatchCommand(
@@ -88,7 +93,7 @@ async def batch(
                 for i in range(body.count)
             ],
             then=FlowJob(batch_sum.name, {}),
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key(request),
             name="demo batch",
         )
     )
