@@ -300,3 +300,36 @@ async def test_the_session_cookie_is_http_only_strict_and_scoped_to_ops(ops: Ops
     [login_cookie] = [c for c in form.headers.get_list("set-cookie") if "jobrail_ops_login=" in c]
     assert "HttpOnly" in login_cookie
     assert "Path=/ops" in login_cookie
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ops",
+        "/ops/jobs/00000000-0000-0000-0000-000000000000",
+        "/ops/flows/00000000-0000-0000-0000-000000000000",
+    ],
+)
+async def test_every_console_page_answers_the_sign_in_page_until_an_admin_signs_in(
+    ops: Ops, path: str
+) -> None:
+    admin = await ops.admin()
+    tenant = await ops.tenant()
+
+    anonymous = await ops.browser.get(path)
+    ended = await ops.browser.get(path, headers=_with_session("x" * 43))
+    not_admin = await ops.browser.get(path, headers={"Authorization": f"Bearer {tenant.api_key}"})
+    by_admin = await ops.browser.get(path, headers={"Authorization": f"Bearer {admin.api_key}"})
+
+    assert [anonymous.status_code, ended.status_code, not_admin.status_code] == [401, 401, 403]
+    for refused in (anonymous, ended, not_admin):
+        assert "name=api_key" in refused.text  # the sign-in form, and nothing of the page
+        assert refused.headers["Cache-Control"] == "no-store"
+
+    # A session cookie that is not (or no longer) a session is deleted.
+    def set_cookies(response: httpx.Response) -> list[str]:
+        return [c.split("=", 1)[0] for c in response.headers.get_list("set-cookie")]
+
+    assert set_cookies(anonymous) == ["jobrail_ops_login"]
+    assert 'jobrail_ops=""' in ended.headers.get_list("set-cookie")[-1]
+    assert by_admin.status_code == (200 if path == "/ops" else 404)

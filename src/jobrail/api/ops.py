@@ -2,7 +2,7 @@
 failures, recent batches and chains, and webhooks with their deliveries, with a page for
 each batch or chain and each job (with its events); rendered on the server
 (jobrail.api.ops_pages) and refreshing itself. No front-end build. Every page asks for
-the same sign-in (`_signed_in`) before it reads anything.
+the same sign-in (`OpsAdmin`) before it reads anything.
 
 Signing in. A browser cannot send a Bearer header, so the page signs in with a form: an
 admin key given once starts a session kept on the server (``ops_sessions``, see
@@ -29,13 +29,14 @@ import math
 import re
 import secrets
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Cookie, Request, Response
+from dishka.integrations.fastapi import DishkaRoute, FromDishka, inject
+from fastapi import APIRouter, Cookie, Depends, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -68,8 +69,6 @@ TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # Fetch Metadata: what a browser says about where a request came from. Absent from
 # non-browser clients and old browsers, which the CSRF tokens still cover.
 SAME_ORIGIN = {"same-origin", "none"}
-
-router = APIRouter(prefix="/ops", route_class=DishkaRoute, include_in_schema=False)
 
 
 def _digest(token: str) -> str:
@@ -110,15 +109,40 @@ class _Admin:
     """The sign-out form's token; None for a Bearer key (a curl has no session to end)."""
 
 
+class _SignInFirst(Exception):  # noqa: N818 - an answer, not an error
+    """What a page answers instead when the request is not an admin's: the sign-in page."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__("sign in first")
+        self.response = response
+
+
+class OpsRoute(DishkaRoute):
+    """A console route: a page whose sign-in (`OpsAdmin`) turned the request away answers
+    with the sign-in page."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _SignInFirst as exc:
+                return exc.response
+
+        return answer
+
+
+@inject
 async def _signed_in(
     request: Request,
-    engine: AsyncEngine,
-    clock: Clock,
-    jobrail_ops: str | None,
-    jobrail_ops_login: str | None,
-) -> _Admin | Response:
-    """The admin a page is for (by its session, or a Bearer admin key), or the sign-in
-    page to answer with instead. Every page of the console asks this first."""
+    engine: FromDishka[AsyncEngine],
+    clock: FromDishka[Clock],
+    jobrail_ops: Annotated[str | None, Cookie()] = None,
+    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
+) -> _Admin:
+    """The admin a page is for (by its session, or a Bearer admin key); else the page
+    answers with the sign-in page. Every page of the console takes this first."""
     header = request.headers.get("authorization", "")
     session_token = _token(jobrail_ops)
     if header.lower().startswith("bearer "):
@@ -130,43 +154,32 @@ async def _signed_in(
         response = _login(request, jobrail_ops_login, status=401)
         if jobrail_ops is not None:
             response.delete_cookie(COOKIE, path="/ops")  # ended, expired or never ours
-        return response
+        raise _SignInFirst(response)
     if not principal.admin:
-        return _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
+        raise _SignInFirst(
+            _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
+        )
     return _Admin(_csrf_for(session_token) if session_token else None)
+
+
+OpsAdmin = Annotated[_Admin, Depends(_signed_in)]
+
+router = APIRouter(prefix="/ops", route_class=OpsRoute, include_in_schema=False)
 
 
 @router.get("", response_class=HTMLResponse)
 async def ops_page(
-    request: Request,
+    admin: OpsAdmin,
     overview: FromDishka[GetOpsOverview],
     flows: FromDishka[ListOpsFlows],
     webhooks: FromDishka[GetWebhooksOverview],
-    engine: FromDishka[AsyncEngine],
-    clock: FromDishka[Clock],
-    jobrail_ops: Annotated[str | None, Cookie()] = None,
-    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
 ) -> Response:
-    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
-    if isinstance(admin, Response):
-        return admin
     page = overview_page(await overview(), await flows(), await webhooks(), admin.csrf)
     return _secured(HTMLResponse(page))
 
 
 @router.get("/flows/{flow_id}", response_class=HTMLResponse)
-async def ops_flow_page(
-    flow_id: str,
-    request: Request,
-    flow: FromDishka[GetOpsFlow],
-    engine: FromDishka[AsyncEngine],
-    clock: FromDishka[Clock],
-    jobrail_ops: Annotated[str | None, Cookie()] = None,
-    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
-) -> Response:
-    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
-    if isinstance(admin, Response):
-        return admin
+async def ops_flow_page(flow_id: str, admin: OpsAdmin, flow: FromDishka[GetOpsFlow]) -> Response:
     try:
         found = await flow(uuid.UUID(flow_id))
     except (ValueError, NotFoundError):
@@ -175,18 +188,7 @@ async def ops_flow_page(
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-async def ops_job_page(
-    job_id: str,
-    request: Request,
-    job: FromDishka[GetOpsJob],
-    engine: FromDishka[AsyncEngine],
-    clock: FromDishka[Clock],
-    jobrail_ops: Annotated[str | None, Cookie()] = None,
-    jobrail_ops_login: Annotated[str | None, Cookie()] = None,
-) -> Response:
-    admin = await _signed_in(request, engine, clock, jobrail_ops, jobrail_ops_login)
-    if isinstance(admin, Response):
-        return admin
+async def ops_job_page(job_id: str, admin: OpsAdmin, job: FromDishka[GetOpsJob]) -> Response:
     try:
         found = await job(JobId(uuid.UUID(job_id)))
     except (ValueError, NotFoundError):
