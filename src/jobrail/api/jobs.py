@@ -1,22 +1,19 @@
 import uuid
-from typing import Annotated
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from pydantic import Field
 
 from jobrail.api.auth import AdminPrincipal, CurrentTenant
 from jobrail.api.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
-from jobrail.jobs.domain import JobStatus
+from jobrail.api.schemas import JobFilterQuery, JobList, JobOut, jobs_page
 from jobrail.jobs.use_cases import (
     CancelJob,
     CancelJobCommand,
     GetJob,
     GetJobQuery,
     ListJobs,
-    ListJobsQuery,
     RedriveJob,
     RedriveJobCommand,
 )
@@ -52,27 +49,9 @@ async def get_job(
 
 @router.get("", summary="Jobs, newest first", dependencies=[RateLimitRead])
 async def list_jobs(
-    tenant: CurrentTenant,
-    list_jobs: FromDishka[ListJobs],
-    status: JobStatusName | None = None,
-    type: Annotated[str | None, Query(max_length=128)] = None,
-    entity_id: Annotated[str | None, Query(max_length=255)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    tenant: CurrentTenant, list_jobs: FromDishka[ListJobs], query: JobFilterQuery
 ) -> JobList:
-    page = await list_jobs(
-        ListJobsQuery(
-            tenant_id=tenant,
-            status=JobStatus(status) if status else None,
-            type=type,
-            entity_id=entity_id,
-            limit=limit,
-            after=decode_cursor(cursor),
-        )
-    )
-    return JobList(
-        items=[JobOut.of(job) for job in page.items], next_cursor=encode_cursor(page.next_cursor)
-    )
+    return await jobs_page(list_jobs, tenant, query)
 
 
 @router.post(

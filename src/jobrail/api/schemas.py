@@ -2,19 +2,19 @@ import base64
 import binascii
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
-from fastapi import Request, Response
+from fastapi import Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobrail.jobs.domain import Job
+from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.flow import FlowCounts
 from jobrail.jobs.ports import Cursor
-from jobrail.jobs.use_cases import EnqueueResult
+from jobrail.jobs.use_cases import EnqueueResult, ListJobs, ListJobsQuery
 from jobrail.jobs.use_cases.flows import FlowView
 from jobrail.kernel.errors import InvalidInputError
-from jobrail.kernel.ids import JobId
+from jobrail.kernel.ids import JobId, TenantId
 
 
 class RequestModel(BaseModel):
@@ -330,3 +330,44 @@ def decode_cursor(value: str | None) -> Cursor | None:
         return Cursor(created_at=created_at, job_id=JobId(uuid.UUID(job_id)))
     except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise InvalidInputError("cursor is not one this API gave out") from None
+
+
+class JobFilter(NamedTuple):
+    """The query of ``GET /jobs``: which jobs, how many, from where."""
+
+    status: JobStatusName | None
+    type: str | None
+    entity_id: str | None
+    limit: int
+    cursor: str | None
+
+
+def _job_filter(
+    status: JobStatusName | None = None,
+    type: Annotated[str | None, Query(max_length=128)] = None,
+    entity_id: Annotated[str | None, Query(max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JobFilter:
+    return JobFilter(status, type, entity_id, limit, cursor)
+
+
+JobFilterQuery = Annotated[JobFilter, Depends(_job_filter)]
+
+
+async def jobs_page(list_jobs: ListJobs, tenant: TenantId, query: JobFilter) -> JobList:
+    """A page of the tenant's jobs, newest first (``GET /jobs``, in the app and in
+    ``JobRail.router``)."""
+    page = await list_jobs(
+        ListJobsQuery(
+            tenant_id=tenant,
+            status=JobStatus(query.status) if query.status else None,
+            type=query.type,
+            entity_id=query.entity_id,
+            limit=query.limit,
+            after=decode_cursor(query.cursor),
+        )
+    )
+    return JobList(
+        items=[JobOut.of(job) for job in page.items], next_cursor=encode_cursor(page.next_cursor)
+    )

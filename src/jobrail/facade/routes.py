@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from jobrail.api.auth import BearerCredentials, authenticated
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
@@ -24,15 +24,13 @@ from jobrail.api.events import (
     job_events_response,
 )
 from jobrail.api.rate_limits import Group, apply_rate_limit
-from jobrail.api.schemas import JobList, JobOut, JobStatusName, decode_cursor, encode_cursor
-from jobrail.jobs.domain import JobStatus
+from jobrail.api.schemas import JobFilterQuery, JobList, JobOut, jobs_page
 from jobrail.jobs.use_cases import (
     CancelJob,
     CancelJobCommand,
     GetJob,
     GetJobQuery,
     ListJobs,
-    ListJobsQuery,
 )
 from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.kernel.ids import JobId, TenantId
@@ -86,28 +84,9 @@ def jobs_router(
 
     @router.get("", summary="Jobs, newest first", dependencies=[limited("read")])
     async def list_jobs(
-        tenant: Tenant,
-        list_jobs: Annotated[ListJobs, use_case(ListJobs)],
-        status: JobStatusName | None = None,
-        type: Annotated[str | None, Query(max_length=128)] = None,
-        entity_id: Annotated[str | None, Query(max_length=255)] = None,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
-        cursor: Annotated[str | None, Query(max_length=200)] = None,
+        tenant: Tenant, list_jobs: Annotated[ListJobs, use_case(ListJobs)], query: JobFilterQuery
     ) -> JobList:
-        page = await list_jobs(
-            ListJobsQuery(
-                tenant_id=tenant,
-                status=JobStatus(status) if status else None,
-                type=type,
-                entity_id=entity_id,
-                limit=limit,
-                after=decode_cursor(cursor),
-            )
-        )
-        return JobList(
-            items=[JobOut.of(job) for job in page.items],
-            next_cursor=encode_cursor(page.next_cursor),
-        )
+        return await jobs_page(list_jobs, tenant, query)
 
     @router.post(
         "/{job_id}/cancel",
