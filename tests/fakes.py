@@ -23,7 +23,7 @@ from jobrail.jobs.ports import (
 )
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.messaging.codec import Envelope, describe_dead_letter, encode
+from jobrail.messaging.codec import Envelope, describe_dead_letter, encode, publish_side_by_side
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 # A job catalog that knows no type (no limit keys for any job).
@@ -335,6 +335,11 @@ class FakePublisher:
             self.unavailable_for -= 1
             raise BrokerUnavailableError("fake broker is down")
         self.published.append(message if isinstance(message, Envelope) else encode(message))
+
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        return await publish_side_by_side(self.publish, envelopes, timeout_s)
 
 
 @dataclass

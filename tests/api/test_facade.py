@@ -143,18 +143,28 @@ async def counts(sessions: async_sessionmaker[AsyncSession]) -> tuple[int, int, 
 
 
 class Published:
-    """The envelopes the rail's broker was handed (it publishes them as well)."""
+    """The envelopes the rail's broker was handed, one at a time or as a batch (it
+    publishes them as well)."""
 
     def __init__(self, rail: JobRail, monkeypatch: pytest.MonkeyPatch) -> None:
         self.job_ids: list[str] = []
         broker: Any = rail.runtime.job_broker
-        publish = broker.publish
+        publish, publish_many = broker.publish, broker.publish_many
+
+        def record(envelope: Any) -> None:
+            self.job_ids.append(envelope.headers.get("jobrail-job-id") or envelope.id)
 
         async def recording(envelope: Any) -> None:
-            self.job_ids.append(envelope.headers.get("jobrail-job-id") or envelope.id)
+            record(envelope)
             await publish(envelope)
 
+        async def recording_many(envelopes: Any, timeout_s: float | None = None) -> Any:
+            for envelope in envelopes:
+                record(envelope)
+            return await publish_many(envelopes, timeout_s)
+
         monkeypatch.setattr(broker, "publish", recording)
+        monkeypatch.setattr(broker, "publish_many", recording_many)
 
 
 async def test_a_job_enqueued_in_the_host_session_commits_with_it(

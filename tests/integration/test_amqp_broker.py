@@ -226,3 +226,73 @@ async def test_a_worker_takes_every_delivery_that_has_arrived_at_once(
     finally:
         await listening.aclose()
         await worker.shutdown()
+
+
+async def test_publish_many_routes_each_envelope_and_says_which_failed(
+    broker: AmqpJobBroker, rabbit: RabbitProbe
+) -> None:
+    """One write for the batch (jobrail.messaging.batch_publish), each envelope routed as
+    `publish` routes it: due ones to their queue, a later one through its delay tier, a
+    dead letter to the DLQ; one to a queue the topology lacks fails alone."""
+    later = SystemClock().now() + timedelta(seconds=31)
+    sent = [
+        Envelope(queue="jobs.io", body=b"m0"),
+        Envelope(queue="jobs.nowhere", body=b"lost"),
+        Envelope(queue="jobs.default", body=b"later", not_before=later),
+        Envelope(queue="jobs.dlq", body=b"dead", headers={"x-jobrail-reason": "because"}),
+        Envelope(queue="jobs.io", body=b"m1"),
+    ]
+
+    outcomes = await broker.publish_many(sent, 10)
+
+    assert [outcome is None for outcome in outcomes] == [True, False, True, True, True]
+    assert isinstance(outcomes[1], BrokerUnavailableError)
+    arrived = await rabbit.drain(rabbit.topology.queues["jobs.io"])
+    assert [m.body for m in arrived] == [b"m0", b"m1"]  # confirmed, so on the queue, in order
+    assert (await rabbit.depth(rabbit.topology.delay_queues[30_000]))[0] == 1
+    assert [m.body for m in await rabbit.drain(rabbit.topology.dead_letter_queue)] == [b"dead"]
+
+
+async def test_publish_many_says_each_failed_when_rabbitmq_cannot_be_reached(
+    stack_settings: Settings,
+) -> None:
+    settings = stack_settings.rabbit.model_copy(
+        update={"url": stack_settings.rabbit.url.__class__("amqp://guest:guest@127.0.0.1:1/")}
+    )
+    broker = AmqpJobBroker(settings)
+    await broker.startup()
+    try:
+        outcomes = await broker.publish_many(
+            [Envelope(queue="jobs.io", body=b"x") for _ in range(2)], 1
+        )
+    finally:
+        await broker.shutdown()
+
+    assert all(isinstance(outcome, BrokerUnavailableError) for outcome in outcomes)
+
+
+async def test_publish_many_past_rabbitmq_s_confirms_deadline_says_so_for_each(
+    stack_settings: Settings,
+) -> None:
+    async with TcpProxy(5672) as proxy:
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
+        settings = stack_settings.rabbit.model_copy(
+            update={"url": stack_settings.rabbit.url.__class__(url), "publish_timeout_s": 0.5}
+        )
+        broker = AmqpJobBroker(settings)
+        await broker.startup()
+        try:
+            assert await broker.publish_many([Envelope(queue="jobs.io", body=b"ok")]) == [None]
+            proxy.hold_replies()  # the messages reach RabbitMQ; their confirms never come back
+            started = time.monotonic()
+            outcomes = await asyncio.wait_for(
+                broker.publish_many([Envelope(queue="jobs.io", body=b"x") for _ in range(3)]), 60
+            )
+            waited = time.monotonic() - started
+        finally:
+            proxy.pass_replies()
+            await broker.shutdown()
+
+    assert all(isinstance(outcome, BrokerUnavailableError) for outcome in outcomes)
+    assert "TimeoutError" in str(outcomes[0])
+    assert waited < 30  # the publisher's own deadline, not a wait for good

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
-from jobrail.messaging.codec import Envelope, encode
+from jobrail.messaging.codec import Envelope, encode, publish_side_by_side
 from jobrail.persistence.outbox import (
     OutboxPublisher,
     OutboxRelay,
@@ -33,6 +33,11 @@ class SlowCountingPublisher:
             raise BrokerUnavailableError("down")
         await asyncio.sleep(0.001)
         self.published[str(envelope.id)] += 1
+
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        return await publish_side_by_side(self.publish, envelopes, timeout_s)
 
 
 class CountingMarks(SqlaOutboxMarks):
@@ -282,3 +287,35 @@ async def test_fast_path_dispatch_each_publishes_commits_side_by_side_each_in_or
         assert publisher.order.index(first) < publisher.order.index(second)  # in order
     assert marks.statements == 1
     assert await _unpublished(engine) == 0
+
+
+async def test_a_round_that_fails_as_a_whole_keeps_the_marks_of_the_rounds_before_it(
+    engine: AsyncEngine,
+) -> None:
+    """The fast path publishes the k-th message of every dispatch in round k; a publisher
+    that fails a whole round leaves that round and the rest to the relay, and what the
+    earlier rounds published is still marked."""
+    batches = [[Envelope(queue="jobs.default", body=b"{}") for _ in range(2)] for _ in range(3)]
+    async with engine.begin() as conn:
+        await insert_outbox_rows(conn, [e for batch in batches for e in batch], START)
+
+    class FailsSecondRound(SlowCountingPublisher):
+        rounds = 0
+
+        async def publish_many(
+            self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+        ) -> list[BaseException | None]:
+            self.rounds += 1
+            if self.rounds == 2:
+                raise RuntimeError("the publisher broke")
+            return await super().publish_many(envelopes, timeout_s)
+
+    publisher, marks = FailsSecondRound(), CountingMarks(engine)
+    fast_path = OutboxPublisher(marks, publisher, FixedClock(), timedelta(seconds=1))
+
+    # Made together: one batch of three dispatches (as the other tests here).
+    await asyncio.gather(*(fast_path.dispatch_envelopes(batch) for batch in batches))
+
+    assert set(publisher.published) == {str(batch[0].id) for batch in batches}
+    assert marks.statements == 1
+    assert await _unpublished(engine) == 3

@@ -59,6 +59,10 @@ class JobBroker(Protocol):
 
     async def publish(self, envelope: Envelope) -> None: ...
 
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> Sequence[BaseException | None]: ...
+
     async def queue_depths(self) -> list[QueueDepth]:
         """Messages ready and consumers of every work queue and of the dead-letter
         queue; raises BrokerUnavailableError when the broker cannot be asked."""
@@ -215,6 +219,12 @@ class AmqpJobBroker(AioPikaBroker):
         """Publish with a publisher confirm; raise BrokerUnavailableError if not confirmed."""
         await self._publisher.publish(envelope)
 
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        """Publish in one write, each with its confirm (see AmqpPublisher.publish_many)."""
+        return await self._publisher.publish_many(envelopes, timeout_s)
+
     async def queue_depths(self) -> list[QueueDepth]:
         return await queue_depths(
             self._connection, self.topology, timeout_s=self._settings.publish_timeout_s
@@ -295,6 +305,11 @@ class EmbeddedJobBroker(InMemoryBroker):
 
     async def publish(self, envelope: Envelope) -> None:
         await self._publisher.publish(envelope)
+
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        return await self._publisher.publish_many(envelopes, timeout_s)
 
     def _deliver(self, envelope: Envelope) -> None:
         verdict = screen(envelope.body, lambda name: self.find_task(name) is not None)

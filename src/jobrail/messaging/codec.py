@@ -11,9 +11,10 @@ is the message that died, unchanged, with its reason and origin in headers.
 strictly: anything else is a `MalformedMessageError`, dead-lettered with its reason.
 """
 
+import asyncio
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -60,6 +61,40 @@ class EnvelopePublisher(Protocol):
     async def publish(self, envelope: Envelope) -> None:
         """Publish and wait for the broker's confirmation; raise BrokerUnavailableError."""
         ...
+
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> Sequence[BaseException | None]:
+        """Publish `envelopes` in order and wait for the broker's confirmation of each,
+        `timeout_s` at most (None: as long as one `publish` may take). Each one's
+        outcome: None when confirmed, else the exception its `publish` would have
+        raised (a TimeoutError when its confirm came too late)."""
+        ...
+
+
+async def publish_side_by_side(
+    publish: Callable[[Envelope], Awaitable[None]],
+    envelopes: Sequence[Envelope],
+    timeout_s: float | None = None,
+) -> list[BaseException | None]:
+    """`publish_many` for a publisher that publishes one envelope a call: each call
+    started in order, all awaited together, `timeout_s` at most."""
+    calls = [asyncio.ensure_future(publish(envelope)) for envelope in envelopes]
+    if not calls:
+        return []
+    try:
+        _, late = await asyncio.wait(calls, timeout=timeout_s)
+    finally:
+        for call in calls:
+            call.cancel()  # those still waiting (all, if this was cancelled)
+    return [
+        TimeoutError("no confirm in time")
+        if call in late
+        else asyncio.CancelledError()
+        if call.cancelled()
+        else call.exception()
+        for call in calls
+    ]
 
 
 class MessagePublisher:

@@ -21,6 +21,7 @@ from aiormq import spec
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
 from jobrail.messaging.amqp_errors import CHANNEL_GONE, why
+from jobrail.messaging.batch_publish import Outbound, publish_batch
 from jobrail.messaging.codec import Envelope
 from jobrail.messaging.dead_letters import MemoryDeadLetters
 from jobrail.messaging.topology import DELAY_HEADER, Topology, pick_tier, tier_label
@@ -146,6 +147,52 @@ class AmqpPublisher:
         except (*CHANNEL_GONE, TimeoutError) as exc:
             raise BrokerUnavailableError(f"publish to {to.routing_key} failed: {why(exc)}") from exc
 
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        """Publish `envelopes` in order, in one write, and wait for each one's confirm
+        (``jobrail.messaging.batch_publish``), `timeout_s` at most (and no longer than a
+        publish may take). Each one's outcome: None when confirmed, else the
+        BrokerUnavailableError its own `publish` would have raised."""
+        outcomes: list[BaseException | None] = [None] * len(envelopes)
+        opened = self._channel
+        if opened is None or opened.is_closed or self._exchanges is None:
+            return [BrokerUnavailableError("not connected to RabbitMQ")] * len(envelopes)
+        work, delay = self._exchanges
+        now = self._clock.now()
+        batch: list[Outbound] = []
+        placed: list[tuple[int, str]] = []  # each batch message's envelope and routing key
+        for at, envelope in enumerate(envelopes):
+            try:
+                to = route(envelope, self._topology, self._tiers_ms, now)
+            except ValueError as exc:
+                outcomes[at] = BrokerUnavailableError(str(exc))
+                continue
+            properties = spec.Basic.Properties(
+                delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
+            )
+            exchange = work if to.tier_ms is None else delay
+            batch.append(Outbound(envelope.body, exchange.name, to.routing_key, properties))
+            placed.append((at, to.routing_key))
+        try:
+            underlay = self._underlay_channel
+            if underlay is None or underlay.is_closed:
+                async with asyncio.timeout(self._timeout_s):
+                    underlay = await self._underlay(opened)
+            confirmed: list[BaseException | None] = await publish_batch(
+                underlay,
+                batch,
+                self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s),
+            )
+        except (*CHANNEL_GONE, TimeoutError) as exc:
+            confirmed = [exc] * len(batch)
+        for (at, routing_key), outcome in zip(placed, confirmed, strict=True):
+            if outcome is not None:
+                outcomes[at] = BrokerUnavailableError(
+                    f"publish to {routing_key} failed: {why(outcome)}"
+                )
+        return outcomes
+
     async def _underlay(self, opened: AbstractChannel) -> aiormq.abc.AbstractChannel:
         """The aiormq channel under `opened`. Kept between publishes: asking a robust
         channel for it waits until its connection is ready, a lock and a future per
@@ -178,6 +225,20 @@ class MemoryPublisher:
     def delayed(self) -> int:
         """How many envelopes wait on their timer."""
         return len(self._timers)
+
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout_s: float | None = None
+    ) -> list[BaseException | None]:
+        """Each envelope delivered or put on its timer at once: `timeout_s` is not needed."""
+        outcomes: list[BaseException | None] = []
+        for envelope in envelopes:
+            try:
+                await self.publish(envelope)
+            except ValueError as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+        return outcomes
 
     async def publish(self, envelope: Envelope) -> None:
         if envelope.queue == self._dead_letters.queue:

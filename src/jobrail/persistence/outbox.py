@@ -163,14 +163,7 @@ class OutboxPublisher:
 
     async def _publish_many(self, batches: Sequence[Sequence[Envelope]]) -> list[list[Any]]:
         published: list[list[Any]] = [[] for _ in batches]
-        try:
-            # One deadline for the whole batch: the dispatches publish side by side.
-            async with asyncio.timeout(self._timeout):
-                pairs = zip(batches, published, strict=True)
-                await asyncio.gather(*(self._publish_in_order(b, ids) for b, ids in pairs))
-        except TimeoutError:
-            waiting = sum(len(b) for b in batches) - sum(len(ids) for ids in published)
-            log.info("fast path could not publish %d messages in time; the relay will", waiting)
+        await self._publish_in_rounds(batches, published)
         ids = [row_id for batch in published for row_id in batch]
         if ids:
             try:
@@ -181,18 +174,49 @@ class OutboxPublisher:
                 log.warning("could not mark %d outbox rows published: %s", len(ids), exc)
         return published
 
-    async def _publish_in_order(self, envelopes: Sequence[Envelope], published: list[Any]) -> None:
-        for envelope in envelopes:
-            try:
-                await self._publisher.publish(envelope)
-            except BrokerUnavailableError as exc:
-                log.info("fast path could not publish %s (%s); the relay will", envelope.id, exc)
-                return
-            except Exception:
-                # The rows are committed: whatever this is, the relay tries them again.
-                log.exception("fast path failed to publish %s", envelope.id)
-                return
-            published.append(envelope.id)
+    async def _publish_in_rounds(
+        self, batches: Sequence[Sequence[Envelope]], published: list[list[Any]]
+    ) -> None:
+        """Each dispatch's messages in order, the dispatches side by side: round k
+        publishes the k-th message of every dispatch whose earlier ones were confirmed,
+        all in one `publish_many` (one write, a confirm each). A dispatch stops at its
+        first failure; the relay publishes the rest, in order. Most dispatches are one
+        message, so most batches take one round. One deadline for all the rounds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        going = [at for at, batch in enumerate(batches) if batch]
+        position = 0
+        late = 0
+        while going:
+            envelopes = [batches[at][position] for at in going]
+            left_s = deadline - loop.time()
+            outcomes: Sequence[BaseException | None] = [TimeoutError()] * len(envelopes)
+            if left_s > 0:
+                try:
+                    outcomes = await self._publisher.publish_many(envelopes, left_s)
+                except Exception:
+                    # The rows are committed: the relay publishes what is left, in order.
+                    log.exception("fast path failed to publish %d messages", len(envelopes))
+                    break
+            still = []
+            for at, envelope, outcome in zip(going, envelopes, outcomes, strict=True):
+                if outcome is None:
+                    published[at].append(envelope.id)
+                    if position + 1 < len(batches[at]):
+                        still.append(at)
+                elif isinstance(outcome, TimeoutError):
+                    late += len(batches[at]) - position
+                elif isinstance(outcome, BrokerUnavailableError):
+                    log.info(
+                        "fast path could not publish %s (%s); the relay will", envelope.id, outcome
+                    )
+                else:
+                    # The rows are committed: whatever this is, the relay tries them again.
+                    log.error("fast path failed to publish %s", envelope.id, exc_info=outcome)
+            going = still
+            position += 1
+        if late:
+            log.info("fast path could not publish %d messages in time; the relay will", late)
 
 
 class OutboxRelay:
@@ -288,9 +312,7 @@ class OutboxRelay:
         return published
 
     async def _publish(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> int:
-        results = await asyncio.gather(
-            *(self._publisher.publish(e) for e in envelopes), return_exceptions=True
-        )
+        results = await self._publisher.publish_many(envelopes)
         published = [e.id for e, r in zip(envelopes, results, strict=True) if r is None]
         failed = [(e.id, r) for e, r in zip(envelopes, results, strict=True) if r is not None]
         if published:
