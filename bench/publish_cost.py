@@ -1,12 +1,14 @@
-"""CPU per confirmed publish: aio-pika's `Exchange.publish` against the call jobrail makes
-(`jobrail.messaging.publishing.publish_confirmed`: aiormq's `basic_publish` with
-`wait=False`), side by side on one channel with publisher confirms, 32 publishes at a
-time, persistent and mandatory, as the API's and the worker's publishes are.
+"""CPU per confirmed publish: aio-pika's `Exchange.publish` against the calls jobrail
+makes (`jobrail.messaging.publishing.publish_confirmed`: aiormq's `basic_publish` with
+`wait=False`, for one message; `jobrail.messaging.batch_publish.publish_batch`, for the
+fast path's batches), side by side on one channel with publisher confirms, 32 publishes
+at a time, persistent and mandatory, as the API's and the worker's publishes are.
 
 python -m bench.publish_cost
 """
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -15,6 +17,7 @@ import aio_pika
 from aiormq import spec
 
 from bench.common import AMQP_URL
+from jobrail.messaging.batch_publish import Outbound, publish_batch
 from jobrail.messaging.publishing import publish_confirmed
 
 COUNT = 6000
@@ -51,16 +54,33 @@ async def run() -> dict[str, float]:
             async with asyncio.timeout(10):
                 await publish_confirmed(underlay, BODY, "", queue.name, properties)
 
-        cpu: dict[str, list[float]] = {"aio-pika": [], "jobrail": []}
+        async def one_by_one(publish: Callable[[int], Awaitable[None]], first: int) -> None:
+            await asyncio.gather(*(publish(n) for n in range(first, first + AT_ONCE)))
+
+        async def jobrail_batch(first: int) -> None:
+            batch = [
+                Outbound(
+                    BODY,
+                    "",
+                    queue.name,
+                    spec.Basic.Properties(delivery_mode=2, headers={"h": "v"}, message_id=str(n)),
+                )
+                for n in range(first, first + AT_ONCE)
+            ]
+            outcomes = await publish_batch(underlay, batch, 10)
+            assert outcomes == [None] * AT_ONCE
+
         ways: dict[str, Callable[[int], Awaitable[None]]] = {
-            "aio-pika": aio_pika_publish,
-            "jobrail": jobrail_publish,
+            "aio-pika": functools.partial(one_by_one, aio_pika_publish),
+            "jobrail": functools.partial(one_by_one, jobrail_publish),
+            "jobrail batch": jobrail_batch,
         }
-        for _ in range(ROUNDS):  # interleaved, so that a noisy neighbour hits both
-            for name, publish in ways.items():
+        cpu: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(ROUNDS):  # interleaved, so that a noisy neighbour hits each
+            for name, publish_32 in ways.items():
                 started = time.process_time()
                 for first in range(0, COUNT, AT_ONCE):
-                    await asyncio.gather(*(publish(n) for n in range(first, first + AT_ONCE)))
+                    await publish_32(first)
                 cpu[name].append((time.process_time() - started) / COUNT * 1e6)
     finally:
         await connection.close()
@@ -69,10 +89,12 @@ async def run() -> dict[str, float]:
 
 def main() -> None:
     result = asyncio.run(run())
-    ratio = result["jobrail"] / result["aio-pika"]
+    aio_pika_us = result["aio-pika"]
     print(
-        f"CPU per confirmed publish: aio-pika {result['aio-pika']} us, "
-        f"jobrail {result['jobrail']} us ({ratio:.2f}x)"
+        f"CPU per confirmed publish: aio-pika {aio_pika_us} us, "
+        f"jobrail one by one {result['jobrail']} us ({result['jobrail'] / aio_pika_us:.2f}x), "
+        f"jobrail batch of {AT_ONCE} {result['jobrail batch']} us "
+        f"({result['jobrail batch'] / aio_pika_us:.2f}x)"
     )
 
 
