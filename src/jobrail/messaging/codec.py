@@ -87,14 +87,11 @@ async def publish_side_by_side(
     finally:
         for call in calls:
             call.cancel()  # those still waiting (all, if this was cancelled)
-    return [
-        TimeoutError("no confirm in time")
-        if call in late
-        else asyncio.CancelledError()
-        if call.cancelled()
-        else call.exception()
-        for call in calls
-    ]
+    return [TimeoutError("no confirm in time") if call in late else _ended(call) for call in calls]
+
+
+def _ended(call: "asyncio.Future[None]") -> BaseException | None:
+    return asyncio.CancelledError() if call.cancelled() else call.exception()
 
 
 class MessagePublisher:

@@ -124,28 +124,18 @@ class AmqpPublisher:
 
     async def publish(self, envelope: Envelope) -> None:
         """Publish with a publisher confirm; raise BrokerUnavailableError if not confirmed."""
-        opened = self._channel
-        if opened is None or opened.is_closed or self._exchanges is None:
-            raise BrokerUnavailableError("not connected to RabbitMQ")
+        outbound = self._outbound(envelope, self._clock.now())
         try:
-            to = route(envelope, self._topology, self._tiers_ms, self._clock.now())
-        except ValueError as exc:
-            raise BrokerUnavailableError(str(exc)) from exc
-        work, delay = self._exchanges
-        exchange = work if to.tier_ms is None else delay
-        properties = spec.Basic.Properties(
-            delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
-        )
-        try:
-            underlay = self._underlay_channel
-            if underlay is None or underlay.is_closed:
-                async with asyncio.timeout(self._timeout_s):
-                    underlay = await self._underlay(opened)
             await publish_confirmed(
-                underlay, envelope.body, exchange.name, to.routing_key, properties, self._timeout_s
+                await self._confirming_channel(),
+                outbound.body,
+                outbound.exchange,
+                outbound.routing_key,
+                outbound.properties,
+                self._timeout_s,
             )
         except (*CHANNEL_GONE, TimeoutError) as exc:
-            raise BrokerUnavailableError(f"publish to {to.routing_key} failed: {why(exc)}") from exc
+            raise _failed(outbound, exc) from exc
 
     async def publish_many(
         self, envelopes: Sequence[Envelope], timeout_s: float | None = None
@@ -155,43 +145,54 @@ class AmqpPublisher:
         publish may take). Each one's outcome: None when confirmed, else the
         BrokerUnavailableError its own `publish` would have raised."""
         outcomes: list[BaseException | None] = [None] * len(envelopes)
-        opened = self._channel
-        if opened is None or opened.is_closed or self._exchanges is None:
-            return [BrokerUnavailableError("not connected to RabbitMQ")] * len(envelopes)
-        work, delay = self._exchanges
         now = self._clock.now()
         batch: list[Outbound] = []
-        placed: list[tuple[int, str]] = []  # each batch message's envelope and routing key
+        placed: list[int] = []  # the envelope each message of the batch is
         for at, envelope in enumerate(envelopes):
             try:
-                to = route(envelope, self._topology, self._tiers_ms, now)
-            except ValueError as exc:
-                outcomes[at] = BrokerUnavailableError(str(exc))
-                continue
-            properties = spec.Basic.Properties(
-                delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
-            )
-            exchange = work if to.tier_ms is None else delay
-            batch.append(Outbound(envelope.body, exchange.name, to.routing_key, properties))
-            placed.append((at, to.routing_key))
+                batch.append(self._outbound(envelope, now))
+            except BrokerUnavailableError as exc:
+                outcomes[at] = exc
+            else:
+                placed.append(at)
+        if not batch:
+            return outcomes
+        deadline_s = self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s)
+        confirmed: list[BaseException | None]
         try:
-            underlay = self._underlay_channel
-            if underlay is None or underlay.is_closed:
-                async with asyncio.timeout(self._timeout_s):
-                    underlay = await self._underlay(opened)
-            confirmed: list[BaseException | None] = await publish_batch(
-                underlay,
-                batch,
-                self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s),
-            )
+            confirmed = await publish_batch(await self._confirming_channel(), batch, deadline_s)
         except (*CHANNEL_GONE, TimeoutError) as exc:
             confirmed = [exc] * len(batch)
-        for (at, routing_key), outcome in zip(placed, confirmed, strict=True):
+        for at, outbound, outcome in zip(placed, batch, confirmed, strict=True):
             if outcome is not None:
-                outcomes[at] = BrokerUnavailableError(
-                    f"publish to {routing_key} failed: {why(outcome)}"
-                )
+                outcomes[at] = _failed(outbound, outcome)
         return outcomes
+
+    def _outbound(self, envelope: Envelope, now: datetime) -> Outbound:
+        """`envelope` as the message to publish: its exchange, routing key and properties
+        (BrokerUnavailableError when not connected, or for a queue the topology lacks)."""
+        if self._exchanges is None or not self.is_open:
+            raise BrokerUnavailableError("not connected to RabbitMQ")
+        try:
+            to = route(envelope, self._topology, self._tiers_ms, now)
+        except ValueError as exc:
+            raise BrokerUnavailableError(str(exc)) from exc
+        work, delay = self._exchanges
+        properties = spec.Basic.Properties(
+            delivery_mode=PERSISTENT, headers=dict(to.headers), message_id=envelope.message_id
+        )
+        exchange = work if to.tier_ms is None else delay
+        return Outbound(envelope.body, exchange.name, to.routing_key, properties)
+
+    async def _confirming_channel(self) -> aiormq.abc.AbstractChannel:
+        underlay = self._underlay_channel
+        if underlay is None or underlay.is_closed:
+            opened = self._channel
+            if opened is None:
+                raise BrokerUnavailableError("not connected to RabbitMQ")
+            async with asyncio.timeout(self._timeout_s):
+                underlay = await self._underlay(opened)
+        return underlay
 
     async def _underlay(self, opened: AbstractChannel) -> aiormq.abc.AbstractChannel:
         """The aiormq channel under `opened`. Kept between publishes: asking a robust
@@ -201,6 +202,10 @@ class AmqpPublisher:
         if underlay is None or underlay.is_closed:
             underlay = self._underlay_channel = await opened.get_underlay_channel()
         return underlay
+
+
+def _failed(outbound: Outbound, exc: BaseException) -> BrokerUnavailableError:
+    return BrokerUnavailableError(f"publish to {outbound.routing_key} failed: {why(exc)}")
 
 
 class MemoryPublisher:

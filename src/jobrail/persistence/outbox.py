@@ -186,17 +186,19 @@ class OutboxPublisher:
         deadline = loop.time() + self._timeout
         going = [at for at, batch in enumerate(batches) if batch]
         position = 0
-        late = 0
+        left_over = 0  # messages not published: each failure's and the rest of its dispatch
+        why: BaseException | None = None
         while going:
             envelopes = [batches[at][position] for at in going]
             left_s = deadline - loop.time()
-            outcomes: Sequence[BaseException | None] = [TimeoutError()] * len(envelopes)
+            outcomes: Sequence[BaseException | None] = [TimeoutError("out of time")] * len(going)
             if left_s > 0:
                 try:
                     outcomes = await self._publisher.publish_many(envelopes, left_s)
-                except Exception:
-                    # The rows are committed: the relay publishes what is left, in order.
-                    log.exception("fast path failed to publish %d messages", len(envelopes))
+                except Exception as exc:
+                    log.exception("fast path failed to publish %d messages", len(going))
+                    left_over += sum(len(batches[at]) - position for at in going)
+                    why = why or exc
                     break
             still = []
             for at, envelope, outcome in zip(going, envelopes, outcomes, strict=True):
@@ -204,19 +206,16 @@ class OutboxPublisher:
                     published[at].append(envelope.id)
                     if position + 1 < len(batches[at]):
                         still.append(at)
-                elif isinstance(outcome, TimeoutError):
-                    late += len(batches[at]) - position
-                elif isinstance(outcome, BrokerUnavailableError):
-                    log.info(
-                        "fast path could not publish %s (%s); the relay will", envelope.id, outcome
-                    )
-                else:
-                    # The rows are committed: whatever this is, the relay tries them again.
+                    continue
+                left_over += len(batches[at]) - position
+                if not isinstance(outcome, BrokerUnavailableError | TimeoutError):
                     log.error("fast path failed to publish %s", envelope.id, exc_info=outcome)
+                why = why or outcome
             going = still
             position += 1
-        if late:
-            log.info("fast path could not publish %d messages in time; the relay will", late)
+        if left_over:
+            # The rows are committed: the relay publishes them, in order.
+            log.info("fast path left %d messages to the relay: %s", left_over, why)
 
 
 class OutboxRelay:
