@@ -58,7 +58,7 @@ from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
 from jobrail.messaging.brokers import JobBroker
-from jobrail.messaging.codec import MessagePublisher
+from jobrail.messaging.codec import MessagePublisher, RecentEncodings
 from jobrail.persistence.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobStore
@@ -156,15 +156,21 @@ class PlatformProvider(Provider):
         return pg_marks if pg_marks is not None else SqlaOutboxMarks(engine)
 
     @provide(scope=Scope.APP)
+    def recent_encodings(self) -> RecentEncodings:
+        """Shared by the intake and the fast path: a message is encoded once."""
+        return RecentEncodings()
+
+    @provide(scope=Scope.APP)
     def job_intake(
         self,
         pool: PgPool | None,
         pg_marks: PgOutboxMarks | None,
         sessionmaker: async_sessionmaker[AsyncSession],
+        encodings: RecentEncodings,
     ) -> JobIntake:
         """The store EnqueueJob's own transactions write to: one statement each."""
         if pool is not None:
-            return PgJobIntake(pool, marks=pg_marks)
+            return PgJobIntake(pool, marks=pg_marks, encode=encodings)
         return SqlaJobIntake(sessionmaker)
 
     @provide(scope=Scope.APP)
@@ -200,10 +206,19 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     def dispatcher(
-        self, marks: OutboxMarks, broker: JobBroker, clock: Clock, settings: Settings
+        self,
+        marks: OutboxMarks,
+        broker: JobBroker,
+        clock: Clock,
+        settings: Settings,
+        encodings: RecentEncodings,
     ) -> OutboxDispatcher:
         return OutboxPublisher(
-            marks, broker, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
+            marks,
+            broker,
+            clock,
+            timedelta(seconds=settings.outbox.fast_path_timeout_s),
+            encode=encodings,
         )
 
     @provide(scope=Scope.APP)

@@ -136,3 +136,32 @@ async def _dead_letters(rabbit: RabbitProbe, count: int) -> list[Any]:
 
     await wait_for(enough, timeout=10, what=f"{count} dead letters")
     return collected
+
+
+async def test_an_enqueue_encodes_its_message_once_for_its_row_and_its_publish(
+    api: ApiClient, rabbit: RabbitProbe, monkeypatch: Any
+) -> None:
+    """The intake and the fast path share `RecentEncodings`: the envelope written to the
+    outbox row is the one published."""
+    import asyncio
+
+    from jobrail.messaging import codec
+
+    encoded: list[str] = []
+    encode = codec.encode
+
+    def counting(message: Any) -> Any:
+        encoded.append(str(message.job_id))
+        return encode(message)
+
+    monkeypatch.setattr(codec, "encode", counting)
+
+    job_id = await api.echo(message="once")
+    for _ in range(200):  # the publish is detached from the 202
+        ready, _ = await rabbit.depth(rabbit.topology.queues["jobs.default"])
+        if ready:
+            break
+        await asyncio.sleep(0.02)
+
+    assert ready == 1
+    assert encoded == [job_id]

@@ -37,6 +37,8 @@ from jobrail.limits.model import JobLimits, LimitsUnavailableError
 log = logging.getLogger("jobrail.runner")
 
 # Infrastructure the handler needed being away counts as transient.
+# One encoder for every result: ``json.dumps`` with options makes a new one each time.
+_RESULT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
 _TRANSIENT = (TransientError, StoreUnavailableError, BrokerUnavailableError, LimitsUnavailableError)
 
 
@@ -163,7 +165,7 @@ def stored_result(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str,
     if result is None:
         return None
     try:
-        text = json.dumps(dict(result), allow_nan=False, ensure_ascii=False)
+        text = _RESULT_JSON.encode(dict(result))
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"the job's result is not JSON: {exc}") from exc
     size = len(text.encode())

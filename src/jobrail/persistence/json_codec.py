@@ -17,9 +17,12 @@ from jobrail.kernel.json_text import has_nul_escape
 
 NUL_ERROR = "a JSON document holds a NUL character (U+0000), which cannot be stored"
 
+# One encoder for every call: ``json.dumps`` with options makes a new one each time.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
 
 def dumps(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = _ENCODER.encode(value)
     if has_nul_escape(text):
         raise InvalidInputError(NUL_ERROR)
     return text

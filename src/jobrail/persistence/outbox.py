@@ -17,7 +17,7 @@ enqueue's trace whichever path published the message.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -118,8 +118,14 @@ class OutboxPublisher:
     awaited together, and the rows they published are marked in one statement."""
 
     def __init__(
-        self, marks: OutboxMarks, publisher: EnvelopePublisher, clock: Clock, timeout: timedelta
+        self,
+        marks: OutboxMarks,
+        publisher: EnvelopePublisher,
+        clock: Clock,
+        timeout: timedelta,
+        encode: Callable[[Outgoing], Envelope] = encode,
     ) -> None:
+        self._encode = encode  # shared with the intake (RecentEncodings)
         self._marks = marks
         self._publisher = publisher
         self._clock = clock
@@ -127,12 +133,12 @@ class OutboxPublisher:
         self._batches: Coalescer[Sequence[Envelope], list[Any]] = Coalescer(self._publish_many)
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
-        await self.dispatch_envelopes([encode(message) for message in messages])
+        await self.dispatch_envelopes([self._encode(message) for message in messages])
 
     async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
         """The commits' messages as one batch of dispatches (the caller collected them:
         ``jobs.transactional.DetachedDispatch``), without waiting for the loop turn."""
-        batches = [[encode(message) for message in messages] for messages in commits if messages]
+        batches = [[self._encode(m) for m in messages] for messages in commits if messages]
         if batches:
             await self._traced(sum(len(b) for b in batches), self._publish_counted(batches))
 

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -485,7 +485,9 @@ class _Intake:
     headers: str
 
     @classmethod
-    def of(cls, job: Job, message: JobMessage) -> "_Intake":
+    def of(
+        cls, job: Job, message: JobMessage, encode: Callable[[Outgoing], Envelope] = encode
+    ) -> "_Intake":
         envelope = encode(message)
         return cls(
             job,
@@ -504,14 +506,19 @@ class PgJobIntake(_Pg):
     a conflict, or its own refusal."""
 
     def __init__(
-        self, pool: asyncpg.Pool, window_s: float = 0.0, marks: "PgOutboxMarks | None" = None
+        self,
+        pool: asyncpg.Pool,
+        window_s: float = 0.0,
+        marks: "PgOutboxMarks | None" = None,
+        encode: Callable[[Outgoing], Envelope] = encode,
     ) -> None:
         super().__init__(pool)
         self._adds: Coalescer[_Intake, bool] = Coalescer(self._add_many, window_s)
         self._marks = marks
+        self._encode = encode  # shared with the fast path (RecentEncodings)
 
     async def add(self, job: Job, message: JobMessage) -> Job:
-        if await self._adds.submit(_Intake.of(job, message)):
+        if await self._adds.submit(_Intake.of(job, message, self._encode)):
             return job
         existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
         if existing is None:
