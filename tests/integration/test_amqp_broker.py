@@ -3,7 +3,9 @@
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,37 @@ async def broker(stack_settings: Settings, rabbit: RabbitProbe) -> AsyncIterator
     await broker.startup()
     yield broker
     await broker.shutdown()
+
+
+@asynccontextmanager
+async def _broker_at(
+    stack_settings: Settings, url: str, **update: Any
+) -> AsyncIterator[AmqpJobBroker]:
+    """A broker of the test's stack, connecting to `url` instead."""
+    settings = stack_settings.rabbit.model_copy(
+        update={"url": stack_settings.rabbit.url.__class__(url), **update}
+    )
+    broker = AmqpJobBroker(settings)
+    await broker.startup()
+    try:
+        yield broker
+    finally:
+        await broker.shutdown()
+
+
+@asynccontextmanager
+async def _broker_behind_proxy(
+    stack_settings: Settings,
+) -> AsyncIterator[tuple[AmqpJobBroker, TcpProxy]]:
+    """A broker whose connection goes through a proxy that can hold RabbitMQ's replies
+    (its confirms), with a publish deadline of 0.5 s."""
+    async with TcpProxy(5672) as proxy:
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
+        async with _broker_at(stack_settings, url, publish_timeout_s=0.5) as broker:
+            try:
+                yield broker, proxy
+            finally:
+                proxy.pass_replies()
 
 
 async def _arrival(
@@ -148,24 +181,14 @@ async def test_a_lost_connection_is_back_within_the_reconnect_interval(
 async def test_a_publish_rabbitmq_never_confirms_fails_at_its_deadline(
     stack_settings: Settings,
 ) -> None:
-    async with TcpProxy(5672) as proxy:
-        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
-        settings = stack_settings.rabbit.model_copy(
-            update={"url": stack_settings.rabbit.url.__class__(url), "publish_timeout_s": 0.5}
-        )
-        broker = AmqpJobBroker(settings)
-        await broker.startup()
-        try:
-            await broker.publish(Envelope(queue="jobs.io", body=b"confirmed"))
-            proxy.hold_replies()  # the message reaches RabbitMQ; its confirm never comes back
-            with pytest.raises(BrokerUnavailableError, match=r"publish to \S+ failed"):
-                # Bounded only so that a publish that waits for good fails the test.
-                await asyncio.wait_for(
-                    broker.publish(Envelope(queue="jobs.io", body=b"unconfirmed")), 60
-                )
-        finally:
-            proxy.pass_replies()
-            await broker.shutdown()
+    async with _broker_behind_proxy(stack_settings) as (broker, proxy):
+        await broker.publish(Envelope(queue="jobs.io", body=b"confirmed"))
+        proxy.hold_replies()  # the message reaches RabbitMQ; its confirm never comes back
+        with pytest.raises(BrokerUnavailableError, match=r"publish to \S+ failed"):
+            # Bounded only so that a publish that waits for good fails the test.
+            await asyncio.wait_for(
+                broker.publish(Envelope(queue="jobs.io", body=b"unconfirmed")), 60
+            )
 
 
 async def test_concurrent_publishes_are_each_confirmed_and_arrive_whole(
@@ -256,17 +279,9 @@ async def test_publish_many_routes_each_envelope_and_says_which_failed(
 async def test_publish_many_says_each_failed_when_rabbitmq_cannot_be_reached(
     stack_settings: Settings,
 ) -> None:
-    settings = stack_settings.rabbit.model_copy(
-        update={"url": stack_settings.rabbit.url.__class__("amqp://guest:guest@127.0.0.1:1/")}
-    )
-    broker = AmqpJobBroker(settings)
-    await broker.startup()
-    try:
-        outcomes = await broker.publish_many(
-            [Envelope(queue="jobs.io", body=b"x") for _ in range(2)], 1
-        )
-    finally:
-        await broker.shutdown()
+    async with _broker_at(stack_settings, "amqp://guest:guest@127.0.0.1:1/") as broker:
+        envelopes = [Envelope(queue="jobs.io", body=b"x") for _ in range(2)]
+        outcomes = await broker.publish_many(envelopes, 1)
 
     assert all(isinstance(outcome, BrokerUnavailableError) for outcome in outcomes)
 
@@ -274,24 +289,13 @@ async def test_publish_many_says_each_failed_when_rabbitmq_cannot_be_reached(
 async def test_publish_many_past_rabbitmq_s_confirms_deadline_says_so_for_each(
     stack_settings: Settings,
 ) -> None:
-    async with TcpProxy(5672) as proxy:
-        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
-        settings = stack_settings.rabbit.model_copy(
-            update={"url": stack_settings.rabbit.url.__class__(url), "publish_timeout_s": 0.5}
-        )
-        broker = AmqpJobBroker(settings)
-        await broker.startup()
-        try:
-            assert await broker.publish_many([Envelope(queue="jobs.io", body=b"ok")]) == [None]
-            proxy.hold_replies()  # the messages reach RabbitMQ; their confirms never come back
-            started = time.monotonic()
-            outcomes = await asyncio.wait_for(
-                broker.publish_many([Envelope(queue="jobs.io", body=b"x") for _ in range(3)]), 60
-            )
-            waited = time.monotonic() - started
-        finally:
-            proxy.pass_replies()
-            await broker.shutdown()
+    async with _broker_behind_proxy(stack_settings) as (broker, proxy):
+        assert await broker.publish_many([Envelope(queue="jobs.io", body=b"ok")]) == [None]
+        proxy.hold_replies()  # the messages reach RabbitMQ; their confirms never come back
+        started = time.monotonic()
+        envelopes = [Envelope(queue="jobs.io", body=b"x") for _ in range(3)]
+        outcomes = await asyncio.wait_for(broker.publish_many(envelopes), 60)
+        waited = time.monotonic() - started
 
     assert all(isinstance(outcome, BrokerUnavailableError) for outcome in outcomes)
     assert "TimeoutError" in str(outcomes[0])
