@@ -30,6 +30,15 @@ from tests.support.wire import job_envelope
 
 APP = "tests.support.apps:reference_and_test_jobs"
 TERMINAL = ("succeeded", "failed", "cancelled")
+# A fault scenario's own time limit (pytest-timeout), in place of the suite's 300 s: the
+# longest drains a 1,000-job backlog through three kills, 120 s on a quiet machine.
+SCENARIO_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/faults/" in item.nodeid:
+            item.add_marker(pytest.mark.timeout(SCENARIO_TIMEOUT_S))
 
 
 @dataclass

@@ -13,7 +13,7 @@ from jobrail.messaging.brokers import AmqpJobBroker
 from jobrail.messaging.codec import Envelope
 from jobrail.messaging.publishing import publish_confirmed
 from jobrail.settings import Settings
-from tests.support.rabbit import RabbitProbe
+from tests.support.rabbit import TEARDOWN_S, RabbitProbe
 
 
 @pytest.fixture
@@ -40,7 +40,8 @@ async def connection(
         connection_class=frames.CoalescingRobustConnection,
     )
     yield connection
-    await connection.close()
+    async with asyncio.timeout(TEARDOWN_S):
+        await connection.close()
 
 
 async def _publish_and_receive(

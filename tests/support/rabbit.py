@@ -1,11 +1,17 @@
 """Looking into RabbitMQ from tests: queue depths, reading the DLQ, publishing raw bytes."""
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import aio_pika
 
 from jobrail.messaging.topology import Topology
 from tests.support.services import AMQP_URL
+
+# A probe's teardown never waits longer than this on RabbitMQ (a connection that
+# reconnects forever after a restart must not hold the suite).
+TEARDOWN_S = 30.0
 
 
 @dataclass
@@ -27,7 +33,9 @@ class RabbitProbe:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._conn is not None
-        await self._conn.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TEARDOWN_S):
+                await self._conn.close()
 
     async def depth(self, physical_queue: str) -> tuple[int, int]:
         """(ready messages, consumers) of a queue; a missing queue fails the channel, so
@@ -58,9 +66,10 @@ class RabbitProbe:
             *self.topology.delay_queues.values(),
         ]
         # A connection of its own: the probe's may still be reconnecting after a restart.
-        connection = await aio_pika.connect(AMQP_URL)
-        async with connection, connection.channel() as channel:
-            for name in names:
-                await channel.queue_delete(name, if_unused=False, if_empty=False)
-            for exchange in (self.topology.exchange, self.topology.delay_exchange):
-                await channel.exchange_delete(exchange)
+        async with asyncio.timeout(TEARDOWN_S):
+            connection = await aio_pika.connect(AMQP_URL, timeout=TEARDOWN_S)
+            async with connection, connection.channel() as channel:
+                for name in names:
+                    await channel.queue_delete(name, if_unused=False, if_empty=False)
+                for exchange in (self.topology.exchange, self.topology.delay_exchange):
+                    await channel.exchange_delete(exchange)
