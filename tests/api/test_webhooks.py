@@ -163,6 +163,10 @@ async def test_a_deleted_webhook_gets_nothing_more(api: ApiClient, receiver: Rec
         ("http://api:80/webhook", "itself"),
         ("http:///nohost", "host"),
         ("not a url", "http"),
+        # Accepted once, then failed at every delivery (IDNA could not encode the name).
+        ("https://" + "a" * 64 + ".com/", "host"),
+        ("https://a..b.com/", "host"),
+        ("https://example.com/\r\nX-Injected: 1", "control characters"),
     ],
 )
 async def test_a_url_that_is_not_a_webhooks_is_refused(api: ApiClient, url: str, why: str) -> None:

@@ -52,6 +52,60 @@ def test_a_host_that_is_no_name_is_refused() -> None:
         check_url("http://exa mple.com/", private_ok=True, own_hosts=())
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://" + "a" * 64 + ".com/",  # a label longer than DNS allows
+        "https://a..b.com/",  # an empty label
+        "https://-a.com/",
+        "https://a-.com/",
+        "https://" + ".".join(["a" * 60] * 5) + "/",  # a name longer than 253
+        "https://ex\u00e4mple..com/",  # an internationalised name with an empty label
+    ],
+)
+def test_a_host_no_lookup_could_resolve_is_refused(url: str) -> None:
+    # Each of these went through and failed at every delivery (an IDNA UnicodeError).
+    with pytest.raises(InvalidInputError, match="host"):
+        check_url(url, private_ok=True, own_hosts=())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/\r\nX-Injected: 1",
+        "https://example.com/a b",
+        "https://example.com/\x00",
+    ],
+)
+def test_control_characters_and_spaces_in_a_url_are_refused(url: str) -> None:
+    with pytest.raises(InvalidInputError, match="control characters"):
+        check_url(url, private_ok=True, own_hosts=())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.com/in",
+        "https://a-b.example.co.uk:8443/x?y=1",
+        "https://" + "a" * 63 + ".com/",
+        "https://b\u00fccher.example/",
+    ],
+)
+def test_valid_hosts_pass(url: str) -> None:
+    assert check_url(url, private_ok=True, own_hosts=()) == url
+
+
+async def test_a_stored_url_whose_name_cannot_be_encoded_fails_for_good() -> None:
+    # A webhook registered before its host was checked this strictly: the delivery
+    # fails permanently with a short reason, not with an IDNA traceback every attempt.
+    sender = HttpxWebhookSender(timeout_s=1, private_ok=False)
+    try:
+        with pytest.raises(PermanentError, match="cannot be called"):
+            await sender._pinned("https://" + "a" * 64 + ".com/")
+    finally:
+        await sender.close()
+
+
 def _resolving_to(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
     async def getaddrinfo(host: str, port: int, **_: Any) -> list[Any]:
         family = socket.AF_INET6

@@ -64,6 +64,10 @@ class HttpxWebhookSender:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM
             )
+        except UnicodeError:
+            # A name IDNA cannot encode (a label empty or over 63): no lookup ever will.
+            # check_url refuses these now; a webhook stored before it did ends here.
+            raise PermanentError("the webhook's URL cannot be called") from None
         except OSError:
             raise DeliveryFailedError("the receiver's name does not resolve") from None
         addresses = [str(info[4][0]) for info in infos]
