@@ -16,6 +16,7 @@ from contexts.sync.application.use_cases import (
     RequestSync,
     SyncAccount,
 )
+from jobrail import Settings
 from jobrail.ports import LimitsBackend
 from jobrail.sql import UnitOfWorkFactory
 
@@ -28,8 +29,11 @@ class SyncProvider(Provider):
         return SyncSettings()
 
     @provide(scope=Scope.APP)
-    async def http_client(self, settings: SyncSettings) -> AsyncIterator[httpx.AsyncClient]:
-        client = HttpVendorClient.make_client(settings)
+    async def http_client(
+        self, settings: SyncSettings, app: Settings
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        base_url = settings.vendor_url(app.api.host, app.api.port)
+        client = HttpVendorClient.make_client(settings, base_url)
         yield client
         await client.aclose()
 

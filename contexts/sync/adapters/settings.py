@@ -9,7 +9,11 @@ class SyncSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="JOBRAIL_SYNC__", env_file=".env", extra="ignore")
 
-    vendor_base_url: str = "http://127.0.0.1:8000/sandbox/vendor"
+    vendor_base_url: str | None = Field(
+        default=None,
+        description="The vendor API. Unset: the sandbox this app serves itself, at the "
+        "API's own host and port (JOBRAIL_API__HOST, JOBRAIL_API__PORT).",
+    )
     connect_timeout_s: float = Field(default=2.0, gt=0)
     read_timeout_s: float = Field(default=10.0, gt=0)
     vendor_rate_per_s: float = Field(default=10.0, gt=0)
@@ -37,3 +41,13 @@ class SyncSettings(BaseSettings):
     sandbox_max_accounts: int = Field(
         default=1000, ge=1, le=100_000, description="Accounts whose call counts it remembers."
     )
+
+    def vendor_url(self, api_host: str, api_port: int) -> str:
+        """The vendor's base URL: `vendor_base_url`, or else the sandbox at the API's own
+        address (a wildcard bind address is reached at the loopback one)."""
+        if self.vendor_base_url:
+            return self.vendor_base_url
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(api_host, api_host)  # noqa: S104
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{api_port}/sandbox/vendor"

@@ -16,9 +16,9 @@ class HttpVendorClient:
         self._client = client
 
     @staticmethod
-    def make_client(settings: SyncSettings) -> httpx.AsyncClient:
+    def make_client(settings: SyncSettings, base_url: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(
-            base_url=settings.vendor_base_url.rstrip("/") + "/",
+            base_url=base_url.rstrip("/") + "/",
             timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
         )
 
