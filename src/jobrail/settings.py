@@ -600,7 +600,8 @@ class Settings(BaseSettings):
         default_factory=lambda: ["demo"],
         description=(
             "Installed modules to load, by entry-point name (group `jobrail.modules`; "
-            "jobrail's own: `demo`), comma-separated; empty for none. The platform's "
+            "jobrail's own: `demo`), comma-separated; empty for none. Unset: `demo`, "
+            "and none in production. The platform's "
             "housekeeping jobs are always loaded, and an app's JobRail(modules=[...]) "
             "adds its own (`--app`)."
         ),
@@ -640,6 +641,14 @@ class Settings(BaseSettings):
                 "an admin tenant 'demo' with a well-known key): set JOBRAIL_MODE=stack"
             )
         return environment
+
+    @model_validator(mode="after")
+    def _no_demo_in_production_unless_named(self) -> Self:
+        # The demo's routes let any tenant queue jobs that sleep for up to an hour: a
+        # sandbox's default, not a production deployment's, which names it if it wants it.
+        if self.environment == "production" and "modules" not in self.model_fields_set:
+            self.modules = []
+        return self
 
     @model_validator(mode="after")
     def _worker_queues_known(self) -> Self:

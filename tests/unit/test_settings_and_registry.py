@@ -94,3 +94,17 @@ def test_a_published_rows_mark_waits_well_below_the_age_at_which_the_relay_takes
     assert OutboxSettings().mark_delay_s == 0.25  # relay_min_age_s 2 s by default
     assert OutboxSettings(relay_min_age_s=0.4).mark_delay_s == pytest.approx(0.1)
     assert OutboxSettings(relay_min_age_s=0).mark_delay_s == 0
+
+
+def test_production_loads_the_demo_module_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The demo's routes let any tenant queue hour-long sleeping jobs: a sandbox's, not a
+    # production deployment's, unless it names the module itself.
+    monkeypatch.delenv("JOBRAIL_MODULES", raising=False)
+    assert load_settings().modules == ["demo"]  # development: the demo is there
+    monkeypatch.setenv("JOBRAIL_MODE", "stack")
+    monkeypatch.setenv("JOBRAIL_ENVIRONMENT", "production")
+    assert load_settings().modules == []
+    monkeypatch.setenv("JOBRAIL_MODULES", "demo")
+    assert load_settings().modules == ["demo"]
