@@ -34,7 +34,7 @@ from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
 
-APP = "bench.jobs:rail"  # demo (JOBRAIL_MODULES' default) and bench.noop
+APP = "bench.jobs:rail"  # bench.noop, beside the demo module (JOBRAIL_MODULES below)
 WORKER_ENV: dict[str, str] = {}
 
 
@@ -51,6 +51,8 @@ class Stack:
             "JOBRAIL_ENVIRONMENT": "production",
             "JOBRAIL_LOG_LEVEL": "WARNING",
             "JOBRAIL_APP": APP,
+            # Production loads the demo module (POST /demo/echo) only when named.
+            "JOBRAIL_MODULES": "demo",
             "JOBRAIL_DATABASE__URL": self.database_url,
             "JOBRAIL_RABBIT__URL": self.amqp_url,
             "JOBRAIL_RABBIT__PREFIX": self.prefix,
