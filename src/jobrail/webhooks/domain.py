@@ -126,8 +126,6 @@ def _is_host(host: str) -> bool:
         return True
     except ValueError:
         pass
-    if any(c.isspace() for c in host):
-        return False
     try:
         ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
     except UnicodeError:
