@@ -98,3 +98,21 @@ async def test_the_same_idempotency_key_returns_the_same_batch(api: ApiClient) -
     assert second.status_code == 202
     assert second.headers["Idempotent-Replayed"] == "true"
     assert second.json() == first.json()
+
+
+async def test_an_idempotency_key_is_one_request_whether_it_made_a_job_or_a_batch(
+    api: ApiClient,
+) -> None:
+    job_key = {"Idempotency-Key": "import-7"}
+    assert (await api.post("/demo/echo", json={"message": "a"}, headers=job_key)).status_code == 202
+    reused = await api.post("/demo/batch", json={"count": 2}, headers=job_key)
+    assert reused.status_code == 409, reused.text
+    assert "already used for a job" in reused.json()["error"]["message"]
+
+    batch_key = {"Idempotency-Key": "import-8"}
+    assert (await api.post("/demo/batch", json={"count": 2}, headers=batch_key)).status_code == 202
+    reused = await api.post("/demo/echo", json={"message": "a"}, headers=batch_key)
+    assert reused.status_code == 409, reused.text
+    assert "already used for a batch" in reused.json()["error"]["message"]
+    listed = (await api.get("/jobs", params={"limit": 100})).json()
+    assert len(listed["items"]) == 1 + 2 + 1  # the job, the batch's members and its `then`

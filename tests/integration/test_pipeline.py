@@ -57,6 +57,26 @@ async def test_a_key_reused_with_another_payload_is_a_conflict(api: ApiClient) -
     assert "already used" in response.json()["error"]["message"]
 
 
+async def test_a_key_that_made_a_batch_is_a_conflict_for_a_job_and_the_reverse(
+    api: ApiClient, engine: AsyncEngine
+) -> None:
+    batch_key = {"Idempotency-Key": "sync-9"}
+    assert (await api.post("/demo/batch", json={"count": 2}, headers=batch_key)).status_code == 202
+    # The enqueue statement (one per group of requests) leaves the job out.
+    reused = await api.post("/demo/echo", json={"message": "a"}, headers=batch_key)
+    assert reused.status_code == 409, reused.text
+    assert "already used for a batch" in reused.json()["error"]["message"]
+
+    job_key = {"Idempotency-Key": "sync-10"}
+    assert (await api.post("/demo/echo", json={"message": "a"}, headers=job_key)).status_code == 202
+    reused = await api.post("/demo/batch", json={"count": 2}, headers=job_key)
+    assert reused.status_code == 409, reused.text
+    assert "already used for a job" in reused.json()["error"]["message"]
+    async with engine.connect() as conn:
+        # the batch's 2 members and its `then`, and the one job: nothing of the refused two
+        assert await conn.scalar(select(func.count()).select_from(jobs)) == 4
+
+
 async def test_a_transient_failure_is_retried_with_growing_delays_then_succeeds(
     api: ApiClient, workers: Callable[..., Any]
 ) -> None:

@@ -21,11 +21,18 @@ async def insert_or_existing(
     row: Mapping[str, Any],
     options: Mapping[str, Any],
     what: str,
+    other: Table | None = None,
 ) -> RowMapping | None:
     """Insert `row` into `table` (jobs or flows) unless the tenant has a row of its
     idempotency key already: None when inserted, else that row. ConflictError, naming
     `what` ("a job"), while that other row is not visible yet (its transaction is still
-    open)."""
+    open), and when the key made a row of `other` (flows for a job, jobs for a flow): a
+    key names one request, whether it started a job or a batch."""
+    key = row["idempotency_key"]
+    if other is not None and key is not None:
+        used_for = await key_used_for(session, other, row["tenant_id"], key, options)
+        if used_for is not None:
+            raise ConflictError(f"Idempotency-Key {key!r} was already used for {used_for}")
     dialect = session.get_bind().dialect.name
     statement = (
         upsert_insert(dialect, table)
@@ -47,3 +54,23 @@ async def insert_or_existing(
     if found is None:
         raise ConflictError(f"{what} with this Idempotency-Key is being created; try again")
     return found
+
+
+async def key_used_for(
+    session: AsyncSession, table: Table, tenant_id: str, key: str, options: Mapping[str, Any]
+) -> str | None:
+    """What the tenant's `key` made in `table`: "a job", "a batch", "a chain", or None.
+
+    Checked before the insert, not under a lock: two requests racing with one key, one
+    for a job and one for a batch, can both succeed (each table's own key stays unique).
+    """
+    flows = "kind" in table.c
+    query = (
+        select(table.c.kind if flows else table.c.id)
+        .where(table.c.tenant_id == tenant_id, table.c.idempotency_key == key)
+        .limit(1)
+    )
+    found = (await session.execute(query, execution_options=options)).first()
+    if found is None:
+        return None
+    return f"a {found[0]}" if flows else "a job"

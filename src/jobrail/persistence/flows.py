@@ -79,7 +79,9 @@ class SqlaFlowRepository:
             **_state(flow),
         }
         with database_errors():
-            existing = await insert_or_existing(self._session, flows, row, self._options, "a batch")
+            existing = await insert_or_existing(
+                self._session, flows, row, self._options, "a batch", other=jobs
+            )
         return flow if existing is None else flow_from_row(existing)
 
     async def get(

@@ -34,7 +34,7 @@ from jobrail.persistence.errors import database_errors
 from jobrail.persistence.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.persistence.outbox import insert_outbox_rows
 from jobrail.persistence.platform_schema import qualified
-from jobrail.persistence.tables import jobs
+from jobrail.persistence.tables import flows, jobs
 
 _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
 
@@ -50,7 +50,7 @@ class SqlaJobRepository:
     async def add(self, job: Job) -> Job:
         with database_errors():
             existing = await insert_or_existing(
-                self._session, jobs, job_row(job), self._options, "a job"
+                self._session, jobs, job_row(job), self._options, "a job", other=flows
             )
         return job if existing is None else job_from_row(existing)
 

@@ -157,8 +157,8 @@ RETURNING jobs.id
 # Enqueue: the jobs of every request in the batch and their messages, in one statement.
 # JSON documents arrive as text, encoded per request (a NUL is refused for that request
 # alone, before any statement runs). A row whose key is taken (by an earlier row of the
-# same batch too) is left out, and so is its message. The marks of rows published since
-# the last statement ride along (see PgOutboxMarks).
+# same batch too), or started a batch or chain, is left out, and so is its message. The
+# marks of rows published since the last statement ride along (see PgOutboxMarks).
 ENQUEUE = f"""
 WITH added AS (
     INSERT INTO jobs ({ENQUEUED})
@@ -172,6 +172,10 @@ WITH added AS (
                   $17::timestamptz[], $18::timestamptz[], $19::timestamptz[],
                   $20::timestamptz[])
            WITH ORDINALITY AS j({ENQUEUED}, n)
+     WHERE j.idempotency_key IS NULL
+        OR NOT EXISTS (SELECT FROM flows
+                        WHERE flows.tenant_id = j.tenant_id
+                          AND flows.idempotency_key = j.idempotency_key)
      ORDER BY n
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id
@@ -191,6 +195,8 @@ SELECT id FROM added
 """
 
 BY_KEY = f"SELECT {COLUMNS} FROM jobs WHERE tenant_id = $1 AND idempotency_key = $2"
+
+FLOW_BY_KEY = "SELECT kind FROM flows WHERE tenant_id = $1 AND idempotency_key = $2"
 
 MARK_PUBLISHED = """
 UPDATE outbox SET published_at = p.at
@@ -521,9 +527,14 @@ class PgJobIntake(_Pg):
         if await self._adds.submit(_Intake.of(job, message, self._encode)):
             return job
         existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
-        if existing is None:
-            raise ConflictError("a job with this Idempotency-Key is being created; try again")
-        return job_from_row(existing)
+        if existing is not None:
+            return job_from_row(existing)
+        flow = await self._fetchrow(FLOW_BY_KEY, job.tenant_id, job.idempotency_key)
+        if flow is not None:
+            raise ConflictError(
+                f"Idempotency-Key {job.idempotency_key!r} was already used for a {flow['kind']}"
+            )
+        raise ConflictError("a job with this Idempotency-Key is being created; try again")
 
     async def _add_many(self, adds: Sequence[_Intake]) -> Sequence[bool | BaseException]:
         try:
