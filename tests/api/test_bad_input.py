@@ -304,3 +304,15 @@ async def test_the_openapi_schema_documents_the_idempotency_key_header(
 
     assert (header["name"], header["required"]) == ("Idempotency-Key", False)
     assert {"type": "string", "maxLength": 255} in header["schema"]["anyOf"]
+
+
+async def test_a_path_with_a_trailing_slash_is_a_404_not_a_redirect_to_the_host_header(
+    api: ApiClient,
+) -> None:
+    # A redirect would be built from the request's Host header: a cache in front of the
+    # API could then keep a redirect to any host a client names.
+    response = await api.get("/jobs/", headers={"Host": "elsewhere.example"})
+
+    assert response.status_code == 404
+    assert "location" not in response.headers
+    assert "not found" in response.json()["error"]["message"].lower()

@@ -57,6 +57,9 @@ def create_app(
         openapi_url="/openapi.json" if docs else None,
         docs_url="/docs" if docs else None,
         redoc_url=None,
+        # Starlette's redirect from "/jobs/" to "/jobs" names the host of the request's
+        # Host header: a cache in front could keep a redirect to any host. A 404 instead.
+        redirect_slashes=False,
         # The server span is RequestTelemetry's: FastAPI's own would record query strings.
         # Metrics are Prometheus's (jobrail.telemetry.metrics) and logs jobrail's JSON
         # ones; FastAPI's own would otherwise look for their OpenTelemetry providers in
