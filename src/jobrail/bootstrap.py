@@ -113,7 +113,9 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
     broker: AmqpJobBroker | EmbeddedJobBroker
     if settings.embedded:
         broker = EmbeddedJobBroker(
-            settings.rabbit, shutdown_grace_s=settings.worker.shutdown_grace_s
+            settings.rabbit,
+            max_running=settings.worker.max_async_tasks,
+            shutdown_grace_s=settings.worker.shutdown_grace_s,
         )
     else:
         broker = AmqpJobBroker(settings.rabbit, consume=settings.worker.queues)

@@ -241,6 +241,70 @@ async def test_the_embedded_broker_dead_letters_what_it_cannot_run_with_why() ->
     ]
 
 
+class HeldReceiver:
+    """Stands in for the worker's receiver: each job runs until `release` is set."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.finished = 0
+        self.release = asyncio.Event()
+
+    async def callback(self, message: bytes, raise_err: bool = False) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await self.release.wait()
+            self.finished += 1
+        finally:
+            self.running -= 1
+
+
+def embedded_with(receiver: HeldReceiver, max_running: int) -> EmbeddedJobBroker:
+    broker = EmbeddedJobBroker(RabbitSettings(), max_running=max_running, shutdown_grace_s=5)
+    broker.register_task(lambda: None, task_name="demo.echo")
+    broker.receiver = receiver  # type: ignore[assignment]
+    return broker
+
+
+async def test_the_embedded_broker_runs_at_most_max_running_jobs_at_once() -> None:
+    # Unbounded, a thousand sleeping jobs all renewed their leases at once, and the
+    # embedded database could not confirm the renewals in time.
+    receiver = HeldReceiver()
+    broker = embedded_with(receiver, max_running=3)
+
+    for _ in range(10):
+        await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert receiver.running == 3
+    receiver.release.set()
+    await broker.wait_all()
+
+    assert receiver.finished == 10
+    assert receiver.most == 3
+
+
+async def test_embedded_shutdown_drops_the_jobs_not_started_and_lets_the_running_finish() -> None:
+    receiver = HeldReceiver()
+    broker = embedded_with(receiver, max_running=2)
+    for _ in range(6):
+        await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+    stopping = asyncio.create_task(broker.shutdown())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    receiver.release.set()
+    await stopping
+
+    # The 4 that waited for a slot never started (their jobs stay pending in the
+    # database, and run when the process starts again); the 2 running finished.
+    assert receiver.finished == 2
+    assert receiver.most == 2
+
+
 # -- the AMQP consumer's transport part ----------------------------------------
 
 

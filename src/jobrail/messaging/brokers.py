@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
@@ -273,16 +273,24 @@ class AmqpJobBroker(AioPikaBroker):
 
 
 class EmbeddedJobBroker(InMemoryBroker):
-    """Taskiq's in-memory broker with delays and an in-memory dead-letter queue."""
+    """Taskiq's in-memory broker with delays and an in-memory dead-letter queue.
+
+    At most `max_running` jobs run at once (the worker's ``max_async_tasks``); the
+    others wait in memory, unclaimed, for a slot. Taskiq's receiver bounds what its
+    own listen loop starts, and this broker has none: it starts each delivery itself.
+    """
 
     def __init__(
         self,
         settings: RabbitSettings,
         *,
+        max_running: int = 128,
         shutdown_grace_s: float = 30.0,
         clock: Clock | None = None,
     ) -> None:
-        super().__init__(max_async_tasks=100)
+        super().__init__(max_async_tasks=max_running)
+        self._slots = asyncio.Semaphore(max_running)
+        self._started: set[asyncio.Task[Any] | None] = set()
         self.topology = Topology.from_settings(settings)
         self._shutdown_grace_s = shutdown_grace_s
         self._settings = settings
@@ -326,9 +334,18 @@ class EmbeddedJobBroker(InMemoryBroker):
                 )
             )
             return
-        task = asyncio.create_task(self.receiver.callback(message=verdict.body))
+        task = asyncio.create_task(self._run(verdict.body))
         self._running_tasks.add(task)
         task.add_done_callback(self._running_tasks.discard)
+
+    async def _run(self, body: bytes) -> None:
+        async with self._slots:
+            task = asyncio.current_task()
+            self._started.add(task)
+            try:
+                await self.receiver.callback(message=body)
+            finally:
+                self._started.discard(task)
 
     async def queue_depths(self) -> list[QueueDepth]:
         """The embedded broker keeps no backlog (jobs start as they arrive, or wait on a
@@ -355,8 +372,15 @@ class EmbeddedJobBroker(InMemoryBroker):
 
     async def shutdown(self) -> None:
         """Let running jobs finish within the grace period, then stop the rest: they stay
-        claimed in the database and resume after their lease when the process restarts."""
+        claimed in the database and resume after their lease when the process restarts.
+        Jobs still waiting for a slot are dropped at once (they stay pending in the
+        database, and resume when the process restarts)."""
         self._publisher.cancel_delayed()
+        waiting = [task for task in self._running_tasks if task not in self._started]
+        for task in waiting:
+            task.cancel()
+        if waiting:
+            await asyncio.wait(waiting)
         running = set(self._running_tasks)
         if running:
             _done, unfinished = await asyncio.wait(running, timeout=self._shutdown_grace_s)
