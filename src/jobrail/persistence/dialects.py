@@ -1,7 +1,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,17 +29,22 @@ async def insert_or_existing(
     open), and when the key made a row of `other` (flows for a job, jobs for a flow): a
     key names one request, whether it started a job or a batch."""
     key = row["idempotency_key"]
-    if other is not None and key is not None:
-        used_for = await key_used_for(session, other, row["tenant_id"], key, options)
-        if used_for is not None:
-            raise ConflictError(f"Idempotency-Key {key!r} was already used for {used_for}")
     dialect = session.get_bind().dialect.name
-    statement = (
-        upsert_insert(dialect, table)
-        .values(dict(row))
-        .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
-        .returning(table.c.id)
-    )
+    if other is None or key is None:
+        statement = upsert_insert(dialect, table).values(dict(row))
+    else:
+        # One statement still: the row is left out, as for a key of its own table, when
+        # the key made a row of `other`.
+        taken = select(other.c.tenant_id).where(
+            other.c.tenant_id == row["tenant_id"], other.c.idempotency_key == key
+        )
+        values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
+        statement = upsert_insert(dialect, table).from_select(
+            list(row), values.where(~taken.exists())
+        )
+    statement = statement.on_conflict_do_nothing(
+        index_elements=["tenant_id", "idempotency_key"]
+    ).returning(table.c.id)
     inserted = (await session.execute(statement, execution_options=options)).scalar_one_or_none()
     if inserted is not None:
         return None
@@ -51,9 +56,13 @@ async def insert_or_existing(
         execution_options=options,
     )
     found = existing.mappings().first()
-    if found is None:
-        raise ConflictError(f"{what} with this Idempotency-Key is being created; try again")
-    return found
+    if found is not None:
+        return found
+    if other is not None:
+        used_for = await key_used_for(session, other, row["tenant_id"], key, options)
+        if used_for is not None:
+            raise ConflictError(f"Idempotency-Key {key!r} was already used for {used_for}")
+    raise ConflictError(f"{what} with this Idempotency-Key is being created; try again")
 
 
 async def key_used_for(
@@ -61,8 +70,8 @@ async def key_used_for(
 ) -> str | None:
     """What the tenant's `key` made in `table`: "a job", "a batch", "a chain", or None.
 
-    Checked before the insert, not under a lock: two requests racing with one key, one
-    for a job and one for a batch, can both succeed (each table's own key stays unique).
+    Not under a lock: two requests racing with one key, one for a job and one for a
+    batch, can both succeed (each table's own key stays unique).
     """
     flows = "kind" in table.c
     query = (
