@@ -285,6 +285,23 @@ async def test_the_embedded_broker_runs_at_most_max_running_jobs_at_once() -> No
     assert receiver.most == 3
 
 
+async def test_a_full_embedded_queue_does_not_hold_up_another_queue() -> None:
+    # As a worker consumes each RabbitMQ queue with a prefetch of its own: a flood of
+    # webhook deliveries on jobs.io leaves jobs.default its slots.
+    receiver = HeldReceiver()
+    broker = embedded_with(receiver, max_running=2)
+    for _ in range(5):
+        await broker.publish(Envelope(queue="jobs.io", body=job_body()))
+    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+    assert receiver.running == 3
+    receiver.release.set()
+    await broker.wait_all()
+    assert receiver.finished == 6
+
+
 async def test_embedded_shutdown_drops_the_jobs_not_started_and_lets_the_running_finish() -> None:
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=2)

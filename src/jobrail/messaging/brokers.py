@@ -275,9 +275,11 @@ class AmqpJobBroker(AioPikaBroker):
 class EmbeddedJobBroker(InMemoryBroker):
     """Taskiq's in-memory broker with delays and an in-memory dead-letter queue.
 
-    At most `max_running` jobs run at once (the worker's ``max_async_tasks``); the
-    others wait in memory, unclaimed, for a slot. Taskiq's receiver bounds what its
-    own listen loop starts, and this broker has none: it starts each delivery itself.
+    At most `max_running` jobs of a queue run at once (the worker's
+    ``max_async_tasks``), as a worker consumes each RabbitMQ queue with a prefetch of
+    its own; the others wait in memory, unclaimed, for a slot. Taskiq's receiver bounds
+    what its own listen loop starts, and this broker has none: it starts each delivery
+    itself.
     """
 
     def __init__(
@@ -289,7 +291,8 @@ class EmbeddedJobBroker(InMemoryBroker):
         clock: Clock | None = None,
     ) -> None:
         super().__init__(max_async_tasks=max_running)
-        self._slots = asyncio.Semaphore(max_running)
+        self._max_running = max_running
+        self._slots: dict[str, asyncio.Semaphore] = {}
         self._started: set[asyncio.Task[Any] | None] = set()
         self.topology = Topology.from_settings(settings)
         self._shutdown_grace_s = shutdown_grace_s
@@ -334,12 +337,15 @@ class EmbeddedJobBroker(InMemoryBroker):
                 )
             )
             return
-        task = asyncio.create_task(self._run(verdict.body))
+        slots = self._slots.get(envelope.queue)
+        if slots is None:
+            slots = self._slots[envelope.queue] = asyncio.Semaphore(self._max_running)
+        task = asyncio.create_task(self._run(verdict.body, slots))
         self._running_tasks.add(task)
         task.add_done_callback(self._running_tasks.discard)
 
-    async def _run(self, body: bytes) -> None:
-        async with self._slots:
+    async def _run(self, body: bytes, slots: asyncio.Semaphore) -> None:
+        async with slots:
             task = asyncio.current_task()
             self._started.add(task)
             try:
