@@ -207,3 +207,22 @@ async def test_unfinished_jobs_resume_after_an_embedded_restart(tmp_path: Path) 
 
     assert job["result"] == {"echo": "interrupted"}
     assert job["attempts"] == 2
+
+
+async def test_head_answers_as_get_without_the_body(api: ApiClient) -> None:
+    job_id = (await api.post("/demo/echo", json={"message": "hi"})).json()["job_id"]
+    await api.wait_status(job_id, "succeeded", timeout=5)  # no longer changing
+    for path in ("/health", f"/jobs/{job_id}"):
+        got = await api.get(path)
+        head = await api.request("HEAD", path)
+        assert head.status_code == got.status_code == 200, path
+        assert head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"]
+        assert head.headers["content-length"] == str(len(got.content))
+
+    missing = await api.request("HEAD", "/jobs/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404
+    assert missing.content == b""
+    refused = await api.request("HEAD", "/demo/echo")  # a POST route has no HEAD
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "POST"

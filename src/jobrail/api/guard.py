@@ -10,6 +10,9 @@ In the order a request meets them:
   server still frames the rest of a chunked body, so the connection may stay).
 - **NUL characters** (``jobrail.api.nul_guard``): a NUL in the path, the query string,
   a header or the JSON body is a JSON 422, before the route runs.
+- **HEAD** runs as GET, and its answer goes out without the body (its headers, the
+  ``Content-Length`` too, are GET's). FastAPI routes a GET route's HEAD to nothing
+  (405), where HTTP asks every server to answer HEAD like GET.
 - **Unhandled errors.** Starlette answers an exception that no handler took in
   ServerErrorMiddleware, the outermost layer: outside RequestTelemetry, so that 500
   had no ``X-Request-Id``. And it raises the exception again to the server, which then
@@ -60,6 +63,9 @@ class RequestGuard:
             await refuse_nul(send, where)
             return
 
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}  # the server's own scope still says HEAD
         received = 0
         chunks: list[bytes] = []
         started = False
@@ -89,6 +95,8 @@ class RequestGuard:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         try:
