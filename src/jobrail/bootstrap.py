@@ -27,6 +27,7 @@ from jobrail.kernel.ids import TenantId
 from jobrail.limits.middleware import LimitsMiddleware
 from jobrail.messaging.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
 from jobrail.messaging.codec import encode
+from jobrail.messaging.receiver import JobReceiver
 from jobrail.messaging.tasks import JobRoutes, register_job_tasks
 from jobrail.modules import Module, load_modules
 from jobrail.persistence.mapping import job_from_row
@@ -128,6 +129,13 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
         wave_wait_s=settings.worker.wave_wait_ms / 1000,
     )
     register_job_tasks(broker, routes)
+    if isinstance(broker, EmbeddedJobBroker):
+        # Job messages take the worker processes' path (decoded once, run straight
+        # through their route) rather than Taskiq's, which also logged every job stopped
+        # at shutdown as an error with its CancelledError's traceback.
+        broker.receiver = JobReceiver(
+            broker, executor=broker.executor, max_async_tasks=settings.worker.max_async_tasks
+        )
     container = make_async_container(
         PlatformProvider(),
         *(provider for module in modules for provider in module.providers),

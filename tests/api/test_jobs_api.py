@@ -1,9 +1,11 @@
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from dishka.integrations.fastapi import DishkaRoute
 from fastapi import APIRouter, FastAPI
 
@@ -226,3 +228,22 @@ async def test_head_answers_as_get_without_the_body(api: ApiClient) -> None:
     refused = await api.request("HEAD", "/demo/echo")  # a POST route has no HEAD
     assert refused.status_code == 405
     assert refused.headers["allow"] == "POST"
+
+
+async def test_an_embedded_shutdown_stops_a_running_job_without_an_error_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The job runs on the worker's own path (jobrail.messaging.receiver): Taskiq's logged
+    # every job stopped at shutdown as "Exception found while executing function." with
+    # the CancelledError's traceback.
+    settings = await migrated(embedded_settings(tmp_path, worker={"shutdown_grace_s": 0.2}))
+    app = create_app(settings, modules=REFERENCE)
+    async with app.router.lifespan_context(app):
+        client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+        client.sign_in_with("demo", "demo-key")
+        job_id = await client.echo(sleep_ms=5000)
+        await client.wait_status(job_id, "running", timeout=5)
+        caplog.clear()
+
+    assert "stopped 1 unfinished jobs at shutdown" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
