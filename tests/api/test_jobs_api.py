@@ -1,3 +1,4 @@
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -225,6 +226,12 @@ async def test_head_answers_as_get_without_the_body(api: ApiClient) -> None:
     missing = await api.request("HEAD", "/jobs/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404
     assert missing.content == b""
+    # The event feed's HEAD is a page's headers, not a stream that would never end.
+    events = await asyncio.wait_for(
+        api.request("HEAD", "/events", headers={"Accept": "text/event-stream"}), 5
+    )
+    assert events.status_code == 200
+    assert events.headers["content-type"] == "application/json"
     refused = await api.request("HEAD", "/demo/echo")  # a POST route has no HEAD
     assert refused.status_code == 405
     assert refused.headers["allow"] == "POST"
@@ -247,3 +254,13 @@ async def test_an_embedded_shutdown_stops_a_running_job_without_an_error_log(
 
     assert "stopped 1 unfinished jobs at shutdown" in caplog.text
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_head_request_is_logged_with_its_route(
+    api: ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = await api.echo()
+    with caplog.at_level(logging.DEBUG, logger="jobrail.api.access"):
+        await api.request("HEAD", f"/jobs/{job_id}")
+
+    assert "HEAD /jobs/{job_id} 200" in [r.getMessage() for r in caplog.records]

@@ -285,21 +285,20 @@ async def test_the_embedded_broker_runs_at_most_max_running_jobs_at_once() -> No
     assert receiver.most == 3
 
 
-async def test_a_full_embedded_queue_does_not_hold_up_another_queue() -> None:
-    # As a worker consumes each RabbitMQ queue with a prefetch of its own: a flood of
-    # webhook deliveries on jobs.io leaves jobs.default its slots.
+async def test_jobs_waiting_for_a_slot_are_counted_as_their_queue_s_ready_messages() -> None:
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=2)
-    for _ in range(5):
-        await broker.publish(Envelope(queue="jobs.io", body=job_body()))
-    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    for queue in ("jobs.io", "jobs.io", "jobs.io", "jobs.default"):
+        await broker.publish(Envelope(queue=queue, body=job_body()))
     for _ in range(5):
         await asyncio.sleep(0)
 
-    assert receiver.running == 3
+    depths = {depth.queue: depth.ready for depth in await broker.queue_depths()}
+    assert (receiver.running, depths["jobs.io"], depths["jobs.default"]) == (2, 1, 1)
     receiver.release.set()
     await broker.wait_all()
-    assert receiver.finished == 6
+    depths = {depth.queue: depth.ready for depth in await broker.queue_depths()}
+    assert (receiver.finished, depths["jobs.io"], depths["jobs.default"]) == (4, 0, 0)
 
 
 async def test_embedded_shutdown_drops_the_jobs_not_started_and_lets_the_running_finish() -> None:
@@ -320,6 +319,26 @@ async def test_embedded_shutdown_drops_the_jobs_not_started_and_lets_the_running
     # database, and run when the process starts again); the 2 running finished.
     assert receiver.finished == 2
     assert receiver.most == 2
+
+
+async def test_a_message_sent_while_the_embedded_broker_stops_is_not_started() -> None:
+    # A retry's or a chain's next step, sent by a job that finishes during the grace
+    # period: its job stays unfinished in the database, and resumes at the next start.
+    receiver = HeldReceiver()
+    broker = embedded_with(receiver, max_running=2)
+    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+    stopping = asyncio.create_task(broker.shutdown())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    receiver.release.set()
+    await stopping
+
+    assert receiver.finished == 1
+    assert receiver.most == 1
 
 
 # -- the AMQP consumer's transport part ----------------------------------------

@@ -20,6 +20,7 @@ from fastapi.sse import format_sse_event
 
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.api.guard import is_head
 from jobrail.api.rate_limits import RateLimitedError, RateLimitRead
 from jobrail.api.schemas import JobEventOut, JobEventPage
 from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, event_document
@@ -70,7 +71,9 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="A JSON page's size.
 
 
 def _wants_stream(request: Request) -> bool:
-    return "text/event-stream" in request.headers.get("accept", "")
+    # HEAD is answered with a page's headers: a stream would hold the connection open
+    # for a body that is never sent.
+    return "text/event-stream" in request.headers.get("accept", "") and not is_head(request.scope)
 
 
 def event_cursor(last_event_id: str | None, after: str | None) -> EventCursor | None:

@@ -10,9 +10,12 @@ In the order a request meets them:
   server still frames the rest of a chunked body, so the connection may stay).
 - **NUL characters** (``jobrail.api.nul_guard``): a NUL in the path, the query string,
   a header or the JSON body is a JSON 422, before the route runs.
-- **HEAD** runs as GET, and its answer goes out without the body (its headers, the
-  ``Content-Length`` too, are GET's). FastAPI routes a GET route's HEAD to nothing
-  (405), where HTTP asks every server to answer HEAD like GET.
+- **HEAD** runs as GET, and every answer to it (the guard's own refusals too) goes out
+  without its body; its headers, the ``Content-Length`` too, are GET's. FastAPI routes a
+  GET route's HEAD to nothing (405), where HTTP asks every server to answer HEAD like
+  GET. The app's scope says so (``HEAD_SCOPE_KEY``), so that a route that would answer
+  with an endless stream answers with a page (``jobrail.api.events``); the route the
+  app matched is copied back to the server's scope for the request's span and log.
 - **Unhandled errors.** Starlette answers an exception that no handler took in
   ServerErrorMiddleware, the outermost layer: outside RequestTelemetry, so that 500
   had no ``X-Request-Id``. And it raises the exception again to the server, which then
@@ -39,6 +42,23 @@ from jobrail.api.nul_guard import NulCharacterError, json_has_nul, nul_in_scope,
 
 log = logging.getLogger("jobrail.api")
 
+# In the app's scope of a request that came as HEAD (and runs as GET).
+HEAD_SCOPE_KEY = "jobrail.head"
+
+
+def is_head(scope: Scope) -> bool:
+    """Whether the request came as HEAD: its answer's body will not be sent."""
+    return bool(scope.get(HEAD_SCOPE_KEY))
+
+
+def _bodiless(send: Send) -> Send:
+    async def send_head(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return send_head
+
 
 class RequestGuard:
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
@@ -50,6 +70,11 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        server_scope = scope
+        head = scope["method"] == "HEAD"
+        if head:  # the server's own scope still says HEAD
+            scope = {**scope, "method": "GET", HEAD_SCOPE_KEY: True}
+            send = _bodiless(send)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 # Any length of more than 18 digits is over the limit, and int() of a
@@ -63,9 +88,6 @@ class RequestGuard:
             await refuse_nul(send, where)
             return
 
-        head = scope["method"] == "HEAD"
-        if head:
-            scope = {**scope, "method": "GET"}  # the server's own scope still says HEAD
         received = 0
         chunks: list[bytes] = []
         started = False
@@ -95,14 +117,12 @@ class RequestGuard:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-            elif head and message["type"] == "http.response.body":
-                message = {**message, "body": b""}
             await send(message)
 
         try:
             await self.app(scope, guarded_receive, tracked_send)
         except ClientDisconnect:
-            log.debug("client went away on %s %s", scope.get("method"), scope.get("path"))
+            log.debug("client went away on %s %s", server_scope["method"], scope.get("path"))
         except NulCharacterError as exc:
             # A route that read the body outside FastAPI's request handling.
             if started:
@@ -114,8 +134,11 @@ class RequestGuard:
             if isinstance(exc, HTTPException) and exc.status_code == 413:
                 await self._refuse_size(send)
                 return
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            log.exception("unhandled error on %s %s", server_scope["method"], scope.get("path"))
             await asgi_error(send, 500, "internal_error", "internal error")
+        finally:
+            if head and "route" in scope:
+                server_scope["route"] = scope["route"]
 
     async def _refuse_size(self, send: Send) -> None:
         await asgi_error(send, 413, "payload_too_large", self._too_large, close=True)

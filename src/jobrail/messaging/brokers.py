@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
@@ -34,7 +35,7 @@ from jobrail.messaging.dead_letters import AmqpDeadLetters, MemoryDeadLetters
 from jobrail.messaging.frames import CoalescingRobustConnection
 from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher
 from jobrail.messaging.reconnects import ConnectionWatch
-from jobrail.messaging.screening import Refuse, screen
+from jobrail.messaging.screening import Refuse, ScreenedMessage, screen
 from jobrail.messaging.topology import (
     Topology,
     declare_dead_letter_queue,
@@ -44,6 +45,10 @@ from jobrail.messaging.topology import (
 from jobrail.settings import RabbitSettings
 
 log = logging.getLogger("jobrail.broker")
+
+
+def _settled() -> None:
+    """An in-memory delivery's acknowledgement: there is nothing to tell a broker."""
 
 
 class JobBroker(Protocol):
@@ -275,11 +280,10 @@ class AmqpJobBroker(AioPikaBroker):
 class EmbeddedJobBroker(InMemoryBroker):
     """Taskiq's in-memory broker with delays and an in-memory dead-letter queue.
 
-    At most `max_running` jobs of a queue run at once (the worker's
-    ``max_async_tasks``), as a worker consumes each RabbitMQ queue with a prefetch of
-    its own; the others wait in memory, unclaimed, for a slot. Taskiq's receiver bounds
-    what its own listen loop starts, and this broker has none: it starts each delivery
-    itself.
+    At most `max_running` jobs run at once (the worker's ``max_async_tasks``, which
+    bounds a worker process as a whole); the others wait in memory, unclaimed, for a
+    slot, in the order they came. Taskiq's receiver bounds what its own listen loop
+    starts, and this broker has none: it starts each delivery itself.
     """
 
     def __init__(
@@ -291,9 +295,10 @@ class EmbeddedJobBroker(InMemoryBroker):
         clock: Clock | None = None,
     ) -> None:
         super().__init__(max_async_tasks=max_running)
-        self._max_running = max_running
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        self._started: set[asyncio.Task[Any] | None] = set()
+        self._slots = asyncio.Semaphore(max_running)
+        self._waiting: Counter[str] = Counter()  # per queue, deliveries without a slot
+        self._started: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.topology = Topology.from_settings(settings)
         self._shutdown_grace_s = shutdown_grace_s
         self._settings = settings
@@ -337,29 +342,50 @@ class EmbeddedJobBroker(InMemoryBroker):
                 )
             )
             return
-        slots = self._slots.get(envelope.queue)
-        if slots is None:
-            slots = self._slots[envelope.queue] = asyncio.Semaphore(self._max_running)
-        task = asyncio.create_task(self._run(verdict.body, slots))
+        if self._closing:
+            # Its job stays unfinished in the database: it resumes when the process
+            # starts again (jobrail.bootstrap.resume_unfinished_jobs).
+            log.debug("shutting down: message %s not started", envelope.id)
+            return
+        self._waiting[envelope.queue] += 1
+        # Decoded once: the receiver (jobrail.messaging.receiver) runs the job message
+        # the screening made. An in-memory delivery has nothing to acknowledge.
+        message = ScreenedMessage(data=verdict.body, ack=_settled, job=verdict.message)
+        task = asyncio.create_task(self._run(message, envelope.queue))
         self._running_tasks.add(task)
         task.add_done_callback(self._running_tasks.discard)
 
-    async def _run(self, body: bytes, slots: asyncio.Semaphore) -> None:
-        async with slots:
-            task = asyncio.current_task()
+    async def _run(self, message: ScreenedMessage, queue: str) -> None:
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting[queue] -= 1
+        try:
+            if self._closing:
+                return
+            task = cast(asyncio.Task[Any], asyncio.current_task())
             self._started.add(task)
             try:
-                await self.receiver.callback(message=body)
+                await self.receiver.callback(message=message)
+            except Exception:
+                # The runner records a job's own failures; this is one before or after
+                # it (the database gone mid-claim): the job stays unfinished, and
+                # resumes when the process starts again.
+                log.exception("job %s: its message failed outside the runner", message.job.job_id)
             finally:
                 self._started.discard(task)
+        finally:
+            self._slots.release()
 
     async def queue_depths(self) -> list[QueueDepth]:
-        """The embedded broker keeps no backlog (jobs start as they arrive, or wait on a
-        timer): ready counts the delayed ones; the DLQ is its in-memory list."""
+        """Ready: the deliveries of a queue waiting for a slot, and on the default
+        queue the delayed ones too (which wait on a timer); the DLQ is its in-memory
+        list."""
         delayed = self._publisher.delayed
+        default = self._settings.default_queue
         return [
             *(
-                QueueDepth(queue, delayed if queue == self._settings.default_queue else 0, 1)
+                QueueDepth(queue, self._waiting[queue] + (delayed if queue == default else 0), 1)
                 for queue in self._settings.queues
             ),
             QueueDepth(self._settings.dead_letter_queue, len(self._dead_letters), 0),
@@ -380,14 +406,16 @@ class EmbeddedJobBroker(InMemoryBroker):
         """Let running jobs finish within the grace period, then stop the rest: they stay
         claimed in the database and resume after their lease when the process restarts.
         Jobs still waiting for a slot are dropped at once (they stay pending in the
-        database, and resume when the process restarts)."""
+        database, and resume when the process restarts), and so is every message sent
+        from now on (a retry's, a chain's next step)."""
+        self._closing = True
         self._publisher.cancel_delayed()
         waiting = [task for task in self._running_tasks if task not in self._started]
         for task in waiting:
             task.cancel()
         if waiting:
             await asyncio.wait(waiting)
-        running = set(self._running_tasks)
+        running = set(self._running_tasks)  # no task starts any more
         if running:
             _done, unfinished = await asyncio.wait(running, timeout=self._shutdown_grace_s)
             for task in unfinished:

@@ -7,11 +7,11 @@ through the runner inside a span whose parent is the trace context the message
 carries (the enqueue's), with the job's ids in every log line. Where nothing is
 recorded (no exporter), it makes no span and runs in the enqueue's trace context.
 
-The worker processes' receiver (``jobrail.messaging.receiver.JobReceiver``) runs job
-messages straight through their route. Each job type is also a Taskiq task named after
-it, which does the same, for every other way Taskiq runs a message (the embedded
-broker's in-process receiver, any receiver a deployment chooses); and the unknown-type
-task fails the job of a type no route here has.
+The receiver of the worker processes and of the embedded broker
+(``jobrail.messaging.receiver.JobReceiver``) runs job messages straight through their
+route. Each job type is also a Taskiq task named after it, which does the same, for
+every other way Taskiq runs a message (any receiver a deployment chooses); and the
+unknown-type task fails the job of a type no route here has.
 """
 
 import dataclasses
