@@ -267,16 +267,25 @@ def embedded_with(receiver: HeldReceiver, max_running: int) -> EmbeddedJobBroker
     return broker
 
 
+async def publish_jobs(broker: EmbeddedJobBroker, *queues: str) -> None:
+    """A job message on each of `queues`, then a few loop turns for the jobs to start."""
+    for queue in queues:
+        await broker.publish(Envelope(queue=queue, body=job_body()))
+    await loop_turns()
+
+
+async def loop_turns() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 async def test_the_embedded_broker_runs_at_most_max_running_jobs_at_once() -> None:
     # Unbounded, a thousand sleeping jobs all renewed their leases at once, and the
     # embedded database could not confirm the renewals in time.
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=3)
 
-    for _ in range(10):
-        await broker.publish(Envelope(queue="jobs.default", body=job_body()))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await publish_jobs(broker, *["jobs.default"] * 10)
     assert receiver.running == 3
     receiver.release.set()
     await broker.wait_all()
@@ -288,10 +297,7 @@ async def test_the_embedded_broker_runs_at_most_max_running_jobs_at_once() -> No
 async def test_jobs_waiting_for_a_slot_are_counted_as_their_queue_s_ready_messages() -> None:
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=2)
-    for queue in ("jobs.io", "jobs.io", "jobs.io", "jobs.default"):
-        await broker.publish(Envelope(queue=queue, body=job_body()))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await publish_jobs(broker, "jobs.io", "jobs.io", "jobs.io", "jobs.default")
 
     depths = {depth.queue: depth.ready for depth in await broker.queue_depths()}
     assert (receiver.running, depths["jobs.io"], depths["jobs.default"]) == (2, 1, 1)
@@ -304,14 +310,10 @@ async def test_jobs_waiting_for_a_slot_are_counted_as_their_queue_s_ready_messag
 async def test_embedded_shutdown_drops_the_jobs_not_started_and_lets_the_running_finish() -> None:
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=2)
-    for _ in range(6):
-        await broker.publish(Envelope(queue="jobs.default", body=job_body()))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await publish_jobs(broker, *["jobs.default"] * 6)
 
     stopping = asyncio.create_task(broker.shutdown())
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await loop_turns()
     receiver.release.set()
     await stopping
 
@@ -326,14 +328,11 @@ async def test_a_message_sent_while_the_embedded_broker_stops_is_not_started() -
     # period: its job stays unfinished in the database, and resumes at the next start.
     receiver = HeldReceiver()
     broker = embedded_with(receiver, max_running=2)
-    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await publish_jobs(broker, "jobs.default")
 
     stopping = asyncio.create_task(broker.shutdown())
-    for _ in range(5):
-        await asyncio.sleep(0)
-    await broker.publish(Envelope(queue="jobs.default", body=job_body()))
+    await loop_turns()
+    await publish_jobs(broker, "jobs.default")
     receiver.release.set()
     await stopping
 
