@@ -235,8 +235,10 @@ async def busy(payload: Echo, ctx: JobContext) -> None:
 async def _claims_while_busy(
     wave_size: int, wave_wait_s: float, busy_jobs: int, max_async_tasks: int = 64, echoes: int = 4
 ) -> list[int]:
-    """The claim batches of `echoes` echo jobs delivered one per millisecond while
-    `busy_jobs` other jobs run."""
+    """The claim batches of `echoes` echo jobs delivered one at a time while `busy_jobs`
+    other jobs run: each once the one before is claimed, or held (100 loop turns). Loop
+    turns, not milliseconds: on a loaded machine two deliveries 1 ms apart could meet
+    in one claim without any wave."""
     release = asyncio.Event()
     releases.append(release)
     events: list[str] = []
@@ -262,8 +264,12 @@ async def _claims_while_busy(
     store.claim_batches.clear()
     try:
         for job_ in jobs:
+            claimed = sum(store.claim_batches)
             queue.put_nowait(_PrefetchedMessage(_delivery(job_, events), False))
-            await asyncio.sleep(0.001)
+            for _ in range(100):
+                await asyncio.sleep(0)
+                if sum(store.claim_batches) > claimed:
+                    break
         await _acked(events, jobs)
     finally:
         release.set()
