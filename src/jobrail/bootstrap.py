@@ -73,6 +73,12 @@ class Runtime:
         """Run `work` until `stop_background` cancels it."""
         self._background.append(asyncio.create_task(work, name=name))
 
+    def hurry(self) -> None:
+        """A forced stop: the jobs this process runs (embedded mode) get no grace period
+        at shutdown; they resume when it starts again."""
+        if isinstance(self.broker, EmbeddedJobBroker):
+            self.broker.hurry()
+
     async def stop_background(self) -> None:
         for task in self._background:
             task.cancel()

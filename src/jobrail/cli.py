@@ -153,10 +153,8 @@ def _check_schedules(app: Any, settings: Settings) -> None:
 
 
 def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
-    import uvicorn
-
-    from jobrail.api.app import create_app
-    from jobrail.api.server import uvicorn_options
+    from jobrail.api.app import create_app, shutdown_hooks
+    from jobrail.api.server import serve, uvicorn_options
     from jobrail.bootstrap import seeds_demo_tenant
     from jobrail.telemetry.logging import configure_logging
 
@@ -183,8 +181,9 @@ def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
             flush=True,
         )
     _settle_heap_once_started(app)
-    uvicorn.run(
+    serve(
         app,
+        shutdown_hooks(app),
         host=settings.api.host,
         port=settings.api.port,
         log_config=None,

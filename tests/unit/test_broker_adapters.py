@@ -260,8 +260,12 @@ class HeldReceiver:
             self.running -= 1
 
 
-def embedded_with(receiver: HeldReceiver, max_running: int) -> EmbeddedJobBroker:
-    broker = EmbeddedJobBroker(RabbitSettings(), max_running=max_running, shutdown_grace_s=5)
+def embedded_with(
+    receiver: HeldReceiver, max_running: int, shutdown_grace_s: float = 5
+) -> EmbeddedJobBroker:
+    broker = EmbeddedJobBroker(
+        RabbitSettings(), max_running=max_running, shutdown_grace_s=shutdown_grace_s
+    )
     broker.register_task(lambda: None, task_name="demo.echo")
     broker.receiver = receiver  # type: ignore[assignment]
     return broker
@@ -338,6 +342,29 @@ async def test_a_message_sent_while_the_embedded_broker_stops_is_not_started() -
 
     assert receiver.finished == 1
     assert receiver.most == 1
+
+
+@pytest.mark.parametrize("when", ["while the shutdown waits", "before the shutdown"])
+async def test_a_hurried_embedded_shutdown_stops_running_jobs_without_their_grace(
+    when: str,
+) -> None:
+    # A forced exit (Ctrl-C again): the jobs stay claimed in the database and resume
+    # after their lease when the process starts again, as those past the grace do.
+    receiver = HeldReceiver()
+    broker = embedded_with(receiver, max_running=2, shutdown_grace_s=3600)
+    await publish_jobs(broker, "jobs.default", "jobs.default")
+    assert receiver.running == 2
+
+    if when == "before the shutdown":
+        broker.hurry()
+    stopping = asyncio.create_task(broker.shutdown())
+    await loop_turns()
+    if when == "while the shutdown waits":
+        assert not stopping.done()  # the running jobs have their grace
+        broker.hurry()
+    await asyncio.wait_for(stopping, 10)
+
+    assert (receiver.running, receiver.finished) == (0, 0)
 
 
 # -- the AMQP consumer's transport part ----------------------------------------

@@ -200,3 +200,26 @@ async def test_a_failed_watch_whose_streams_all_left_is_no_error_and_close_stops
     assert log.tips == tips  # stopped, though a stream still waits
     again.cancel()
     await asyncio.gather(again, return_exceptions=True)
+
+
+async def test_ending_the_streams_ends_those_open_and_those_that_open_later() -> None:
+    # The server is stopping: a stream that waited for the feed ends (after what it
+    # read), so that its connection closes; an EventSource reconnects with its place.
+    log = CountingLog()
+    first = log.write("t0")
+    feed = JobEvents(log, poll_interval_s=INTERVAL)
+    got: list[object] = []
+    stream = asyncio.create_task(_follow(feed, "t0", got, heartbeat_s=60))
+    try:
+        await _until(lambda: got == [first])
+        later = log.write("t0")  # written, not yet seen by the stream's watch
+        feed.end_streams()
+        await asyncio.wait_for(stream, 10)
+        assert got in ([first], [first, later])  # nothing lost: the client resumes
+
+        opened_after: list[object] = []
+        await asyncio.wait_for(_follow(feed, "t0", opened_after, heartbeat_s=60), 10)
+        assert opened_after == [first, later]  # its one read, then it ends
+    finally:
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)

@@ -11,7 +11,9 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from jobrail.api import admin, events, flows, health, jobs, metrics, ops
 from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
 from jobrail.api.guard import RequestGuard
+from jobrail.api.server import ShutdownHooks
 from jobrail.bootstrap import Runtime, build_runtime, serving
+from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.settings import Settings, load_settings
@@ -135,3 +137,15 @@ def add_routes(app: FastAPI, router: APIRouter) -> None:
 def runtime_of(app: FastAPI) -> Runtime:
     runtime: Runtime = app.state.runtime
     return runtime
+
+
+def shutdown_hooks(app: FastAPI) -> ShutdownHooks:
+    """What the app does when `jobrail api` or `jobrail run` stops
+    (jobrail.api.server.JobrailServer): its event streams end as the server starts to
+    stop, and a forced exit hurries its running jobs."""
+    runtime = runtime_of(app)
+
+    async def stopping() -> None:
+        (await runtime.container.get(JobEvents)).end_streams()
+
+    return ShutdownHooks(stopping=stopping, hurry=runtime.hurry)

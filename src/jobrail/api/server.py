@@ -43,14 +43,25 @@ behaviour across uvicorn upgrades):
 """
 
 import asyncio
+import contextlib
 import enum
+import logging
+import socket
+import sys
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from http import HTTPStatus
+from types import FrameType
 from typing import Any
 
+import uvicorn
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from jobrail.api.errors import error_body
+
+log = logging.getLogger("jobrail.api.server")
 
 LINGER_S = 2.0
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024
@@ -287,3 +298,80 @@ def uvicorn_options(
         # (jobrail.api.app); uvicorn's default trusts 127.0.0.1.
         "proxy_headers": False,
     }
+
+
+# -- stopping ------------------------------------------------------------------------
+
+# The exit status of a server that could not start, as uvicorn.run's.
+STARTUP_FAILURE = 3
+# How long a forced exit waits for the requests whose connections it closed to end.
+FORCED_REQUESTS_S = 5.0
+
+
+@dataclass(frozen=True)
+class ShutdownHooks:
+    """What an app does when its server stops (``app.state.shutdown_hooks``)."""
+
+    # As the server's shutdown starts, before it waits for the responses under way: the
+    # app ends what would never end by itself (its event streams).
+    stopping: Callable[[], Awaitable[None]]
+    # On a forced exit: the app's shutdown gives its running jobs no grace period.
+    hurry: Callable[[], None]
+
+
+class JobrailServer(uvicorn.Server):
+    """uvicorn's server, with the two things jobrail's shutdown needs and uvicorn has no
+    hook for (tests/e2e/test_api_shutdown.py holds it to them across uvicorn upgrades):
+
+    - As its shutdown starts, the app's ``stopping`` hook runs. uvicorn waits for every
+      response under way to end, and an event stream's never does: with one client
+      following the feed, SIGTERM waited for the SIGKILL that came after it, and the
+      app's own shutdown (its relay, its jobs' grace period) never ran.
+    - A forced exit (Ctrl-C again while it waits, as uvicorn's log invites) still runs
+      the app's shutdown, hurried: uvicorn skips it, so the loop's close cancelled the
+      app's lifespan and the requests still open, and each logged its traceback. Here
+      the connections still open are closed (their requests see their client gone),
+      and the app's shutdown stops its running jobs at once; they resume when the
+      process starts again.
+    """
+
+    def __init__(self, config: Config, hooks: ShutdownHooks | None = None) -> None:
+        super().__init__(config)
+        self._hooks = hooks
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        forced = self.force_exit
+        super().handle_exit(sig, frame)
+        if self.force_exit and not forced and self._hooks is not None:
+            # A signal handler runs between two steps of the loop, which may be asleep
+            # in its selector: woken through its self-pipe.
+            with contextlib.suppress(RuntimeError):  # no loop runs: nothing to hurry
+                asyncio.get_running_loop().call_soon_threadsafe(self._hooks.hurry)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._hooks is not None:
+            try:
+                await self._hooks.stopping()
+            except Exception:  # the shutdown goes on: uvicorn's own, then the app's
+                log.exception("the app's stopping hook failed")
+        await super().shutdown(sockets)
+        if self.force_exit:  # uvicorn skipped the app's shutdown
+            for connection in list(self.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.close()
+            if self.server_state.tasks:
+                await asyncio.wait(set(self.server_state.tasks), timeout=FORCED_REQUESTS_S)
+            await self.lifespan.shutdown()
+
+
+def serve(app: Any, hooks: ShutdownHooks | None = None, **options: Any) -> None:
+    """What ``uvicorn.run(app, **options)`` does in one process, on `JobrailServer`."""
+    config = Config(app, **options)
+    server = JobrailServer(config, hooks)
+    # Once shut down, uvicorn raises again the signals it caught (for the handlers it
+    # replaced): a Ctrl-C arrives here as KeyboardInterrupt, which uvicorn.run ignores.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # it could not start (the port, the app's startup)
+        sys.exit(STARTUP_FAILURE)

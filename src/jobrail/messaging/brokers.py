@@ -299,6 +299,7 @@ class EmbeddedJobBroker(InMemoryBroker):
         self._waiting: Counter[str] = Counter()  # per queue, deliveries without a slot
         self._started: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._hurried = asyncio.Event()
         self.topology = Topology.from_settings(settings)
         self._shutdown_grace_s = shutdown_grace_s
         self._settings = settings
@@ -417,10 +418,34 @@ class EmbeddedJobBroker(InMemoryBroker):
             await asyncio.wait(waiting)
         running = set(self._running_tasks)  # no task starts any more
         if running:
-            _done, unfinished = await asyncio.wait(running, timeout=self._shutdown_grace_s)
+            unfinished = await self._finished_within_grace(running)
             for task in unfinished:
                 task.cancel()
             if unfinished:
                 log.warning("stopped %d unfinished jobs at shutdown", len(unfinished))
                 await asyncio.wait(unfinished, timeout=5)
         await super().shutdown()
+
+    def hurry(self) -> None:
+        """A forced stop: running jobs get no grace period (at once if the shutdown waits
+        for them now, else when it comes). They stay claimed in the database and resume
+        after their lease when the process restarts, as those past the grace do."""
+        self._hurried.set()
+
+    async def _finished_within_grace(
+        self, running: set[asyncio.Task[Any]]
+    ) -> set[asyncio.Task[Any]]:
+        """Wait for `running` within the grace period, or until `hurry`; the unfinished."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._shutdown_grace_s
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        pending: set[asyncio.Future[Any]] = set(running)
+        try:
+            while pending and not hurried.done() and (left := deadline - loop.time()) > 0:
+                _done, pending = await asyncio.wait(
+                    pending | {hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(hurried)
+        finally:
+            hurried.cancel()
+        return {task for task in running if not task.done()}

@@ -54,6 +54,13 @@ class JobEvents:
             if not self._streams[tenant]:
                 del self._streams[tenant]
 
+    def end_streams(self) -> None:
+        """End every stream that follows the feed, now and from now on, after what it
+        has read (the server is stopping: its clients reconnect with their place and
+        resume). Otherwise a server that stops waits for their clients to leave, which
+        an EventSource never does."""
+        self._tip.end()
+
     async def close(self) -> None:
         """Stop the watch of the tip (the process is stopping)."""
         await self._tip.close()
@@ -114,6 +121,8 @@ class JobEvents:
                     return
             if len(events) == MAX_PAGE:
                 continue
+            if self._tip.ended:
+                return
             # Nothing more of this stream's up to the tip seen before the read (other
             # tenants' events moved it): wait for the tip to pass both.
             seen = after if readable is None else max(after, readable)
@@ -141,6 +150,17 @@ class _TipWatch:
         self._waiters = 0
         self._task: asyncio.Task[None] | None = None
         self._moved: asyncio.Future[None] | None = None
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        """No stream waits for the tip any more (`end`)."""
+        return self._ended
+
+    def end(self) -> None:
+        """Wake every stream waiting now, and let none wait from now on."""
+        self._ended = True
+        self._wake(None)
 
     @property
     def current(self) -> EventCursor | None:
@@ -148,12 +168,13 @@ class _TipWatch:
         return self._tip
 
     async def passed(self, cursor: EventCursor, timeout: float) -> bool:
-        """Whether the tip passes `cursor` within `timeout` seconds (False: it has not)."""
+        """Whether the tip passes `cursor` within `timeout` seconds (False: it has not),
+        or the watch is ended (True at once: the stream reads what is left and ends)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         self._waiters += 1
         try:
-            while self._tip is None or self._tip <= cursor:
+            while not self._ended and (self._tip is None or self._tip <= cursor):
                 if self._task is None or self._task.done():
                     # A context of its own: not that of the request that happened to start it.
                     self._task = loop.create_task(self._watch(), context=contextvars.Context())
