@@ -1,7 +1,8 @@
 """The job event feed in embedded mode: a job's events as JSON and as a stream that
 ends with the job, the tenant's feed resumed with Last-Event-ID (nothing lost, nothing
-twice), tenants kept apart, and bad event ids refused."""
+twice), tenants kept apart, and bad event ids, or ids past the feed, refused."""
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -121,3 +122,29 @@ async def test_a_tenant_holds_at_most_its_streams_open(tmp_path: Path) -> None:
                     return third.status_code == 200
 
             assert await wait_for(free_again, timeout=10, what="the slot to be free")
+
+
+async def event_ids_past_the_feed_are_refused(api: ApiClient, past: str) -> None:
+    """`past` is an id after the feed's last event: on every read of the feed, a 422
+    saying so. A stream after it waited silently for the feed to reach it."""
+    job_id = await api.echo(sleep_ms=5000)  # still running: its stream would follow it
+    reads = [
+        ("/events", {"params": {"after": past}}),
+        ("/events", {"headers": {**SSE, "Last-Event-ID": past}}),
+        (f"/jobs/{job_id}/events", {"params": {"after": past}}),
+        (f"/jobs/{job_id}/events", {"headers": {**SSE, "Last-Event-ID": past}}),
+    ]
+    for path, how in reads:
+        response = await asyncio.wait_for(api.get(path, **how), 20)
+        assert response.status_code == 422, (path, how, response.text)
+        assert "never given out" in response.json()["error"]["message"], response.text
+
+
+async def test_an_event_id_past_the_feed_s_last_event_is_a_422(api: ApiClient) -> None:
+    first = await api.echo()
+    await api.wait_status(first, "succeeded")
+    last = (await api.get("/events", params={"limit": 500})).json()["last_event_id"]
+    tx, event = last.split("-")
+
+    await event_ids_past_the_feed_are_refused(api, f"{tx}-{int(event) + 10**9}")
+    assert (await api.get("/events", params={"after": last})).status_code == 200

@@ -165,9 +165,13 @@ async def events(
             which = EventFilter(
                 tenant, await feed.start_at(which), job_type=job_type, since=which.since
             )
+        else:
+            await feed.refuse_unreached(cursor)
         return _stream(feed, which, until_ended=False)
-    page = _page(list(await feed.page(which, limit)))
-    return Response(page.model_dump_json(), media_type="application/json")
+    events = list(await feed.page(which, limit))
+    if not events and cursor is not None:
+        await feed.refuse_unreached(cursor)
+    return Response(_page(events).model_dump_json(), media_type="application/json")
 
 
 @router.get(
@@ -208,14 +212,16 @@ async def job_events_response(
     job = await get(GetJobQuery(tenant_id=tenant, job_id=job_id))
     which = EventFilter(tenant, cursor or START, job_id=job.id)
     if not _wants_stream(request):
-        return Response(
-            _page(list(await feed.page(which, limit))).model_dump_json(),
-            media_type="application/json",
-        )
+        events = list(await feed.page(which, limit))
+        if not events and cursor is not None:
+            await feed.refuse_unreached(cursor)
+        return Response(_page(events).model_dump_json(), media_type="application/json")
     if job.status.is_terminal and not await feed.page(which, 1):
         # Nothing follows only if the job's last event, written, is one this client has
         # (it may be written and not handed out yet: then the stream waits for it).
         last = await feed.last_of_job(job.id)
         if last is None or (last.ends_job and last.cursor <= which.after):
             return Response(status_code=204)
+    if cursor is not None:
+        await feed.refuse_unreached(cursor)
     return _stream(feed, which, until_ended=True)

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, JobEventLog
+from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 
 MAX_PAGE = 500
@@ -74,6 +75,18 @@ class JobEvents:
 
     async def head(self) -> EventCursor:
         return await self._log.head()
+
+    async def refuse_unreached(self, after: EventCursor) -> None:
+        """Refuse a cursor past the feed's head: no event had it, so the API never gave
+        it out, and a stream after it would wait silently for the feed to pass it (then
+        skip everything before). An empty feed (a new database, or one whose events were
+        all pruned) has no head to compare with: any cursor is taken, as before."""
+        head = await self._log.head()
+        if head != START and after > head:
+            raise InvalidInputError(
+                f"event id {after} is past the feed's last event: it was never given out "
+                "(take one from an event's id)"
+            )
 
     async def start_at(self, which: EventFilter) -> EventCursor:
         """Where a stream of `which` without a cursor starts: just before its first
