@@ -14,44 +14,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import BIN, Process, wait_until
+from tests.support.processes import Process, start_embedded, wait_until
 
 DEMO = {"Authorization": "Bearer demo-key"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Process]]:
     """`jobrail run` whose running jobs would get ten minutes' grace at shutdown."""
-    port = _free_port()
-    server = Process(
-        [str(BIN / "jobrail"), "run"],
-        {
-            "JOBRAIL_MODE": "embedded",
-            "JOBRAIL_API__PORT": str(port),
-            "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
-            "JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "600",
-            "JOBRAIL_SCHEDULER__EMBEDDED": "false",
-        },
-        name="jobrail-run",
+    base, server = start_embedded(
+        tmp_path,
+        {"JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "600", "JOBRAIL_SCHEDULER__EMBEDDED": "false"},
     )
-    base = f"http://127.0.0.1:{port}"
-
-    def serving() -> bool:
-        assert server.alive(), server.output()[-3000:]
-        try:
-            return httpx.get(f"{base}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_until(serving, 120, "jobrail run to serve")
         yield base, server
     finally:
         server.kill()

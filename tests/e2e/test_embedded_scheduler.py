@@ -4,7 +4,6 @@ tenant; and schedules that do not fit stop it at once with the reason."""
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,45 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import BIN, Process
+from tests.support.processes import BIN, Process, start_embedded
 
 DEMO = {"Authorization": "Bearer demo-key"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def embedded(tmp_path: Path) -> Iterator[tuple[str, Process]]:
-    port = _free_port()
-    server = Process(
-        [str(BIN / "jobrail"), "run"],
-        {
-            "JOBRAIL_MODE": "embedded",
-            "JOBRAIL_API__PORT": str(port),
-            "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
-            "JOBRAIL_SCHEDULER__SCHEDULES": json.dumps(
-                {"dlq-report": {"cron": "* * * * * *"}, "prune-messages": {"cron": "* * * * * *"}}
-            ),
-        },
-        name="jobrail-run",
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert server.alive(), server.output()[-3000:]
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        server.stop()
-        raise AssertionError(f"jobrail run did not serve:\n{server.output()[-3000:]}")
+    schedules = {"dlq-report": {"cron": "* * * * * *"}, "prune-messages": {"cron": "* * * * * *"}}
+    base, server = start_embedded(tmp_path, {"JOBRAIL_SCHEDULER__SCHEDULES": json.dumps(schedules)})
     yield base, server
     server.stop()
 

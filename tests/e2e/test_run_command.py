@@ -1,6 +1,5 @@
 """The README's run command: `make run` serves the embedded mode with no services."""
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,21 +8,15 @@ import httpx
 import pytest
 
 from tests.support.processes import ROOT, Process
+from tests.support.servers import free_port
 
 # The embedded mode seeds the tenant "demo" with this key (JOBRAIL_DEMO_API_KEY).
 DEMO = {"Authorization": "Bearer demo-key"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Process]]:
-    port = _free_port()
+    port = free_port()
     tmp_path = tmp_path_factory.mktemp("run")
     server = Process(
         ["make", "--no-print-directory", "-C", str(ROOT), "run"],

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -94,3 +96,38 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_embedded(
+    tmp_path: Path, env: dict[str, str], timeout: float = 120
+) -> tuple[str, Process]:
+    """`jobrail run` (embedded mode, its SQLite file in `tmp_path`) on a free port, with
+    `env`, once it answers `GET /health`: its base URL and its process."""
+    from tests.support.servers import free_port
+
+    port = free_port()
+    server = Process(
+        [str(BIN / "jobrail"), "run"],
+        {
+            "JOBRAIL_MODE": "embedded",
+            "JOBRAIL_API__PORT": str(port),
+            "JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path}/run.db",
+            **env,
+        },
+        name="jobrail-run",
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def serving() -> bool:
+        assert server.alive(), server.output()[-3000:]
+        try:
+            return httpx.get(f"{base}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(serving, timeout, "jobrail run to serve")
+    except BaseException:
+        server.kill()
+        raise
+    return base, server
