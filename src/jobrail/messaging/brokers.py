@@ -299,7 +299,8 @@ class EmbeddedJobBroker(InMemoryBroker):
         self._waiting: Counter[str] = Counter()  # per queue, deliveries without a slot
         self._started: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self._hurried = asyncio.Event()
+        self._hurried = False
+        self._hurry_waiter: asyncio.Future[None] | None = None
         self.topology = Topology.from_settings(settings)
         self._shutdown_grace_s = shutdown_grace_s
         self._settings = settings
@@ -430,7 +431,9 @@ class EmbeddedJobBroker(InMemoryBroker):
         """A forced stop: running jobs get no grace period (at once if the shutdown waits
         for them now, else when it comes). They stay claimed in the database and resume
         after their lease when the process restarts, as those past the grace do."""
-        self._hurried.set()
+        self._hurried = True
+        if self._hurry_waiter is not None and not self._hurry_waiter.done():
+            self._hurry_waiter.set_result(None)
 
     async def _finished_within_grace(
         self, running: set[asyncio.Task[Any]]
@@ -438,14 +441,12 @@ class EmbeddedJobBroker(InMemoryBroker):
         """Wait for `running` within the grace period, or until `hurry`; the unfinished."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._shutdown_grace_s
-        hurried = asyncio.ensure_future(self._hurried.wait())
+        self._hurry_waiter = hurried = loop.create_future()
         pending: set[asyncio.Future[Any]] = set(running)
-        try:
-            while pending and not hurried.done() and (left := deadline - loop.time()) > 0:
-                _done, pending = await asyncio.wait(
-                    pending | {hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-                pending.discard(hurried)
-        finally:
-            hurried.cancel()
+        while pending and not self._hurried and (left := deadline - loop.time()) > 0:
+            _done, pending = await asyncio.wait(
+                pending | {hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(hurried)
+        self._hurry_waiter = None
         return {task for task in running if not task.done()}
