@@ -310,7 +310,7 @@ FORCED_REQUESTS_S = 5.0
 
 @dataclass(frozen=True)
 class ShutdownHooks:
-    """What an app does when its server stops (``app.state.shutdown_hooks``)."""
+    """What an app does when its server stops (jobrail.api.app.shutdown_hooks)."""
 
     # As the server's shutdown starts, before it waits for the responses under way: the
     # app ends what would never end by itself (its event streams).
