@@ -12,6 +12,8 @@ Each command takes --app pkg.module:rail (or JOBRAIL_APP): an app's JobRail, who
 settings, modules and job types it runs with, besides the modules of JOBRAIL_MODULES.
 """
 
+from __future__ import annotations
+
 import argparse
 import asyncio
 import contextlib
@@ -22,19 +24,18 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from jobrail.facade.loading import APP_ENV
-from jobrail.modules import ModuleLoadError
-from jobrail.settings import Settings, SettingsError, load_settings
-
+# Nothing of jobrail is imported here: the command's own imports (about a second) run
+# inside main, where a Ctrl-C is one line rather than a traceback.
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from jobrail.facade.rail import JobRail
     from jobrail.modules import Module
     from jobrail.persistence.schema import MigrationChain
+    from jobrail.settings import Settings, SettingsError
 
 
-def migrate(settings: Settings, modules: "Sequence[Module]" = ()) -> None:
+def migrate(settings: Settings, modules: Sequence[Module] = ()) -> None:
     """The platform's Alembic chain, then the chains the modules name: those of the
     settings, then `modules` (see jobrail.persistence.schema). A chain two modules
     name runs once."""
@@ -46,7 +47,7 @@ def migrate(settings: Settings, modules: "Sequence[Module]" = ()) -> None:
     upgrade(settings.database, _chains(settings, modules))
 
 
-def _chains(settings: Settings, modules: "Sequence[Module]") -> "list[MigrationChain]":
+def _chains(settings: Settings, modules: Sequence[Module]) -> list[MigrationChain]:
     """The Alembic chains the modules of the settings, then `modules`, name."""
     from jobrail.modules import load_modules
 
@@ -55,7 +56,7 @@ def _chains(settings: Settings, modules: "Sequence[Module]") -> "list[MigrationC
 
 
 def _migrate_or_exit(
-    settings: Settings, modules: "Sequence[Module]" = (), *, create_database: bool = False
+    settings: Settings, modules: Sequence[Module] = (), *, create_database: bool = False
 ) -> None:
     """`migrate` for a command (creating a Postgres database first if asked): an expected
     failure (a module that does not load, a database that cannot be reached or is ahead
@@ -89,7 +90,7 @@ def _migrate_or_exit(
         raise SystemExit(1) from None
 
 
-def _check_schema_or_exit(settings: Settings, modules: Sequence["Module"], app: str | None) -> None:
+def _check_schema_or_exit(settings: Settings, modules: Sequence[Module], app: str | None) -> None:
     """A serving process on a database that is not migrated for its modules (or a SQLite
     file that is not there) stops here in one line, exit 1, rather than with a traceback
     from its first query."""
@@ -118,13 +119,19 @@ def _check_schema_or_exit(settings: Settings, modules: Sequence["Module"], app: 
 
 
 def _connection_refused(error: BaseException) -> str | None:
-    """Why Postgres refused the connection (no such database, role or password), if it
-    did: asyncpg's error is the cause of SQLAlchemy's."""
+    """Why the database refused the connection, if it did: Postgres has no such database,
+    role or password, or the SQLite file is not a database (asyncpg's or sqlite3's error
+    is the cause of SQLAlchemy's). A mistake to fix, not an outage to wait out."""
+    import sqlite3
+
     import asyncpg
 
     refusals = (asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError)
     cause: BaseException | None = error
     while cause is not None:
+        # The base class only: its subclass OperationalError includes a locked database.
+        if type(cause) is sqlite3.DatabaseError:
+            return f"the SQLite file is not a usable database ({cause})"
         if isinstance(cause, refusals):
             hint = " (`jobrail migrate --create-database` creates it)"
             return f"{cause}{hint if isinstance(cause, asyncpg.InvalidCatalogNameError) else ''}"
@@ -152,10 +159,11 @@ def _check_schedules(app: Any, settings: Settings) -> None:
         raise SystemExit(2) from None
 
 
-def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
+def serve_api(settings: Settings, rail: JobRail | None = None) -> None:
     from jobrail.api.app import create_app, shutdown_hooks
     from jobrail.api.server import serve, uvicorn_options
     from jobrail.bootstrap import seeds_demo_tenant
+    from jobrail.settings import SettingsError
     from jobrail.telemetry.logging import configure_logging
 
     configure_logging(settings.log_level)
@@ -196,7 +204,7 @@ def serve_api(settings: Settings, rail: "JobRail | None" = None) -> None:
     )
 
 
-def _settle_heap_once_started(app: "FastAPI") -> None:
+def _settle_heap_once_started(app: FastAPI) -> None:
     """`jobrail api` owns its process: once the app's lifespan has started it (the
     broker, the relays, the pools), its heap is settled (`bootstrap.settle_heap`)."""
     from jobrail.bootstrap import settle_heap
@@ -204,7 +212,7 @@ def _settle_heap_once_started(app: "FastAPI") -> None:
     started = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
-    async def lifespan(served: "FastAPI") -> AsyncIterator[Any]:
+    async def lifespan(served: FastAPI) -> AsyncIterator[Any]:
         async with started(served) as state:
             settle_heap()
             yield state
@@ -268,10 +276,11 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     }
 
 
-def _load_rail_or_exit(path: str) -> "JobRail":
+def _load_rail_or_exit(path: str) -> JobRail:
     """The app's JobRail at `path`, its settings read; a path that names none, or
     settings it refuses, is one line and exit 2."""
     from jobrail.facade.loading import AppLoadError, load_rail
+    from jobrail.settings import SettingsError
 
     try:
         rail = load_rail(path)
@@ -282,7 +291,7 @@ def _load_rail_or_exit(path: str) -> "JobRail":
     return rail
 
 
-def _check_job_catalog(settings: Settings, modules: "Sequence[Module]") -> None:
+def _check_job_catalog(settings: Settings, modules: Sequence[Module]) -> None:
     """The job types and events of the modules, or one line and exit 2."""
     from jobrail.bootstrap import job_catalog
 
@@ -294,8 +303,11 @@ def _check_job_catalog(settings: Settings, modules: "Sequence[Module]") -> None:
 
 
 def run_worker(
-    settings: Settings, extra: list[str], app: str | None, modules: "Sequence[Module]"
+    settings: Settings, extra: list[str], app: str | None, modules: Sequence[Module]
 ) -> None:
+    from jobrail.facade.loading import APP_ENV
+    from jobrail.settings import SettingsError
+
     # For the worker processes' create_broker (jobrail.facade.worker).
     if app is None:
         os.environ.pop(APP_ENV, None)
@@ -339,6 +351,25 @@ def run_worker(
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before a server or worker took over its signals (while importing, or
+        # migrating): nothing was left half-done that the next start does not finish.
+        # What the interrupted loop leaves behind (a driver's connect future that failed
+        # as its socket closed) is not the operator's news.
+        import logging
+
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        print("jobrail: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _main(argv: list[str] | None) -> None:
+    from jobrail.facade.loading import APP_ENV
+    from jobrail.modules import ModuleLoadError
+    from jobrail.settings import SettingsError, load_settings
+
     parser = argparse.ArgumentParser(
         prog="jobrail", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -409,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
 
-def _command(args: argparse.Namespace, settings: Settings, rail: "JobRail | None") -> None:
+def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None) -> None:
     modules = rail.modules if rail is not None else []
     if args.command == "migrate":
         _migrate_or_exit(settings, modules, create_database=args.create_database)

@@ -40,6 +40,23 @@ def _comma_list(value: object) -> object:
     return value
 
 
+def _check_address(url: str) -> None:
+    """A URL's host and port must parse, or the driver fails later with a traceback (a
+    port of 99999 is an OverflowError from the socket). The message never quotes the URL:
+    a password holding '/' would otherwise be shown as the port."""
+    try:
+        address = urlsplit(url)
+        port = address.port
+    except ValueError:
+        raise ValueError(
+            "its host or port does not parse: the port is a number from 1 to 65535, an "
+            "IPv6 address is in [brackets], and a '/', '@' or ':' in the user or password "
+            "is percent-encoded"
+        ) from None
+    if port == 0:
+        raise ValueError("its port is 0: use a port from 1 to 65535")
+
+
 class DatabaseSettings(BaseModel):
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
 
@@ -67,6 +84,7 @@ class DatabaseSettings(BaseModel):
                 "use a postgresql+asyncpg:// or sqlite+aiosqlite:// URL "
                 f"(got a {scheme or 'malformed'}:// URL)"
             )
+        _check_address(url.get_secret_value())
         return url
 
     @field_validator("schema_")
@@ -136,6 +154,7 @@ class RabbitSettings(BaseModel):
     def _amqp_url(cls, url: SecretStr) -> SecretStr:
         if not url.get_secret_value().startswith(("amqp://", "amqps://")):
             raise ValueError("use an amqp:// or amqps:// URL")
+        _check_address(url.get_secret_value())
         return url
 
     @model_validator(mode="after")
@@ -170,6 +189,7 @@ class RedisSettings(BaseModel):
     def _redis_url(cls, url: SecretStr) -> SecretStr:
         if not url.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("use a redis://, rediss:// or unix:// URL")
+        _check_address(url.get_secret_value())
         return url
 
     @field_validator("key_prefix")
@@ -628,6 +648,20 @@ class Settings(BaseSettings):
     events: EventsSettings = EventsSettings()
 
     _split_modules = field_validator("modules", mode="before")(_comma_list)
+
+    @field_validator("demo_api_key")
+    @classmethod
+    def _demo_key_shape(cls, key: SecretStr) -> SecretStr:
+        # Checked here rather than when the tenant is seeded, where a bad key would stop
+        # the start-up with a traceback.
+        from jobrail.kernel.errors import InvalidInputError
+        from jobrail.tenants.domain import check_key_shape
+
+        try:
+            check_key_shape(key.get_secret_value())
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+        return key
 
     @field_validator("environment")
     @classmethod

@@ -233,3 +233,109 @@ def test_an_app_whose_import_fails_is_one_line_naming_the_error(tmp_path: Path) 
         "jobrail: --app 'broken_app:rail': importing broken_app failed: "
         "RuntimeError: no config here"
     ]
+
+
+# -- settings a driver would fail on later, and a file that is no database -------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@127.0.0.1:99999/test"),
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@127.0.0.1:abc/test"),
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@[::1/test"),
+        # A '/' in the password, not percent-encoded, ends the host: what follows the
+        # ':' reads as the port. The message must not show it.
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root:se/cret@127.0.0.1/test"),
+        ("JOBRAIL_RABBIT__URL", "amqp://guest:guest@127.0.0.1:0/"),
+        ("JOBRAIL_REDIS__URL", "redis://127.0.0.1:70000/0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["migrate", "tenants", "scheduler"])
+def test_a_url_whose_port_does_not_parse_is_one_line_naming_the_variable(
+    variable: str, url: str, command: str
+) -> None:
+    args = [command, "list"] if command == "tenants" else [command]
+    done = jobrail(*args, JOBRAIL_MODE="stack", **{variable: url})
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[0] == "jobrail: invalid settings:"
+    [problem] = done.stderr.strip().splitlines()[1:]
+    assert problem.startswith(f"  {variable}: ")
+    assert "port" in problem
+    assert "cret" not in done.stderr
+
+
+def test_a_demo_api_key_of_the_wrong_shape_is_one_line_naming_the_variable(
+    tmp_path: Path,
+) -> None:
+    done = jobrail(
+        "run",
+        JOBRAIL_MODE="embedded",
+        JOBRAIL_DEMO_API_KEY="",
+        JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/jobrail.db",
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "jobrail: invalid settings:",
+        "  JOBRAIL_DEMO_API_KEY: Value error, an API key is 8-256 printable characters "
+        "without spaces",
+    ]
+
+
+@pytest.mark.parametrize("args", [["migrate"], ["run"], ["tenants", "list"]])
+def test_a_sqlite_file_that_is_no_database_is_one_line_and_left_as_it_was(
+    args: list[str], tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database, and it must stay as it is\n" * 20)
+    before = notes.read_bytes()
+
+    done = jobrail(
+        *args, JOBRAIL_MODE="embedded", JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{notes}"
+    )
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("jobrail: cannot ")
+    assert line.endswith(": the SQLite file is not a usable database (file is not a database)")
+    assert notes.read_bytes() == before
+
+
+def test_ctrl_c_while_migrating_is_one_line_and_exit_130() -> None:
+    """An interrupt before a server or a worker takes over the signals (here: while the
+    migration waits for a database that accepts but never answers) stops the command
+    without a traceback."""
+    import signal
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+        env.update(
+            JOBRAIL_DATABASE__URL=f"postgresql+asyncpg://root@127.0.0.1:{port}/test",
+            JOBRAIL_DATABASE__CONNECT_TIMEOUT_S="120",
+        )
+        process = subprocess.Popen(
+            [str(BIN / "jobrail"), "migrate"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            silent.settimeout(60)
+            connection, _ = silent.accept()  # the command is inside the migration now
+            with connection:
+                process.send_signal(signal.SIGINT)
+                _, stderr = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["jobrail: interrupted"]

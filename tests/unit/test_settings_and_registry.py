@@ -33,6 +33,29 @@ def test_an_unsupported_database_driver_is_refused(monkeypatch: pytest.MonkeyPat
     assert "secret" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u:p%2F%40ss@[::1]:5432/db"),
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u@db.internal/db?ssl=require"),
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg:///db?host=/var/run/postgresql"),
+        ("JOBRAIL_DATABASE__URL", "sqlite+aiosqlite:///./var/jobrail.db"),
+        ("JOBRAIL_RABBIT__URL", "amqps://u:p@rabbit.internal/vhost"),
+        ("JOBRAIL_REDIS__URL", "redis://:secret@127.0.0.1:6380/2"),
+        ("JOBRAIL_REDIS__URL", "unix:///run/redis.sock?db=1"),
+    ],
+)
+def test_urls_a_driver_takes_are_accepted(
+    monkeypatch: pytest.MonkeyPatch, variable: str, url: str
+) -> None:
+    monkeypatch.setenv(variable, url)
+
+    settings = load_settings()
+
+    section = variable.removeprefix("JOBRAIL_").split("__")[0].lower()
+    assert getattr(settings, section).url.get_secret_value() == url
+
+
 def test_lists_can_be_given_as_comma_separated_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBRAIL_WORKER__QUEUES", "jobs.high, jobs.io")
     monkeypatch.setenv("JOBRAIL_RABBIT__DELAY_TIERS_MS", "5000,100")
