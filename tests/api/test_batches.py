@@ -100,6 +100,23 @@ async def test_the_same_idempotency_key_returns_the_same_batch(api: ApiClient) -
     assert second.json() == first.json()
 
 
+async def test_an_idempotency_key_reused_with_another_body_is_a_conflict(
+    api: ApiClient,
+) -> None:
+    headers = {"Idempotency-Key": "month-end-2026-12"}
+    first = await api.post("/demo/batch", json={"count": 3}, headers=headers)
+    assert first.status_code == 202, first.text
+
+    for body in ({"count": 4}, {"count": 3, "sleep_ms": 10}):
+        reused = await api.post("/demo/batch", json=body, headers=headers)
+        assert reused.status_code == 409, reused.text
+        message = reused.json()["error"]["message"]
+        assert "already used for a different request" in message
+        assert first.json()["batch_id"] in message
+    listed = (await api.get("/jobs", params={"limit": 100})).json()
+    assert len(listed["items"]) == 3 + 1  # the first batch's members and its `then`
+
+
 async def test_an_idempotency_key_is_one_request_whether_it_made_a_job_or_a_batch(
     api: ApiClient,
 ) -> None:

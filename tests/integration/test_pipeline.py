@@ -57,6 +57,25 @@ async def test_a_key_reused_with_another_payload_is_a_conflict(api: ApiClient) -
     assert "already used" in response.json()["error"]["message"]
 
 
+async def test_a_batch_key_replays_the_same_request_and_refuses_another(
+    api: ApiClient, engine: AsyncEngine
+) -> None:
+    headers = {"Idempotency-Key": "batch-11"}
+    first = await api.post("/demo/batch", json={"count": 2}, headers=headers)
+    assert first.status_code == 202, first.text
+
+    again = await api.post("/demo/batch", json={"count": 2}, headers=headers)
+    other = await api.post("/demo/batch", json={"count": 2, "fail_times": 1}, headers=headers)
+
+    assert again.status_code == 202, again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert other.status_code == 409, other.text
+    assert "already used for a different request" in other.json()["error"]["message"]
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(jobs)) == 3
+
+
 async def test_a_key_that_made_a_batch_is_a_conflict_for_a_job_and_the_reverse(
     api: ApiClient, engine: AsyncEngine
 ) -> None:

@@ -218,6 +218,84 @@ async def test_a_running_batch_takes_more_jobs_and_waits_for_them(world: World) 
     assert world.uow.flow_store[started.flow.id].total == 3
 
 
+def keyed(command: BatchCommand, key: str = "month-end") -> BatchCommand:
+    return BatchCommand(
+        tenant_id=command.tenant_id,
+        jobs=command.jobs,
+        then=command.then,
+        catch=command.catch,
+        finally_=command.finally_,
+        idempotency_key=key,
+        name=command.name,
+    )
+
+
+async def test_an_idempotency_key_replays_the_same_batch_even_after_it_grew(
+    world: World,
+) -> None:
+    started = await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+    world.clock.advance(timedelta(seconds=1))
+    added = await world.flows.add_to_batch(ACME, started.flow.id, [FlowJob("test.step", {"n": 7})])
+
+    again = await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+
+    assert again.created is False
+    assert again.flow.id == started.flow.id
+    assert [j.id for j in again.members] == [*(j.id for j in started.members), added[0].id]
+    assert again.callbacks[FlowRole.THEN].id == started.callbacks[FlowRole.THEN].id
+    assert len(world.uow.store) == 2 + 1 + 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        batch(3, then=CALLBACKS["then"]),  # one job more
+        batch(1, then=CALLBACKS["then"]),  # one job less
+        BatchCommand(  # another payload
+            tenant_id=ACME,
+            jobs=[FlowJob("test.step", {"n": 0}), FlowJob("test.step", {"n": 5})],
+            then=CALLBACKS["then"],
+        ),
+        BatchCommand(  # another entity
+            tenant_id=ACME,
+            jobs=[FlowJob("test.step", {"n": 0}), FlowJob("test.step", {"n": 1}, "inv-1")],
+            then=CALLBACKS["then"],
+        ),
+        batch(2),  # no callback
+        batch(2, then=FlowJob("test.step", {"n": 101})),  # another callback
+        batch(2, catch=CALLBACKS["then"]),  # the callback in another role
+        BatchCommand(  # another name
+            tenant_id=ACME,
+            jobs=batch(2).jobs,
+            then=CALLBACKS["then"],
+            name="renamed",
+        ),
+    ],
+)
+async def test_an_idempotency_key_reused_for_another_batch_is_a_conflict(
+    world: World, other: BatchCommand
+) -> None:
+    started = await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+    jobs_before = dict(world.uow.store)
+
+    with pytest.raises(ConflictError, match="already used for a different request"):
+        await world.flows.batch(keyed(other))
+
+    assert world.uow.store == jobs_before
+    assert list(world.uow.flow_store) == [started.flow.id]
+
+
+async def test_an_idempotency_key_reused_for_another_chain_is_a_conflict(world: World) -> None:
+    steps = [FlowJob("test.step", {"n": i}) for i in range(3)]
+    first = await world.flows.chain(ChainCommand(ACME, steps, idempotency_key="k"))
+    same = await world.flows.chain(ChainCommand(ACME, steps, idempotency_key="k"))
+    assert (same.created, same.flow.id) == (False, first.flow.id)
+    with pytest.raises(ConflictError, match="already used for a different request"):
+        await world.flows.chain(ChainCommand(ACME, steps[::-1], idempotency_key="k"))
+    with pytest.raises(ConflictError, match="already used for a chain"):
+        await world.flows.batch(BatchCommand(ACME, steps, idempotency_key="k"))
+
+
 async def test_a_flow_with_a_bad_job_writes_nothing(world: World) -> None:
     with pytest.raises(InvalidInputError, match="unknown job type 'nope'"):
         await world.flows.batch(

@@ -216,32 +216,27 @@ class Workflows:
             idempotency_key=idempotency_key,
             name=name,
         )
-        # Every job is checked before anything is written.
+        # Every job is checked, and made, before anything is written.
         for spec in [*specs, *callbacks.values()]:
             self._check(spec)
-        flow = await uow.flows.add(candidate)
-        if flow.id != candidate.id:
-            if flow.kind is not kind:
-                raise ConflictError(
-                    f"Idempotency-Key {idempotency_key!r} was already used for a {flow.kind.value}"
-                )
-            jobs = await uow.flows.jobs(flow.id)
-            return FlowStarted(
-                flow=flow,
-                members=[j for j in jobs if j.flow and j.flow.role is FlowRole.MEMBER],
-                callbacks={j.flow.role: j for j in jobs if j.flow and j.flow.role in _CALLBACKS},
-                created=False,
-            )
         members = [
             self._make(
-                flow, spec, FlowRole.MEMBER, i, blocked=kind is FlowKind.CHAIN and i > 0, now=now
+                candidate,
+                spec,
+                FlowRole.MEMBER,
+                i,
+                blocked=kind is FlowKind.CHAIN and i > 0,
+                now=now,
             )
             for i, spec in enumerate(specs)
         ]
         made = {
-            role: self._make(flow, spec, role, None, blocked=True, now=now)
+            role: self._make(candidate, spec, role, None, blocked=True, now=now)
             for role, spec in callbacks.items()
         }
+        flow = await uow.flows.add(candidate)
+        if flow.id != candidate.id:
+            return await self._replayed(uow, flow, kind, name, members, made)
         await self._write(uow, [*members, *made.values()])
         flow.callbacks = {role: job.id for role, job in made.items()}
         await uow.flows.save(flow)
@@ -250,6 +245,45 @@ class Workflows:
     def _check(self, spec: FlowJob) -> None:
         if self._catalog.get(spec.type) is None:
             raise InvalidInputError(f"unknown job type {spec.type!r}")
+
+    async def _replayed(
+        self,
+        uow: JobsUnitOfWork,
+        flow: Flow,
+        kind: FlowKind,
+        name: str | None,
+        members: list[Job],
+        callbacks: dict[FlowRole, Job],
+    ) -> FlowStarted:
+        """The flow an earlier request made with the same idempotency key, if it was the
+        same request (the same kind and name, the same jobs in the same order and the same
+        callbacks); a different one is a conflict, as it is for a single job."""
+        key = flow.idempotency_key
+        if flow.kind is not kind:
+            raise ConflictError(f"Idempotency-Key {key!r} was already used for a {flow.kind.value}")
+        jobs = await uow.flows.jobs(flow.id)
+        stored = sorted(
+            (j for j in jobs if j.flow and j.flow.role is FlowRole.MEMBER),
+            key=lambda j: j.flow.step if j.flow and j.flow.step is not None else -1,
+        )
+        stored_callbacks = {j.flow.role: j for j in jobs if j.flow and j.flow.role in _CALLBACKS}
+        # A batch's jobs may add members to it later: those are not the request's.
+        requested = [j for j in stored if j.created_at <= flow.created_at]
+
+        def shape(job: Job) -> tuple[str, object, str | None]:
+            return (job.type, job.payload, job.entity_id)
+
+        if (
+            flow.name != name
+            or [shape(j) for j in requested] != [shape(j) for j in members]
+            or {r: shape(j) for r, j in stored_callbacks.items()}
+            != {r: shape(j) for r, j in callbacks.items()}
+        ):
+            raise ConflictError(
+                f"Idempotency-Key {key!r} was already used for a different request "
+                f"({flow.kind.value} {flow.id})"
+            )
+        return FlowStarted(flow=flow, members=stored, callbacks=stored_callbacks, created=False)
 
     def _make(
         self,
