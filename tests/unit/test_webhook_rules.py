@@ -36,6 +36,9 @@ def test_the_signature_is_the_specifications() -> None:
         "2002:a9fe:a9fe::1",  # 6to4 of it
         "0.0.0.0",
         "224.0.0.1",
+        "::127.0.0.1",  # IPv4-compatible: Python counts it as global
+        "::a9fe:a9fe",
+        "100::1",  # reserved
     ],
 )
 def test_addresses_a_webhook_never_reaches(address: str) -> None:
@@ -45,6 +48,32 @@ def test_addresses_a_webhook_never_reaches(address: str) -> None:
 @pytest.mark.parametrize("address", ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"])
 def test_public_addresses_are_reached(address: str) -> None:
     assert not is_private(address)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.1",
+        "0x7f000001",
+        "017700000001",
+        "0x7f.1",
+        "2130706433",
+        "\uff11\uff12\uff17.\uff10.\uff10.\uff11",  # full-width digits
+        "\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11",  # and dots
+        "169.254.43518",  # the cloud metadata address
+        "[::127.0.0.1]",
+        "[::ffff:a9fe:a9fe]",
+    ],
+)
+def test_a_private_address_written_another_way_is_refused(host: str) -> None:
+    with pytest.raises(InvalidInputError, match="private, loopback or link-local"):
+        check_url(f"http://{host}/hook", private_ok=False, own_hosts=())
+
+
+@pytest.mark.parametrize("host", ["8.8.8.8", "0x8080808", "8.8.2056", "cafe.example", "0xcafe.de"])
+def test_public_addresses_and_names_that_look_numeric_pass(host: str) -> None:
+    url = f"https://{host}/hook"
+    assert check_url(url, private_ok=False, own_hosts=()) == url
 
 
 def test_a_host_that_is_no_name_is_refused() -> None:

@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import re
 import secrets
+import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -101,15 +102,39 @@ def is_private(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = ip.ipv4_mapped or ip.sixtofour
-        if embedded is None and ip in _NAT64:
+        if embedded is None and (ip in _NAT64 or ip in _IPV4_COMPATIBLE):
             embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if embedded is not None:
             return is_private(str(embedded))
-    return not ip.is_global or ip.is_multicast
+    return not ip.is_global or ip.is_multicast or ip.is_reserved
 
 
 # NAT64's well-known prefix: 64:ff9b::a9fe:a9fe reaches 169.254.169.254.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The deprecated IPv4-compatible addresses: ::127.0.0.1 (::7f00:1), which Python counts
+# as global, and which a socket may still reach.
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _address(host: str) -> str | None:
+    """The address `host` is written as, if it is one: an IP literal, or one of the
+    older IPv4 forms a resolver reads as an address (``127.1``, ``0x7f000001``,
+    ``017700000001``), or either written with other digits (full-width ones, which IDNA
+    folds to ASCII). A name: None."""
+    try:
+        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return None
+    try:
+        return str(ipaddress.ip_address(ascii_host))
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9a-fx.]+", ascii_host):
+        try:
+            return socket.inet_ntoa(socket.inet_aton(ascii_host))
+        except OSError:
+            return None
+    return None
 
 
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -173,10 +198,8 @@ def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]
     if not private_ok:
         if host == "localhost" or host.endswith(".localhost"):
             raise InvalidInputError("url points at this machine (localhost)")
-        try:
-            private = is_private(host.strip("[]"))
-        except ValueError:
-            private = False  # a name: checked when it is resolved, at each delivery
-        if private:
+        address = _address(host)
+        # A name is checked when it is resolved, at each delivery.
+        if address is not None and is_private(address):
             raise InvalidInputError("url points at a private, loopback or link-local address")
     return url
