@@ -41,6 +41,23 @@ async def test_a_jobs_events_tell_its_story_in_order(api: ApiClient) -> None:
     assert len(set(ids)) == len(ids)
 
 
+async def test_the_feed_filters_by_job_type_and_an_empty_one_is_no_filter(
+    api: ApiClient,
+) -> None:
+    job_id = await api.echo()
+    await api.wait_status(job_id, "succeeded")
+
+    every = (await api.get("/events")).json()["items"]
+    echoes = (await api.get("/events", params={"job_type": "demo.echo"})).json()["items"]
+    empty = (await api.get("/events", params={"job_type": ""})).json()["items"]
+    other = (await api.get("/events", params={"job_type": "demo.nothing"})).json()
+
+    assert [e["event"] for e in echoes] == ["enqueued", "started", "succeeded"]
+    assert {e["job_type"] for e in every} >= {"demo.echo"}
+    assert empty == every
+    assert other == {"items": [], "last_event_id": None}
+
+
 async def test_a_jobs_stream_replays_its_history_and_ends_with_it(api: ApiClient) -> None:
     async with served(api.app) as url, httpx.AsyncClient(base_url=url, headers=api.headers) as http:
         job_id = await api.echo(sleep_ms=200)

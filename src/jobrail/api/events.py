@@ -155,10 +155,14 @@ async def events(
     last_event_id: LastEventId = None,
     after: After = None,
     since: Annotated[datetime | None, Query(description="Start at this time.")] = None,
-    job_type: Annotated[str | None, Query(max_length=128)] = None,
+    job_type: Annotated[
+        str | None,
+        Query(max_length=128, description="Only this job type's events; empty: every type."),
+    ] = None,
     limit: Limit = 100,
 ) -> Response:
     cursor = event_cursor(last_event_id, after)
+    job_type = job_type or None  # `?job_type=`, as a form sends a field left empty
     which = EventFilter(tenant, cursor or START, job_type=job_type, since=_utc(since))
     if _wants_stream(request):
         if cursor is None:
