@@ -147,3 +147,26 @@ def test_ctrl_c_again_while_it_waits_stops_at_once_and_still_shuts_the_app_down(
     assert "stopped 1 unfinished jobs at shutdown" in messages
     assert "Application shutdown complete." in messages
     assert _said_in_trouble(server) == []
+
+
+def test_ctrl_c_again_while_the_app_shuts_down_hurries_that_shutdown_once(
+    served: tuple[str, Process],
+) -> None:
+    base, server = served
+    _sleeping_job(base)
+    server.proc.send_signal(signal.SIGINT)
+    # The app's shutdown gives the running job its ten minutes' grace.
+    wait_until(
+        lambda: "Waiting for application shutdown." in _messages(server),
+        30,
+        "the app's shutdown to start",
+    )
+
+    server.proc.send_signal(signal.SIGINT)
+
+    assert _exited(server) == 0
+    messages = _messages(server)
+    assert "stopped 1 unfinished jobs at shutdown" in messages
+    assert messages.count("Waiting for application shutdown.") == 1
+    assert messages.count("Application shutdown complete.") == 1
+    assert _said_in_trouble(server) == []

@@ -362,7 +362,10 @@ class JobrailServer(uvicorn.Server):
                     transport.close()
             if self.server_state.tasks:
                 await asyncio.wait(set(self.server_state.tasks), timeout=FORCED_REQUESTS_S)
-            await self.lifespan.shutdown()
+            # Forced while the app's shutdown ran (hurried, it has ended): not again.
+            ended = getattr(self.lifespan, "shutdown_event", None)
+            if ended is None or not ended.is_set():
+                await self.lifespan.shutdown()
 
 
 def serve(app: Any, hooks: ShutdownHooks | None = None, **options: Any) -> None:
