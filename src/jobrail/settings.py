@@ -684,6 +684,21 @@ class Settings(BaseSettings):
             self.modules = []
         return self
 
+    @field_validator("events")
+    @classmethod
+    def _no_private_webhooks_in_production(
+        cls, events: EventsSettings, info: ValidationInfo
+    ) -> EventsSettings:
+        # Webhook URLs are the tenants' to choose: on private addresses, any tenant could
+        # make the platform call into its own network.
+        if info.data.get("environment") == "production" and events.webhook_private_addresses:
+            raise ValueError(
+                "production never delivers webhooks to loopback, private or link-local "
+                "addresses: JOBRAIL_EVENTS__WEBHOOK_PRIVATE_ADDRESSES is for development "
+                "and tests"
+            )
+        return events
+
     @model_validator(mode="after")
     def _worker_queues_known(self) -> Self:
         unknown = set(self.worker.queues) - set(self.rabbit.queues)

@@ -296,6 +296,25 @@ async def test_an_idempotency_key_past_255_characters_is_a_422_that_names_the_he
 
 
 @pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+async def test_an_empty_idempotency_key_is_a_422_not_a_key_every_request_shares(
+    api: ApiClient, path: str
+) -> None:
+    # A client whose variable for the key is unset sends the header empty: taken as a
+    # key, every request after its first was replayed as the first.
+    body = {"message": "x"} if path == "/demo/echo" else {"count": 1}
+    for empty in ("", "   "):
+        refused = await api.post(path, json=body, headers={"Idempotency-Key": empty})
+
+        assert _is_422(refused), refused.text
+        [detail] = refused.json()["error"]["details"]
+        assert (detail["loc"], detail["type"]) == (
+            ["header", "Idempotency-Key"],
+            "string_too_short",
+        )
+    assert (await api.get("/jobs")).json()["items"] == []
+
+
+@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
 async def test_the_openapi_schema_documents_the_idempotency_key_header(
     api: ApiClient, path: str
 ) -> None:
@@ -303,7 +322,7 @@ async def test_the_openapi_schema_documents_the_idempotency_key_header(
     [header] = [p for p in operation["parameters"] if p["in"] == "header"]
 
     assert (header["name"], header["required"]) == ("Idempotency-Key", False)
-    assert {"type": "string", "maxLength": 255} in header["schema"]["anyOf"]
+    assert {"type": "string", "minLength": 1, "maxLength": 255} in header["schema"]["anyOf"]
 
 
 async def test_a_path_with_a_trailing_slash_is_a_404_not_a_redirect_to_the_host_header(

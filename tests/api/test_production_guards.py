@@ -54,6 +54,25 @@ def test_production_refuses_the_embedded_mode_naming_the_fix(
     assert load_settings().environment == "production"  # the stack mode is fine
 
 
+def test_production_refuses_webhooks_to_private_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Any tenant chooses its webhook URLs: on private addresses, it could make the
+    # platform call into the network it runs in.
+    monkeypatch.setenv("JOBRAIL_ENVIRONMENT", "production")
+    monkeypatch.setenv("JOBRAIL_MODE", "stack")
+    monkeypatch.setenv("JOBRAIL_EVENTS__WEBHOOK_PRIVATE_ADDRESSES", "true")
+
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+
+    assert "JOBRAIL_EVENTS__WEBHOOK_PRIVATE_ADDRESSES is for development and tests" in str(
+        refused.value
+    )
+    monkeypatch.setenv("JOBRAIL_ENVIRONMENT", "development")
+    assert load_settings().events.webhook_private_addresses is True
+
+
 @pytest.mark.parametrize("command", ["api", "run", "tenants"])
 def test_jobrail_in_production_without_the_stack_mode_exits_with_a_message(
     tmp_path: Path, command: str

@@ -242,3 +242,25 @@ async def test_a_tenant_that_takes_a_deliverys_key_loses_only_that_delivery(
     events = (await api.get(f"/jobs/{squatted.json()['job_id']}/events")).json()["items"]
     assert events[0]["id"] == key.rpartition(":")[2]  # its key was its delivery's
     assert squatted.json()["job_id"] not in {b["data"]["job_id"] for b in receiver.bodies()}
+
+
+async def webhook_cap_holds_under_concurrent_registrations(api: ApiClient) -> None:
+    """26 registrations at once by a tenant with none (its write limit is 30 a minute):
+    20 are made, 6 refused (the count and the insert were two steps: all 26 were made)."""
+    import asyncio
+
+    answers = await asyncio.gather(
+        *(api.post("/webhooks", json={"url": f"https://example.org/h{i}"}) for i in range(26))
+    )
+
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses == [201] * 20 + [409] * 6, [a.text for a in answers if a.status_code >= 500]
+    refused = next(a for a in answers if a.status_code == 409)
+    assert "at most 20 webhooks" in refused.json()["error"]["message"]
+    assert len((await api.get("/webhooks")).json()["items"]) == 20
+
+
+async def test_a_tenants_webhook_cap_holds_under_concurrent_registrations(
+    api: ApiClient,
+) -> None:
+    await webhook_cap_holds_under_concurrent_registrations(api)

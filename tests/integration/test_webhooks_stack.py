@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request, Response
 
+from tests.api.test_webhooks import webhook_cap_holds_under_concurrent_registrations
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import served
@@ -124,3 +125,9 @@ async def test_a_failing_receivers_delivery_is_dead_lettered(
     await wait_for(dead_lettered, timeout=15, what="the delivery's dead letter")
     letters = await rabbit.drain(rabbit.topology.dead_letter_queue)
     assert any(delivery["id"].encode() in letter.body for letter in letters)
+
+
+async def test_a_tenants_webhook_cap_holds_under_concurrent_registrations(api: ApiClient) -> None:
+    # On Postgres the count and the insert of two requests would interleave: each
+    # tenant's registrations take turns on an advisory lock.
+    await webhook_cap_holds_under_concurrent_registrations(api)

@@ -349,3 +349,26 @@ async def test_every_request_has_its_access_line_at_debug_with_or_without_an_exp
 
     lines = [r.getMessage() for r in caplog.records if r.name == "jobrail.api.access"]
     assert lines == ["GET /context 200"]
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "INFO"])
+def test_no_http_client_logs_the_urls_it_calls(level: str) -> None:
+    # httpx logs every request's whole URL at INFO: a webhook's may be its secret (a
+    # Slack-style path), a vendor's may carry a token in its query.
+    import logging
+
+    from jobrail.telemetry.logging import configure_logging
+
+    root = logging.getLogger()
+    kept = (root.handlers[:], root.level)
+    names = ("httpx", "aio_pika", "aiormq", "uvicorn.access", "taskiq.receiver.receiver")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        configure_logging(level)
+
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+    finally:
+        root.handlers[:], root.level = kept
+        for name, was in levels.items():
+            logging.getLogger(name).setLevel(was)

@@ -258,7 +258,11 @@ IDEMPOTENCY_KEY_OPENAPI: dict[str, Any] = {
             "required": False,
             "schema": {
                 "anyOf": [
-                    {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
+                    {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH,
+                    },
                     {"type": "null"},
                 ],
                 "title": IDEMPOTENCY_KEY,
@@ -269,9 +273,23 @@ IDEMPOTENCY_KEY_OPENAPI: dict[str, Any] = {
 
 
 def idempotency_key(request: Request) -> str | None:
-    """The request's Idempotency-Key, if any; past its length, the 422 FastAPI's own
-    header validation answers."""
+    """The request's Idempotency-Key, if any; empty or past its length, the 422 FastAPI's
+    own header validation answers. An empty key is refused rather than used: a client
+    whose variable for it was unset would otherwise have every request after its first
+    replayed."""
     key = request.headers.get(IDEMPOTENCY_KEY)
+    if key is not None and not key.strip():
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_too_short",
+                    "loc": ("header", IDEMPOTENCY_KEY),
+                    "msg": "String should have at least 1 character: send a key, or no header",
+                    "input": key,
+                    "ctx": {"min_length": 1},
+                }
+            ]
+        )
     if key is not None and len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
         raise RequestValidationError(
             [

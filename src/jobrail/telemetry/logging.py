@@ -199,6 +199,8 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Per-message chatter from the libraries is not useful at INFO.
-    for noisy in ("taskiq.receiver.receiver", "aio_pika", "aiormq", "uvicorn.access"):
+    # Per-message chatter from the libraries is not useful at INFO. httpx's names every
+    # request's whole URL, which for a webhook may be its secret (a Slack-style path).
+    noisy_loggers = ("taskiq.receiver.receiver", "aio_pika", "aiormq", "uvicorn.access", "httpx")
+    for noisy in noisy_loggers:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -47,9 +47,25 @@ class SqlaWebhookStore:
         self._engine = engine
         self._clock = clock
 
-    async def add(self, webhook: Webhook) -> None:
+    async def add(self, webhook: Webhook, *, at_most: int) -> bool:
         with database_errors():
             async with self._engine.begin() as conn:
+                # One tenant's registrations one at a time, so that the count below is
+                # the one the insert adds to (SQLite's write transactions are already
+                # serial: they begin IMMEDIATE).
+                if conn.dialect.name == "postgresql":
+                    lock = func.hashtext(f"jobrail.webhooks:{webhook.tenant_id}")
+                    await conn.execute(select(func.pg_advisory_xact_lock(lock)))
+                held = await conn.scalar(
+                    select(func.count())
+                    .select_from(webhooks)
+                    .where(
+                        webhooks.c.tenant_id == webhook.tenant_id,
+                        webhooks.c.deleted_at.is_(None),
+                    )
+                )
+                if (held or 0) >= at_most:
+                    return False
                 await conn.execute(
                     insert(webhooks).values(
                         id=webhook.id,
@@ -62,6 +78,7 @@ class SqlaWebhookStore:
                         created_at=webhook.created_at,
                     )
                 )
+        return True
 
     async def of_tenant(self, tenant: TenantId) -> Sequence[Webhook]:
         query = (

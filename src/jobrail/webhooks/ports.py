@@ -10,7 +10,10 @@ from jobrail.webhooks.domain import Webhook
 
 
 class WebhookStore(Protocol):
-    async def add(self, webhook: Webhook) -> None: ...
+    async def add(self, webhook: Webhook, *, at_most: int) -> bool:
+        """Add `webhook` unless its tenant has `at_most` already (False then): the count
+        and the insert are one step, so that concurrent requests cannot pass the cap."""
+        ...
 
     async def of_tenant(self, tenant: TenantId) -> Sequence[Webhook]:
         """The tenant's webhooks, oldest first (not the deleted ones)."""

@@ -57,10 +57,6 @@ class Webhooks:
         url = check_url(cmd.url, private_ok=self._private_ok, own_hosts=cmd.own_hosts)
         events = check_events(DEFAULT_EVENTS if cmd.events is None else cmd.events, EVENT_NAMES)
         secret = check_secret(cmd.secret) if cmd.secret is not None else new_secret()
-        if len(await self._store.of_tenant(cmd.tenant_id)) >= MAX_WEBHOOKS_PER_TENANT:
-            raise ConflictError(
-                f"a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks: delete one first"
-            )
         webhook = Webhook(
             id=uuid.uuid4(),
             tenant_id=cmd.tenant_id,
@@ -70,7 +66,10 @@ class Webhooks:
             created_at=self._clock.now(),
             start=await self._events.head(),
         )
-        await self._store.add(webhook)
+        if not await self._store.add(webhook, at_most=MAX_WEBHOOKS_PER_TENANT):
+            raise ConflictError(
+                f"a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks: delete one first"
+            )
         return webhook
 
     async def of_tenant(self, tenant: TenantId) -> Sequence[Webhook]:
