@@ -65,7 +65,18 @@ async def test_poison_is_dead_lettered_with_its_reason_and_work_goes_on(
     newer = await _job_with_payload(engine, {}, job_type="no.such_task")
     missing = uuid.uuid4()
     victim = await api.echo(message="someone else's", headers=await api.auth("acme"))
+    # A job of a type without limits, named by a message of a type with them: its keys
+    # would be made from a payload of another shape.
+    echo_job = await _job_with_payload(engine, {"message": "not an account"})
+    lone_surrogate = json.loads(_message("demo.echo", uuid.uuid4(), tenant_id="default"))
+    lone_surrogate["task_id"] = "\ud800"
     poison = {
+        # Arrays nested past Python's recursion limit: 2.4 KB that stopped the consumer.
+        "nested too deeply": b"[" * 1200 + b"]" * 1200,
+        "lone surrogate": json.dumps(lone_surrogate).encode(),
+        "a limited type naming another type's job": _message(
+            "sync.account", echo_job, tenant_id="default", queue_name="jobs.default"
+        ),
         "pickle, not JSON": b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94.",
         "JSON, not a job": b'{"hello": "world"}',
         "unknown task": _message("no.such_task", newer, tenant_id="default"),
@@ -113,6 +124,13 @@ async def test_poison_is_dead_lettered_with_its_reason_and_work_goes_on(
     assert "message" in _reason_naming(reasons, invalid)
     assert failed["attempts"] == 1
     assert "valid" in failed["last_error"]
+    assert reasons[poison["nested too deeply"]] == (
+        "malformed message: body is not JSON the worker reads: nested too deeply"
+    )
+    assert reasons[poison["lone surrogate"]] == (
+        "malformed message: body holds a lone surrogate escape (not text)"
+    )
+    assert "does not match job" in _reason_naming(reasons, echo_job)
     # A message naming another tenant's job never runs it.
     assert "does not match job" in _reason_naming(reasons, victim)
     assert victim_job["attempts"] <= 1

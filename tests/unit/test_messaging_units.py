@@ -106,11 +106,37 @@ def _with_labels(labels: dict[str, object]) -> bytes:
         ),
         (_with_labels({"waiting_since": "a while"}), "label waiting_since must be a number"),
         (_with_labels({"waiting_since": -1e300}), "label waiting_since is not a time"),
+        # Nested past the recursion limit: json's RecursionError, a RuntimeError, ended
+        # the consumer's loop.
+        (b"[" * 1200 + b"]" * 1200, "nested too deeply"),
+        (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nested too deeply"),
+        (_with_labels({"tenant_id": "\ud800"}), "lone surrogate"),
+        (
+            b'{"task_id": "\\udfff", "task_name": "a.b", "kwargs": {"job_id": "'
+            + str(uuid.uuid4()).encode()
+            + b'"}}',
+            "lone surrogate",
+        ),
+        (
+            b'{"task_id": "\\u0007", "task_name": "a.b", "kwargs": {"job_id": "'
+            + str(uuid.uuid4()).encode()
+            + b'"}}',
+            "task_id is not printable",
+        ),
     ],
 )
 def test_anything_but_a_job_message_is_refused_with_a_reason(body: bytes, reason: str) -> None:
     with pytest.raises(MalformedMessageError, match=reason):
         parse_job_message(body)
+
+
+def test_a_surrogate_pair_escape_is_text_and_read() -> None:
+    body = _with_labels({"tenant_id": "\U0001f600"})  # json.dumps writes \ud83d\ude00
+    assert b"\\ud83d" in body
+
+    from jobrail.messaging.codec import decode
+
+    assert decode(body).tenant_id == "\U0001f600"
 
 
 def test_pickle_is_not_how_taskiq_serialises_here() -> None:

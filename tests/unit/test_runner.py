@@ -288,6 +288,54 @@ async def test_a_message_naming_another_tenants_job_never_runs_it(forged: str) -
     assert (untouched.status, untouched.attempts) == (JobStatus.PENDING, 0)
 
 
+# A limit whose key names a field the jobs of make_job do not have.
+PER_ACCOUNT = JobLimits(lock=Lock(key="account:{account_id}", ttl_s=3))
+
+
+async def test_a_message_of_a_limited_type_naming_a_job_of_another_type_is_dead_lettered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Its keys would be made from the other type's payload: a KeyError, logged as an
+    # unexpected error and sent round again, for ever.
+    h = Harness()
+    job = h.add(tenant_id="acme")
+    delivery = JobMessage(job.id, "sync.account", job.queue, job.tenant_id, "forged-2")
+
+    async def never(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        raise AssertionError("the side effect ran")
+
+    await h.runner.run(delivery, JobRun(never, TIMEOUT, PER_ACCOUNT))
+
+    [dead] = h.publisher.published
+    assert dead.queue == "jobs.dlq"
+    assert "does not match job" in dead.headers[HEADER_REASON]
+    untouched = h.store.jobs[job.id]
+    assert (untouched.status, untouched.attempts) == (JobStatus.PENDING, 0)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_a_job_whose_payload_cannot_make_its_limit_keys_fails_without_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A row written past the API (the enqueue checks the payload): no attempt would
+    # ever get its keys.
+    h = Harness()
+    job = h.add()
+
+    async def never(payload: Mapping[str, Any], ctx: JobContext) -> None:
+        raise AssertionError("the side effect ran")
+
+    delivery = JobMessage(job.id, job.type, job.queue, job.tenant_id, "m-keys")
+    await h.runner.run(delivery, JobRun(never, TIMEOUT, PER_ACCOUNT))
+
+    failed = h.store.jobs[job.id]
+    assert failed.status is JobStatus.FAILED
+    assert "limits' keys cannot be made from its payload" in (failed.last_error or "")
+    [dead] = h.dispatcher.dispatched
+    assert dead.queue == "jobs.dlq"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 async def test_an_early_message_is_deferred_to_the_jobs_due_time() -> None:
     h = Harness()
     due = h.clock.now() + timedelta(minutes=2)

@@ -66,9 +66,20 @@ class LimitsAndLock:
             # An older message without its keys: read the job to fill them in.
             now = self._clock.now()
             current = await attempt.read()
-            if current is None or not current.can_start(now):
+            if (
+                current is None
+                or not current.can_start(now)
+                # A message naming a job of another tenant or type: its keys would be
+                # made from a payload of another shape. Refused where a claim would be.
+                or (current.tenant_id, current.type) != (delivery.tenant_id, delivery.job_type)
+            ):
                 return NotStartable(current, now)
-            keys = tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
+            try:
+                keys = tuple(limits.keys({**current.payload, "tenant_id": current.tenant_id}))
+            except (KeyError, TypeError, ValueError) as exc:
+                # A row written past the API (its payload was checked on enqueue): no
+                # attempt would ever get its keys.
+                return GiveUp(f"its limits' keys cannot be made from its payload ({exc!r})")
         verdict = await self._enter(delivery, limits, keys)
         if not isinstance(verdict, Deferred):
             return Held(keys, verdict)

@@ -200,11 +200,21 @@ def decode(body: bytes, *, default_queue: str = "") -> JobMessage:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedMessageError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        # Arrays or objects nested past Python's recursion limit (a 2.4 KB body does
+        # it): a RuntimeError, which ended the queue's consumption.
+        raise MalformedMessageError(
+            "body is not JSON the worker reads: nested too deeply"
+        ) from None
     if not isinstance(data, dict):
         raise MalformedMessageError("body is not a JSON object")
     if bytes_have_nul_escape(body):
         # Its ids and labels go into Postgres text columns, which cannot hold U+0000.
         raise MalformedMessageError("body holds a NUL character (U+0000)")
+    if (b"\\ud" in body or b"\\uD" in body) and not _is_text(data):
+        # A lone surrogate escape (\ud800) parses, but is no text: its message id could
+        # not be a dead letter's, nor its labels be written to Postgres.
+        raise MalformedMessageError("body holds a lone surrogate escape (not text)")
     if not isinstance(data.get("args", []), list):
         raise MalformedMessageError("labels or args have the wrong type")
     return from_parts(
@@ -214,6 +224,14 @@ def decode(body: bytes, *, default_queue: str = "") -> JobMessage:
         labels=data.get("labels", {}),
         default_queue=default_queue,
     )
+
+
+def _is_text(data: object) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def from_parts(
@@ -226,6 +244,8 @@ def from_parts(
         raise MalformedMessageError("task_name is missing")
     if not isinstance(task_id, str) or not task_id:
         raise MalformedMessageError("task_id is missing")
+    if not task_id.isprintable():
+        raise MalformedMessageError("task_id is not printable text")
     if not isinstance(labels, dict):
         raise MalformedMessageError("labels or args have the wrong type")
     if not isinstance(kwargs, dict) or set(kwargs) != {"job_id"}:

@@ -7,6 +7,7 @@ its reason, for the consumer to dead-letter. Each consumer only does its transpo
 part with the verdict (acknowledge, put back, start the task).
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from jobrail.messaging.codec import (
     decode,
     reroute_unknown_type,
 )
+
+log = logging.getLogger("jobrail.broker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,11 @@ def screen(body: bytes, has_task: Callable[[str], bool]) -> Run | Refuse:
         message = decode(body)
     except MalformedMessageError as exc:
         return Refuse(f"malformed message: {exc}")
+    except Exception as exc:
+        # A body the decoder did not foresee is still one message: dead-lettered, never
+        # the end of its queue's consumption (the consumer's loop ends on RuntimeError).
+        log.exception("a message could not be decoded")
+        return Refuse(f"malformed message: it could not be decoded ({type(exc).__name__})")
     if has_task(message.job_type):
         return Run(body, message)
     if has_task(UNKNOWN_TYPE_TASK):
