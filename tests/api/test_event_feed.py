@@ -165,3 +165,10 @@ async def test_an_event_id_past_the_feed_s_last_event_is_a_422(api: ApiClient) -
 
     await event_ids_past_the_feed_are_refused(api, f"{tx}-{int(event) + 10**9}")
     assert (await api.get("/events", params={"after": last})).status_code == 200
+    # An ended job's stream: past the feed is the 422 too, not the 204 that tells
+    # EventSource the story is over (which its last event id gets).
+    past = {**SSE, "Last-Event-ID": f"{tx}-{int(event) + 10**9}"}
+    refused = await api.get(f"/jobs/{first}/events", headers=past)
+    assert refused.status_code == 422, refused.text
+    ended = await api.get(f"/jobs/{first}/events", headers={**SSE, "Last-Event-ID": last})
+    assert ended.status_code == 204, ended.text

@@ -172,7 +172,8 @@ async def test_a_chain_runs_its_steps_in_order_and_stops_at_a_failure(world: Wor
     for later in steps[2:]:
         stopped = world.job(later)
         assert stopped.status is JobStatus.CANCELLED
-        assert stopped.last_error == "chain stopped: step 2 was failed"
+        # Numbered as the API numbers it (`flow.step`, from 0): the second step.
+        assert stopped.last_error == "chain stopped: step 1 was failed"
     flow = world.uow.flow_store[started.flow.id]
     assert flow.status is FlowStatus.FAILED
     assert (flow.succeeded, flow.failed, flow.cancelled) == (1, 1, 2)

@@ -76,6 +76,15 @@ def test_public_addresses_and_names_that_look_numeric_pass(host: str) -> None:
     assert check_url(url, private_ok=False, own_hosts=()) == url
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("https://example.com:0/hook", "port is 0"), ("https://1.1.1.1.1/hook", "host")],
+)
+def test_a_url_no_receiver_could_answer_is_refused(url: str, why: str) -> None:
+    with pytest.raises(InvalidInputError, match=why):
+        check_url(url, private_ok=True, own_hosts=())
+
+
 def test_a_host_that_is_no_name_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="host"):
         check_url("http://exa mple.com/", private_ok=True, own_hosts=())

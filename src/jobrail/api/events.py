@@ -220,12 +220,14 @@ async def job_events_response(
         if not events and cursor is not None:
             await feed.refuse_unreached(cursor)
         return Response(_page(events).model_dump_json(), media_type="application/json")
+    if cursor is not None:
+        # Before the 204: an id past the feed is the 422 it is for a JSON page, not the
+        # end of a job's story.
+        await feed.refuse_unreached(cursor)
     if job.status.is_terminal and not await feed.page(which, 1):
         # Nothing follows only if the job's last event, written, is one this client has
         # (it may be written and not handed out yet: then the stream waits for it).
         last = await feed.last_of_job(job.id)
         if last is None or (last.ends_job and last.cursor <= which.after):
             return Response(status_code=204)
-    if cursor is not None:
-        await feed.refuse_unreached(cursor)
     return _stream(feed, which, until_ended=True)

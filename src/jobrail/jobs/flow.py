@@ -113,7 +113,7 @@ class Flow:
             if status is JobStatus.SUCCEEDED:
                 release_step = step + 1
             else:
-                stop_after = (step, f"chain stopped: step {step + 1} was {status.value}")
+                stop_after = (step, f"chain stopped: step {step} was {status.value}")
         if self.ended == self.total:
             self.finished_at = now
             if self.failed:

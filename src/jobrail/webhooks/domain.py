@@ -146,17 +146,18 @@ def _is_host(host: str) -> bool:
     hyphens (not at either end), 253 characters in all, an internationalised name
     once IDNA-encoded. A URL past these rules was accepted and then failed at every
     delivery, in the resolver's IDNA encoding."""
-    try:
-        ipaddress.ip_address(host)
+    if _address(host) is not None:
         return True
-    except ValueError:
-        pass
     try:
         ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
     except UnicodeError:
         return False
-    return len(ascii_host) <= MAX_HOST_LENGTH and all(
-        _LABEL.fullmatch(label) for label in ascii_host.split(".")
+    labels = ascii_host.split(".")
+    # No top-level domain is all digits: `1.1.1.1.1` is a mistyped address, not a name.
+    return (
+        len(ascii_host) <= MAX_HOST_LENGTH
+        and all(_LABEL.fullmatch(label) for label in labels)
+        and not labels[-1].isdigit()
     )
 
 
@@ -177,6 +178,8 @@ def check_url(url: str, *, private_ok: bool, own_hosts: Iterable[tuple[str, int]
         raise InvalidInputError("url is not a URL") from None
     if parts.scheme not in ("http", "https"):
         raise InvalidInputError("url must be http:// or https://")
+    if port == 0:
+        raise InvalidInputError("url's port is 0: no receiver listens there")
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise InvalidInputError("url has no host")
