@@ -131,3 +131,16 @@ def test_production_loads_the_demo_module_only_when_asked(
     assert load_settings().modules == []
     monkeypatch.setenv("JOBRAIL_MODULES", "demo")
     assert load_settings().modules == ["demo"]
+
+
+@pytest.mark.parametrize("payload", ["a string", ["x", 1], 7, None])
+def test_a_payload_that_is_no_object_fails_validation_as_any_misfit_does(payload: object) -> None:
+    # A row written past the API: a permanent failure saying why, not a ValueError from
+    # dict() that the runner retried as an unexpected error.
+    from jobrail.jobs.registry import parse_payload
+    from jobrail.kernel.errors import InvalidInputError
+
+    spec = job("unit.payload", payload=P, queue="jobs.default")(handler)
+
+    with pytest.raises(InvalidInputError, match=r"payload does not fit job type 'unit\.payload'"):
+        parse_payload(spec, payload)  # type: ignore[arg-type]

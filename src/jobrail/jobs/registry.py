@@ -207,7 +207,11 @@ def _fields(limit: Limit) -> dict[str, object]:
 
 def parse_payload(spec: JobSpec, payload: Mapping[str, Any]) -> BaseModel:
     try:
-        return spec.payload.model_validate(dict(payload))
+        # A payload that is no object (a row written past the API) fails validation as
+        # any other misfit does, rather than raising from dict().
+        return spec.payload.model_validate(
+            dict(payload) if isinstance(payload, Mapping) else payload
+        )
     except ValidationError as exc:
         raise InvalidInputError(
             f"payload does not fit job type {spec.name!r}",
