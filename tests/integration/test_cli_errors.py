@@ -244,9 +244,8 @@ def test_an_app_whose_import_fails_is_one_line_naming_the_error(tmp_path: Path) 
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@127.0.0.1:99999/test"),
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@127.0.0.1:abc/test"),
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root@[::1/test"),
-        # A '/' in the password, not percent-encoded, ends the host: what follows the
-        # ':' reads as the port. The message must not show it.
-        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root:se/cret@127.0.0.1/test"),
+        # The message must not show the URL, whose password may be in it.
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://root:cret@127.0.0.1:99999/test"),
         ("JOBRAIL_RABBIT__URL", "amqp://guest:guest@127.0.0.1:0/"),
         ("JOBRAIL_REDIS__URL", "redis://127.0.0.1:70000/0"),
     ],

@@ -247,6 +247,38 @@ async def test_an_idempotency_key_replays_the_same_batch_even_after_it_grew(
     assert len(world.uow.store) == 2 + 1 + 1
 
 
+async def test_an_idempotency_key_replays_a_batch_grown_by_a_host_whose_clock_is_behind(
+    world: World,
+) -> None:
+    started = await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+    world.clock.advance(timedelta(seconds=-5))  # the worker that adds to it
+    await world.flows.add_to_batch(ACME, started.flow.id, [FlowJob("test.step", {"n": 7})])
+    world.clock.advance(timedelta(seconds=10))
+
+    again = await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+
+    assert (again.created, again.flow.id) == (False, started.flow.id)
+    with pytest.raises(ConflictError, match="different request"):
+        await world.flows.batch(keyed(batch(3, then=CALLBACKS["then"])))
+
+
+async def test_an_idempotency_key_replays_a_batch_some_of_whose_jobs_were_pruned(
+    world: World,
+) -> None:
+    started = await world.flows.batch(keyed(batch(3, then=CALLBACKS["then"])))
+    del world.uow.store[started.members[0].id]  # finished long ago, and deleted
+    del world.uow.store[started.callbacks[FlowRole.THEN].id]
+
+    again = await world.flows.batch(keyed(batch(3, then=CALLBACKS["then"])))
+
+    assert (again.created, again.flow.id) == (False, started.flow.id)
+    with pytest.raises(ConflictError, match="different request"):
+        # The pruned `then` can no longer be compared, but its role still is.
+        await world.flows.batch(keyed(batch(3, catch=CALLBACKS["then"])))
+    with pytest.raises(ConflictError, match="different request"):
+        await world.flows.batch(keyed(batch(2, then=CALLBACKS["then"])))
+
+
 @pytest.mark.parametrize(
     "other",
     [

@@ -111,6 +111,8 @@ def _with_labels(labels: dict[str, object]) -> bytes:
         (b"[" * 1200 + b"]" * 1200, "nested too deeply"),
         (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nested too deeply"),
         (_with_labels({"tenant_id": "\ud800"}), "lone surrogate"),
+        # The same surrogate as UTF-8 bytes rather than an escape: no UTF-8 text.
+        (_with_labels({"tenant_id": "x"}).replace(b'"x"', b'"x\xed\xa0\x80"'), "not JSON"),
         (
             b'{"task_id": "\\udfff", "task_name": "a.b", "kwargs": {"job_id": "'
             + str(uuid.uuid4()).encode()

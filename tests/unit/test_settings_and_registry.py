@@ -38,6 +38,9 @@ def test_an_unsupported_database_driver_is_refused(monkeypatch: pytest.MonkeyPat
     [
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u:p%2F%40ss@[::1]:5432/db"),
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u@db.internal/db?ssl=require"),
+        # SQLAlchemy takes a password up to its last '@': these work unencoded.
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u:pa/ss@db:5432/jobrail"),
+        ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg://u:p#s?s[x]@db/jobrail"),
         ("JOBRAIL_DATABASE__URL", "postgresql+asyncpg:///db?host=/var/run/postgresql"),
         ("JOBRAIL_DATABASE__URL", "sqlite+aiosqlite:///./var/jobrail.db"),
         ("JOBRAIL_RABBIT__URL", "amqps://u:p@rabbit.internal/vhost"),
@@ -144,3 +147,42 @@ def test_a_payload_that_is_no_object_fails_validation_as_any_misfit_does(payload
 
     with pytest.raises(InvalidInputError, match=r"payload does not fit job type 'unit\.payload'"):
         parse_payload(spec, payload)  # type: ignore[arg-type]
+
+
+def test_a_refused_url_is_not_repeated_in_the_error_of_settings_built_in_code() -> None:
+    # A host app may build its settings itself: pydantic's error would show the input.
+    from pydantic import ValidationError
+
+    from jobrail.settings import DatabaseSettings, RedisSettings, Settings
+
+    for build in (
+        lambda: Settings(database={"url": "postgresql+asyncpg://u:hunter2@db:99999/x"}),
+        lambda: DatabaseSettings(url="postgresql+asyncpg://u:hunter2@db:99999/x"),
+        lambda: RedisSettings(url="redis://:hunter2@127.0.0.1:99999/0"),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            build()
+        assert "hunter2" not in str(refused.value)
+        assert "port" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({}, True),  # the embedded mode on its SQLite file: the key is seeded
+        ({"JOBRAIL_MODE": "stack"}, False),  # never seeded: a leftover value is ignored
+        ({"JOBRAIL_DATABASE__URL": "postgresql+asyncpg://u@db/x"}, False),
+    ],
+)
+def test_the_demo_key_is_checked_only_where_it_is_seeded(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: bool
+) -> None:
+    monkeypatch.setenv("JOBRAIL_DEMO_API_KEY", "demo")  # shorter than a key may be
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    if refused:
+        with pytest.raises(SettingsError, match="JOBRAIL_DEMO_API_KEY"):
+            load_settings()
+    else:
+        assert load_settings().demo_api_key.get_secret_value() == "demo"

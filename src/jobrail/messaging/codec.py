@@ -197,7 +197,8 @@ def decode(body: bytes, *, default_queue: str = "") -> JobMessage:
     """Parse a job message strictly: JSON only, with a task name, a task id and exactly
     a job id for arguments, and labels of the types the worker reads."""
     try:
-        data = json.loads(body)
+        # Decoded strictly first: json.loads(bytes) lets an encoded surrogate through.
+        data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedMessageError(f"body is not JSON: {exc}") from None
     except RecursionError:

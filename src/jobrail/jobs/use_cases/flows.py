@@ -267,18 +267,36 @@ class Workflows:
             key=lambda j: j.flow.step if j.flow and j.flow.step is not None else -1,
         )
         stored_callbacks = {j.flow.role: j for j in jobs if j.flow and j.flow.role in _CALLBACKS}
-        # A batch's jobs may add members to it later: those are not the request's.
-        requested = [j for j in stored if j.created_at <= flow.created_at]
 
         def shape(job: Job) -> tuple[str, object, str | None]:
             return (job.type, job.payload, job.entity_id)
 
-        if (
-            flow.name != name
-            or [shape(j) for j in requested] != [shape(j) for j in members]
-            or {r: shape(j) for r, j in stored_callbacks.items()}
-            != {r: shape(j) for r, j in callbacks.items()}
-        ):
+        # The request made its jobs with the flow, at the flow's very time; a batch's jobs
+        # may add members later (at another time, whatever the hosts' clocks), and the
+        # oldest finished jobs may be pruned before the flow: each step still stored is
+        # compared, and none may be missing from the request or be a later one.
+        made_with_it = {
+            j.flow.step: j
+            for j in stored
+            if j.flow and j.flow.step is not None and j.created_at == flow.created_at
+        }
+        later = {j.flow.step for j in stored if j.flow and j.created_at != flow.created_at}
+        same_members = (
+            len(members) <= flow.total
+            and all(step < len(members) for step in made_with_it)
+            and not any(step in later for step in range(len(members)))
+            and all(
+                shape(made_with_it[step]) == shape(job)
+                for step, job in enumerate(members)
+                if step in made_with_it
+            )
+        )
+        same_callbacks = set(flow.callbacks) == set(callbacks) and all(
+            shape(stored_callbacks[role]) == shape(job)
+            for role, job in callbacks.items()
+            if role in stored_callbacks
+        )
+        if flow.name != name or not same_members or not same_callbacks:
             raise ConflictError(
                 f"Idempotency-Key {key!r} was already used for a different request "
                 f"({flow.kind.value} {flow.id})"
