@@ -186,3 +186,18 @@ def test_the_demo_key_is_checked_only_where_it_is_seeded(
             load_settings()
     else:
         assert load_settings().demo_api_key.get_secret_value() == "demo"
+
+
+def test_the_demo_echo_job_times_out_only_after_its_longest_sleep() -> None:
+    # At 30 s, an echo sleeping a minute (its payload allows an hour) timed out on every
+    # attempt: a demo job that could never succeed.
+    from annotated_types import Le
+
+    from jobrail.demo.jobs import EchoPayload, echo
+
+    [longest_ms] = [
+        m.le for m in EchoPayload.model_fields["sleep_ms"].metadata if isinstance(m, Le)
+    ]
+
+    assert echo.timeout_s is not None
+    assert echo.timeout_s * 1000 > longest_ms
