@@ -452,6 +452,9 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
                 file=sys.stderr,
             )
             raise SystemExit(2)
+        # Before migrating: a job type the settings refuse is one line, not a traceback
+        # from the app's start-up after a migration.
+        _check_job_catalog(settings, modules)
         _migrate_or_exit(settings, modules)
         serve_api(settings, rail)
     elif args.command == "api":

@@ -338,3 +338,24 @@ def test_ctrl_c_while_migrating_is_one_line_and_exit_130() -> None:
 
     assert process.returncode == 130, stderr
     assert stderr.strip().splitlines() == ["jobrail: interrupted"]
+
+
+def test_jobrail_run_with_a_job_type_the_settings_refuse_is_one_line_before_migrating(
+    tmp_path: Path,
+) -> None:
+    # `api`, `worker` and `scheduler` checked the catalog first; `run` migrated, then
+    # failed in the app's start-up with a traceback.
+    database = tmp_path / "jobrail.db"
+    done = jobrail(
+        "run",
+        "--app",
+        "tests.support.host_bad_queue:rail",
+        JOBRAIL_MODE="embedded",
+        JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{database}",
+    )
+
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("jobrail: ")
+    assert "jobs.nope" in line
+    assert not database.exists()
