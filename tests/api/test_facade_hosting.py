@@ -53,6 +53,35 @@ async def test_install_runs_the_rail_around_the_host_lifespan(tmp_path: Path) ->
     assert seen == ["host started", "host stopped"]
 
 
+async def test_an_installed_rail_serves_again_after_its_lifespan_ended(tmp_path: Path) -> None:
+    # As a test suite does, entering TestClient(app) in each test: the second lifespan
+    # ran on the first's closed runtime, and its jobs stayed pending without an error.
+    rail = JobRail(await migrated(embedded_settings(tmp_path, modules=[])))
+    render = declare_jobs(rail)
+    app = FastAPI()
+    rail.install(app)
+
+    for run in range(2):
+        async with app.router.lifespan_context(app):
+            result = await render.enqueue(RenderReport(report_id=f"r-{run}"), tenant_id="acme")
+            job = await finished(rail, "acme", result.job.id)
+        assert job.status.value == "succeeded", run
+
+
+async def test_the_app_of_a_rail_serves_once_and_says_so_after(tmp_path: Path) -> None:
+    import pytest
+
+    rail = JobRail(await migrated(embedded_settings(tmp_path, modules=[])))
+    declare_jobs(rail)
+    app = rail.app()
+    async with app.router.lifespan_context(app):
+        pass
+
+    with pytest.raises(RuntimeError, match="has run its lifespan already"):
+        async with app.router.lifespan_context(app):
+            pass
+
+
 async def test_mounted_without_its_lifespan_the_jobs_routes_answer(tmp_path: Path) -> None:
     jobrail_app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     host = FastAPI()

@@ -46,7 +46,10 @@ class JobRail:
     (an enqueue, ``container``) or at the start of ``lifespan``. The modules named in the
     settings (``JOBRAIL_MODULES``) are loaded besides them.
 
-    One ``JobRail`` is one runtime: its lifespan runs once per process.
+    One ``JobRail`` is one runtime at a time: its lifespan builds it (unless an enqueue
+    did first) and closes it at the end, and a later lifespan builds a new one, as a
+    test suite that enters ``TestClient(app)`` in each test does. The app of ``app()``
+    holds the runtime it was made with: its lifespan runs once.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class JobRail:
         self._hooks: SessionHooks | None = None
         self._enqueue: EnqueueJob | None = None
         self._serving = False
+        self._app_made = False  # app() holds the runtime: it cannot be rebuilt
+        self._closed = False
 
     # -- job types --------------------------------------------------------------------
 
@@ -174,6 +179,11 @@ class JobRail:
         the host's own lifespan: ``async with rail.lifespan(app): yield``."""
         if self._serving:
             raise RuntimeError("this JobRail's lifespan is running already")
+        if self._closed:
+            raise RuntimeError(
+                "this JobRail's app (rail.app()) has run its lifespan already, and its "
+                "runtime is closed: make a new JobRail and app to serve again"
+            )
         self._serving = True
         try:
             async with serving(self.runtime):
@@ -184,6 +194,15 @@ class JobRail:
                         await self._hooks.drain()  # before the broker stops
         finally:
             self._serving = False
+            # The runtime's container is closed: the next lifespan (or enqueue) builds a
+            # new one. Before, the next lifespan ran on the closed one, and its jobs
+            # stayed pending without an error.
+            if self._app_made:
+                self._closed = True
+            else:
+                self._runtime = None
+                self._hooks = None
+                self._enqueue = None
 
     def app(self) -> FastAPI:
         """jobrail's own API (``jobrail api --app``) on this rail's runtime: the jobs,
@@ -191,6 +210,7 @@ class JobRail:
         lifespan is the rail's."""
         from jobrail.api.app import create_app
 
+        self._app_made = True
         return create_app(self.settings, runtime=self.build(), serve=self.lifespan)
 
     def install(self, app: FastAPI) -> None:
