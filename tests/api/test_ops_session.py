@@ -333,3 +333,38 @@ async def test_every_console_page_answers_the_sign_in_page_until_an_admin_signs_
     assert set_cookies(anonymous) == ["jobrail_ops_login"]
     assert 'jobrail_ops=""' in ended.headers.get_list("set-cookie")[-1]
     assert by_admin.status_code == (200 if path == "/ops" else 404)
+
+
+async def test_the_console_mounted_under_a_prefix_signs_in_and_links_under_it(
+    tmp_path: Path,
+) -> None:
+    # README: jobrail's whole API, ops routes included, can be mounted in a host's app.
+    # The form posted to /ops/login, the redirect went to /ops and the cookies were for
+    # /ops: nobody could sign in under the prefix.
+    from fastapi import FastAPI
+
+    jobrail_app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
+    host = FastAPI(lifespan=jobrail_app.router.lifespan_context)
+    host.mount("/jobrail", jobrail_app)
+    async with (
+        host.router.lifespan_context(host),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=host), base_url="http://h") as c,
+    ):
+        create = await runtime_of(jobrail_app).container.get(CreateTenant)
+        admin = await create("ops", admin=True)
+
+        form = await c.get("/jobrail/ops")
+        assert form.status_code == 401
+        assert 'action="/jobrail/ops/login"' in form.text
+        signed_in = await c.post(
+            "/jobrail/ops/login", data={"api_key": admin.api_key, "csrf_token": _csrf(form)}
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        assert signed_in.headers["location"] == "/jobrail/ops"
+        assert c.cookies.get("jobrail_ops", path="/jobrail/ops")
+        page = await c.get("/jobrail/ops")
+
+    assert page.status_code == 200, page.text
+    assert "id=sign-out" in page.text
+    assert 'action="/jobrail/ops/logout"' in page.text
+    assert 'href="/ops' not in page.text

@@ -46,7 +46,9 @@ from jobrail.api.ops_pages import (
     flow_page,
     job_page,
     login_page,
+    mounted_at,
     not_found_page,
+    ops_path,
     overview_page,
     refused_page,
 )
@@ -125,10 +127,12 @@ class OpsRoute(DishkaRoute):
         handler = super().get_route_handler()
 
         async def answer(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except _SignInFirst as exc:
-                return exc.response
+            # Links, forms, redirects and cookies under the app's mount point.
+            with mounted_at(request.scope.get("root_path", "")):
+                try:
+                    return await handler(request)
+                except _SignInFirst as exc:
+                    return exc.response
 
         return answer
 
@@ -153,7 +157,7 @@ async def _signed_in(
     if principal is None:
         response = _login(request, jobrail_ops_login, status=401)
         if jobrail_ops is not None:
-            response.delete_cookie(COOKIE, path="/ops")  # ended, expired or never ours
+            response.delete_cookie(COOKIE, path=ops_path())  # ended, expired or never ours
         raise _SignInFirst(response)
     if not principal.admin:
         raise _SignInFirst(
@@ -226,17 +230,17 @@ async def login(
     await SqlaOpsSessions(engine).start(
         _digest(session_token), principal.key_id, now, now + timedelta(seconds=ttl)
     )
-    response = RedirectResponse("/ops", status_code=303)
+    response = RedirectResponse(ops_path(), status_code=303)
     response.set_cookie(
         COOKIE,
         session_token,
         max_age=math.ceil(ttl),  # the browser may keep it longer; the server will not
-        path="/ops",
+        path=ops_path(),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
     )
-    response.delete_cookie(LOGIN_COOKIE, path="/ops")
+    response.delete_cookie(LOGIN_COOKIE, path=ops_path())
     return _secured(response)
 
 
@@ -255,8 +259,8 @@ async def logout(
         if not hmac.compare_digest(_csrf_for(session_token).encode(), given.encode()):
             return _secured(HTMLResponse(refused_page(), status_code=403))
         await SqlaOpsSessions(engine).end(_digest(session_token))
-    response = RedirectResponse("/ops", status_code=303)
-    response.delete_cookie(COOKIE, path="/ops")
+    response = RedirectResponse(ops_path(), status_code=303)
+    response.delete_cookie(COOKIE, path=ops_path())
     return _secured(response)
 
 
@@ -271,7 +275,7 @@ def _login(
         LOGIN_COOKIE,
         token,
         max_age=LOGIN_COOKIE_MAX_AGE_S,
-        path="/ops",
+        path=ops_path(),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",

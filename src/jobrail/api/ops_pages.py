@@ -3,9 +3,13 @@ broker goes through html.escape, and the page's one stylesheet is allowed by its
 (jobrail.api.ops sends CONTENT_SECURITY_POLICY with every response)."""
 
 import base64
+import contextlib
 import hashlib
 import html
+import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime
 
 from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
@@ -35,6 +39,30 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+# The path the API is mounted at (the ASGI root_path, "/jobrail" under a host's
+# app.mount("/jobrail", ...)), for the console's links, forms, redirects and cookies:
+# set for each request by jobrail.api.ops, read by `ops_path`. A context variable, so
+# that every page and helper need not take it as an argument.
+_MOUNTED_AT: ContextVar[str] = ContextVar("jobrail_ops_mounted_at", default="")
+
+
+@contextlib.contextmanager
+def mounted_at(root_path: str) -> Iterator[None]:
+    root = root_path.rstrip("/")
+    if not re.fullmatch(r"[A-Za-z0-9/_.~%-]*", root):
+        root = ""  # the app's own configuration, never a client's: no quoting needed
+    token = _MOUNTED_AT.set(root)
+    try:
+        yield
+    finally:
+        _MOUNTED_AT.reset(token)
+
+
+def ops_path(path: str = "") -> str:
+    """`/ops` + `path` where the console is served (under the app's mount point)."""
+    return f"{_MOUNTED_AT.get()}/ops{path}"
+
+
 def _page(title: str, body: str, refresh: bool = False) -> str:
     meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
     return (
@@ -49,7 +77,7 @@ def login_page(csrf: str, problem: str = "") -> str:
     return _page(
         "jobrail ops - sign in",
         "<h1>jobrail ops</h1><p class=muted>Sign in with an admin API key.</p>"
-        f"{note}<form method=post action=/ops/login>"
+        f'{note}<form method=post action="{ops_path("/login")}">'
         f'<input type=hidden name=csrf_token value="{html.escape(csrf)}">'
         "<input type=password name=api_key id=api_key autocomplete=off size=50 required> "
         "<button type=submit id=sign-in>Sign in</button></form>",
@@ -60,7 +88,7 @@ def refused_page() -> str:
     return _page(
         "jobrail ops",
         "<h1>jobrail ops</h1><p class=bad>That form did not come from this page: "
-        '<a href="/ops">back to the ops page</a>.</p>',
+        f'<a href="{ops_path()}">back to the ops page</a>.</p>',
     )
 
 
@@ -133,7 +161,7 @@ def not_found_page(what: str) -> str:
     return _page(
         "jobrail ops",
         f"<h1>jobrail ops</h1><p class=bad id=not-found>No {html.escape(what)} with that id: "
-        '<a href="/ops">back to the ops page</a>.</p>',
+        f'<a href="{ops_path()}">back to the ops page</a>.</p>',
     )
 
 
@@ -215,7 +243,9 @@ def job_page(found: OpsJob, csrf: str | None) -> str:
         if flow is None:
             where = f"{e(str(job.flow.flow_id))} (gone)"
         else:
-            where = f'<a href="/ops/flows/{flow.id}" id=flow-link>{e(_flow_title(flow))}</a>'
+            where = (
+                f'<a href="{ops_path(f"/flows/{flow.id}")}" id=flow-link>{e(_flow_title(flow))}</a>'
+            )
         fields.append(("flow", f"{where}: {job.flow.role.value}{step}"))
     progress = ""
     if job.progress is not None:
@@ -288,7 +318,8 @@ def _flows_table(flows: list[FlowView]) -> str:
     rows = "".join(
         f'<tr data-flow="{view.flow.id}"><td>{_time(view.flow.created_at)}</td>'
         f"<td>{view.flow.kind.value}</td>"
-        f'<td><a href="/ops/flows/{view.flow.id}">{e(view.flow.name or str(view.flow.id))}</a>'
+        f'<td><a href="{ops_path(f"/flows/{view.flow.id}")}">'
+        f"{e(view.flow.name or str(view.flow.id))}</a>"
         f'</td><td data-field="status">{_flow_status(view.flow)}</td>'
         + _count_cells(view.counts, row=False)
         + f"<td>{_time(view.flow.finished_at)}</td><td>{e(view.flow.tenant_id)}</td></tr>"
@@ -349,7 +380,7 @@ def _flow_title(flow: Flow) -> str:
 
 
 def _job_link(job: Job, text: str | None = None) -> str:
-    return f'<a href="/ops/jobs/{job.id}">{html.escape(text or str(job.id))}</a>'
+    return f'<a href="{ops_path(f"/jobs/{job.id}")}">{html.escape(text or str(job.id))}</a>'
 
 
 def _fields(table_id: str, fields: list[tuple[str, str]]) -> str:
@@ -382,10 +413,10 @@ def _top(csrf: str | None, *, refresh: bool, back: bool = False) -> str:
     and the sign-out form (a session's only; a Bearer key has none to end)."""
     return (
         "<p class=muted>"
-        + ('<a href="/ops" id=back>Back to the overview</a>. ' if back else "")
+        + (f'<a href="{ops_path()}" id=back>Back to the overview</a>. ' if back else "")
         + (f"Refreshes every {REFRESH_S}s. " if refresh else "")
         + (
-            "<form method=post action=/ops/logout>"
+            f'<form method=post action="{ops_path("/logout")}">'
             f'<input type=hidden name=csrf_token value="{csrf}">'
             "<button id=sign-out>Sign out</button></form>"
             if csrf
