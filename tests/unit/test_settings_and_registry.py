@@ -201,3 +201,20 @@ def test_the_demo_echo_job_times_out_only_after_its_longest_sleep() -> None:
 
     assert echo.timeout_s is not None
     assert echo.timeout_s * 1000 > longest_ms
+
+
+def test_a_job_type_with_a_sync_handler_or_a_payload_that_is_no_model_is_refused() -> None:
+    # Both were accepted, and failed only when a job ran (after its attempts).
+    def sync_handler(payload: P, ctx: object) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="its handler must be an async function"):
+        job("t.sync", payload=P)(sync_handler)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="payload must be a pydantic model class"):
+        job("t.dict", payload=dict)(handler)  # type: ignore[arg-type]
+
+    class AsyncCallable:
+        async def __call__(self, payload: P, ctx: object) -> None:
+            return None
+
+    assert job("t.callable", payload=P)(AsyncCallable()).name == "t.callable"

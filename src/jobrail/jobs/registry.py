@@ -13,6 +13,7 @@ The handler may also ask for dependencies with ``FromDishka[...]``; the worker
 resolves them from the task's request scope.
 """
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +54,19 @@ class JobSpec:
             raise ValueError(
                 f"job type name {self.name!r} must be dotted lower-case words, "
                 "such as 'billing.pay_invoice'"
+            )
+        # Checked when declared: a plain function, or a dict as the payload, failed only
+        # when a job ran (the payload's with an AttributeError).
+        if not (isinstance(self.payload, type) and issubclass(self.payload, BaseModel)):
+            raise ValueError(
+                f"job type {self.name}: payload must be a pydantic model class "
+                f"(got {self.payload!r})"
+            )
+        call = getattr(self.handler, "__call__", None)  # noqa: B004 - an async __call__ too
+        if not (inspect.iscoroutinefunction(self.handler) or inspect.iscoroutinefunction(call)):
+            raise ValueError(
+                f"job type {self.name}: its handler must be an async function "
+                "(async def handler(payload, ctx))"
             )
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"job type {self.name}: max_attempts must be at least 1")
