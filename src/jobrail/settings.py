@@ -21,12 +21,21 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 ENV_PREFIX = "JOBRAIL_"
 ENV_NESTED_DELIMITER = "__"
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
+# Upper bounds, so that a value is refused at start-up rather than overflowing where it
+# is used (a timedelta, a Postgres integer column): `inf` or 1e300 seconds of ops session,
+# 1e23 attempts, were 500s and tracebacks at run time.
+MAX_SECONDS = 1e9  # about 31 years
+MAX_COUNT = 2**31 - 1  # Postgres's integer
+MAX_DAYS = 36_500  # a century
+
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+Days = Annotated[int, Field(gt=0, le=MAX_DAYS)]
 
 
 def _comma_list(value: object) -> object:
@@ -72,7 +81,7 @@ class DatabaseSettings(BaseModel):
 
     url: SecretStr = SecretStr("sqlite+aiosqlite:///./var/jobrail.db")
     pool_size: PositiveInt = 10
-    max_overflow: Annotated[int, Field(ge=0)] = 10
+    max_overflow: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 10
     pool_timeout_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 5.0
     echo: bool = False
@@ -275,7 +284,7 @@ class JobsSettings(BaseModel):
 class OutboxSettings(BaseModel):
     relay_interval_s: PositiveFloat = 1.0
     relay_batch: PositiveInt = 200
-    relay_min_age_s: Annotated[float, Field(ge=0)] = Field(
+    relay_min_age_s: Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)] = Field(
         default=2.0,
         description="Rows younger than this are left to the publishing request's fast path.",
     )
@@ -301,7 +310,7 @@ class EventsSettings(BaseModel):
         default=20,
         description="Event streams one tenant may hold open on one API process; one more is a 429.",
     )
-    keep_days: PositiveFloat = Field(
+    keep_days: Annotated[float, Field(gt=0, le=MAX_DAYS, allow_inf_nan=False)] = Field(
         default=7.0,
         description="Events are deleted this long after they happened "
         "(maintenance.prune_messages).",
@@ -397,7 +406,7 @@ class ApiSettings(BaseModel):
     max_body_bytes: PositiveInt = Field(
         default=64 * 1024, description="Larger request bodies are refused with 413."
     )
-    max_header_bytes: Annotated[int, Field(ge=1024)] = Field(
+    max_header_bytes: Annotated[int, Field(ge=1024, le=MAX_COUNT)] = Field(
         default=16 * 1024,
         description="A request line and headers larger than this are refused with 431 "
         "and the connection closed (jobrail api).",
@@ -436,7 +445,7 @@ class ApiSettings(BaseModel):
 
 
 class AuthSettings(BaseModel):
-    key_cache_ttl_s: Annotated[float, Field(ge=0)] = Field(
+    key_cache_ttl_s: Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)] = Field(
         default=10.0,
         description="How long a process trusts what it learnt about a key: a revoked key "
         "stops working within this time.",
@@ -539,6 +548,9 @@ class TelemetrySettings(BaseModel):
 class ScheduleOverride(BaseModel):
     """Change a declared schedule without a release: another cron, or switch it off."""
 
+    # A misspelt key ("crom") was ignored, and the schedule kept its cron without a word.
+    model_config = ConfigDict(extra="forbid")
+
     cron: str | None = None
     enabled: bool = True
 
@@ -557,7 +569,7 @@ class SchedulerSettings(BaseModel):
         description="How often a standby scheduler tries to take the lead, and the longest "
         "the leader sleeps between two looks at the clock.",
     )
-    leader_ttl_s: PositiveFloat = Field(
+    leader_ttl_s: Annotated[float, Field(ge=1, le=MAX_SECONDS, allow_inf_nan=False)] = Field(
         default=15.0,
         description="Life of the leader's lock in Redis, renewed every quarter of it: a dead "
         "leader is replaced within leader_ttl_s + tick_s.",
@@ -572,17 +584,17 @@ class SchedulerSettings(BaseModel):
         description="Overrides by schedule name (JSON), e.g. "
         '{"prune-jobs": {"cron": "0 4 * * *"}, "dlq-report": {"enabled": false}}.',
     )
-    prune_after_days: PositiveInt = Field(
+    prune_after_days: Days = Field(
         default=30,
         description="prune-jobs deletes finished jobs older than this, then the batches "
         "and chains that finished as long ago and have no job left.",
     )
-    outbox_keep_days: PositiveInt = Field(
+    outbox_keep_days: Days = Field(
         default=7,
         description="prune-messages deletes outbox rows published longer ago than this "
         "(rows not yet published stay, however old).",
     )
-    inbox_keep_days: PositiveInt = Field(
+    inbox_keep_days: Days = Field(
         default=45,
         description="prune-messages deletes inbox rows whose message was last taken longer "
         "ago than this; more than prune_after_days (see _inbox_outlives_jobs).",
@@ -775,5 +787,29 @@ def load_settings(**overrides: object) -> Settings:
             name = _env_name(loc) if loc else ENV_PREFIX + "*"
             problems.append(f"  {name}: {error['msg']}")
         raise SettingsError("invalid settings:\n" + "\n".join(problems)) from None
+    except PydanticSettingsError as exc:
+        raise SettingsError(f"invalid settings:\n  {_unparsed(exc)}") from None
     except ValueError as exc:
         raise SettingsError(f"invalid settings: {exc}") from None
+
+
+def _unparsed(error: PydanticSettingsError) -> str:
+    """pydantic-settings names the section whose JSON value did not parse ("api_limits"),
+    not the variable: name the variables of that section that look like JSON and do not
+    parse (from the environment; one in `.env` only is named by its section)."""
+    import json
+    import os
+
+    found = re.search(r'field "([^"]+)"', str(error))
+    section = ENV_PREFIX + (found.group(1).upper() if found else "")
+    cause = error.__cause__
+    why = f"is not valid JSON ({cause})" if cause is not None else "does not parse"
+    names = []
+    for name, value in os.environ.items():
+        if not name.upper().startswith(section) or not value.lstrip().startswith(("{", "[")):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            names.append(name.upper())
+    return f"{', '.join(sorted(names)) or section + ENV_NESTED_DELIMITER + '*'}: {why}"

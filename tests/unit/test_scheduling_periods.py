@@ -100,6 +100,9 @@ def test_scheduled_jobs_belong_to_a_tenant_no_one_can_create() -> None:
         ("prune-jobs", "0 3 * * *", "Mars/Olympus", "unknown timezone"),
         ("Prune Jobs", "0 3 * * *", "UTC", "lower-case"),
         ("prune-jobs:daily", "0 3 * * *", "UTC", "lower-case"),
+        # Valid syntax, no such date: a traceback at every tick, and the loop stopped.
+        ("prune-jobs", "0 0 31 2 *", "UTC", "never fires"),
+        ("prune-jobs", "0 0 31 4 *", "Europe/Berlin", "never fires"),
     ],
 )
 def test_a_bad_schedule_is_refused_when_it_is_declared(
@@ -107,3 +110,11 @@ def test_a_bad_schedule_is_refused_when_it_is_declared(
 ) -> None:
     with pytest.raises(ValueError, match=problem):
         Schedule(name, cron=cron, job_type="maintenance.prune_jobs", timezone=timezone)
+
+
+def test_a_cron_that_fires_once_in_four_years_is_a_schedule() -> None:
+    leap_day = Schedule("leap-day", cron="0 0 29 2 *", job_type="maintenance.prune_jobs")
+
+    fire = leap_day.timing.next_after(datetime(2026, 12, 5, tzinfo=UTC))
+
+    assert fire == datetime(2028, 2, 29, tzinfo=UTC)

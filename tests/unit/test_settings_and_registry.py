@@ -218,3 +218,52 @@ def test_a_job_type_with_a_sync_handler_or_a_payload_that_is_no_model_is_refused
             return None
 
     assert job("t.callable", payload=P)(AsyncCallable()).name == "t.callable"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        # Each was taken, then overflowed where it was used: a 500 on every enqueue or
+        # sign-in, a traceback at every prune or scheduler tick.
+        ("JOBRAIL_RETRY__MAX_ATTEMPTS", "99999999999999999999999", "less than or equal"),
+        ("JOBRAIL_OPS__SESSION_TTL_S", "inf", "finite number"),
+        ("JOBRAIL_OPS__SESSION_TTL_S", "1e300", "less than or equal"),
+        ("JOBRAIL_SCHEDULER__PRUNE_AFTER_DAYS", "99999999999", "less than or equal"),
+        ("JOBRAIL_SCHEDULER__CATCH_UP_S", "1e12", "less than or equal"),
+        ("JOBRAIL_EVENTS__KEEP_DAYS", "nan", "finite number"),
+        # Renewed every quarter of it: at a millisecond the lead was lost every second.
+        ("JOBRAIL_SCHEDULER__LEADER_TTL_S", "0.001", "greater than or equal to 1"),
+        # A misspelt key was ignored and the schedule kept its cron.
+        (
+            "JOBRAIL_SCHEDULER__SCHEDULES",
+            '{"prune-jobs": {"crom": "0 4 * * *"}}',
+            "Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_a_value_that_would_overflow_or_is_misspelt_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+
+    assert says in str(refused.value)
+    assert variable.split("__")[0] in str(refused.value)
+
+
+def test_a_json_value_that_does_not_parse_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pydantic-settings names the section ("api_limits"), not the variable.
+    monkeypatch.setenv("JOBRAIL_API_LIMITS__ENQUEUE", '{"window_s": 60,')
+
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+
+    assert str(refused.value).splitlines() == [
+        "invalid settings:",
+        "  JOBRAIL_API_LIMITS__ENQUEUE: is not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 1 column 17 (char 16))",
+    ]

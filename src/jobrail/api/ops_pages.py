@@ -133,7 +133,7 @@ def overview_page(
     failures = "".join(
         f"<tr><td>{_time(job.finished_at)}</td><td>{_job_link(job, job.type)}</td>"
         f"<td>{e(job.tenant_id)}</td><td>{job.attempts}</td>"
-        f'<td class=err data-job="{job.id}">{e(job.last_error or "")[:300]}</td></tr>'
+        f'<td class=err data-job="{job.id}">{e((job.last_error or "")[:300])}</td></tr>'
         for job in overview.failures
     )
     cards = (
@@ -180,7 +180,7 @@ def flow_page(found: OpsFlow, csrf: str | None) -> str:
     callbacks = "".join(
         f'<tr data-role="{role.value}"><td>{role.value}</td><td>{_job_link(job)}</td>'
         f'<td data-field="status">{job.status.value}</td><td>{job.attempts}</td>'
-        f"<td class=err>{e(job.last_error or '')[:300]}</td></tr>"
+        f"<td class=err>{e((job.last_error or '')[:300])}</td></tr>"
         for role in (FlowRole.THEN, FlowRole.CATCH, FlowRole.FINALLY)
         if (job := found.callbacks.get(role)) is not None
     )
@@ -189,7 +189,7 @@ def flow_page(found: OpsFlow, csrf: str | None) -> str:
         f"<td>{_job_link(job)}</td><td>{e(job.type)}</td>"
         f'<td data-field="status">{job.status.value}</td><td>{job.attempts}</td>'
         f"<td>{_progress(job.progress)}</td>"
-        f"<td class=err>{e(job.last_error or '')[:300]}</td></tr>"
+        f"<td class=err>{e((job.last_error or '')[:300])}</td></tr>"
         for job in found.members
     )
     more = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,12 @@ class Cron:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown timezone {self.timezone!r}") from None
+        try:
+            self.next_after(datetime(2000, 1, 1, tzinfo=UTC))
+        except CroniterBadDateError:
+            # A date no calendar has (31 February): valid syntax that never fires. At
+            # run time it was a traceback at every tick of the scheduler.
+            raise ValueError(f"cron {self.expression!r} never fires (no such date)") from None
 
     def next_after(self, moment: datetime) -> datetime:
         """The first fire time strictly after `moment`."""

@@ -194,9 +194,11 @@ class Scheduler:
             while not stop.is_set():
                 try:
                     await self.tick()
+                    wait_s = self.next_wake_in()
                 except Exception:
                     log.exception("scheduler: tick failed; trying again")
+                    wait_s = self._tick_s  # the loop goes on: the other schedules still fire
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.next_wake_in())
+                    await asyncio.wait_for(stop.wait(), timeout=wait_s)
         finally:
             await self._leadership.resign()
