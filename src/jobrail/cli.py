@@ -167,6 +167,7 @@ def serve_api(settings: Settings, rail: JobRail | None = None) -> None:
     from jobrail.telemetry.logging import configure_logging
 
     configure_logging(settings.log_level)
+    _check_can_listen(settings.api.host, settings.api.port)
     try:
         settings.check_can_serve(worker=False)
         # A module may refuse a setting too (the sync sandbox).
@@ -202,6 +203,27 @@ def serve_api(settings: Settings, rail: JobRail | None = None) -> None:
             settings.api.body_timeout_s,
         ),
     )
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """A port taken, or a host that is no address of this machine, is one line and exit
+    1 before anything starts. uvicorn binds once the app's lifespan has run: the
+    scheduler had taken the lead and fired its catch-up jobs, and the process ended with
+    a log line and exit 3. (Bound and closed again: the server binds it a moment later.)"""
+    import socket
+
+    where = f"{host}:{port} (JOBRAIL_API__HOST, JOBRAIL_API__PORT)"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            # As uvicorn binds: a port left in TIME_WAIT is free, one listened on is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror too
+        print(f"jobrail: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _settle_heap_once_started(app: FastAPI) -> None:

@@ -359,3 +359,28 @@ def test_jobrail_run_with_a_job_type_the_settings_refuse_is_one_line_before_migr
     assert line.startswith("jobrail: ")
     assert "jobs.nope" in line
     assert not database.exists()
+
+
+@pytest.mark.parametrize("taken", ["port", "host"])
+def test_an_address_the_api_cannot_listen_on_is_one_line_before_anything_starts(
+    taken: str, tmp_path: Path
+) -> None:
+    # uvicorn binds after the app's lifespan: the scheduler had led and fired its jobs,
+    # and the process ended with a log line and exit 3.
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        host = "127.0.0.1" if taken == "port" else "no-such-host.invalid"
+        done = jobrail(
+            "run",
+            JOBRAIL_MODE="embedded",
+            JOBRAIL_API__HOST=host,
+            JOBRAIL_API__PORT=str(port),
+            JOBRAIL_DATABASE__URL=f"sqlite+aiosqlite:///{tmp_path}/jobrail.db",
+        )
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"jobrail: cannot listen on {host}:{port} (JOBRAIL_API__HOST")
+    assert "scheduler" not in done.stdout + done.stderr
