@@ -126,7 +126,14 @@ async def test_redrive_by_id_and_bad_requests(ops_api: ApiClient, rabbit: Rabbit
     unknown = await ops_api.post("/admin/dlq/redrive", json={"ids": ["nope"]}, headers=admin)
 
     assert neither.status_code == both.status_code == 422
-    assert unknown.json() == {"redriven": 0, "removed": 0, "kept": 0, "items": []}
+    # Said, not answered as a redrive of nothing.
+    assert unknown.json() == {
+        "redriven": 0,
+        "removed": 0,
+        "kept": 0,
+        "items": [],
+        "not_found": ["nope"],
+    }
     assert len((await ops_api.get("/admin/dlq", headers=admin)).json()["items"]) == 1
 
 

@@ -184,6 +184,11 @@ class RedriveResult(BaseModel):
     removed: int = Field(description="Stale letters of failures redriven or failed again since.")
     kept: int
     items: list[RedriveOutcomeOut]
+    not_found: list[str] = Field(
+        default_factory=list,
+        description="Ids asked for that no dead letter looked at has (the oldest 1,000): "
+        "redriven or purged already, or never one.",
+    )
 
 
 @router.post(
@@ -205,6 +210,8 @@ async def redrive_dead_letters(
             RedriveOutcomeOut(id=o.id, job_id=o.job_id, outcome=o.outcome, detail=o.detail)
             for o in outcomes
         ],
+        # An id that matched nothing answered as a redrive of nothing, without a word.
+        not_found=sorted(set(body.ids) - {o.id for o in outcomes}) if body.ids else [],
     )
 
 
