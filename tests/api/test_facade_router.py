@@ -173,3 +173,25 @@ async def test_the_host_tenant_reads_its_jobs_events(host: Host) -> None:
     assert "started" in names
     assert other.status_code == 404
     assert after_the_end.status_code == 204  # ended, nothing follows
+
+
+async def test_a_missing_tenant_header_is_one_error_not_one_per_dependant(
+    tmp_path: Path,
+) -> None:
+    # The route's rate limit and its endpoint both take the tenant: FastAPI reported the
+    # missing header once for each.
+    async def required_tenant(x_tenant: Annotated[str, Header()]) -> TenantId:
+        return TenantId(x_tenant)
+
+    rail = JobRail(await migrated(embedded_settings(tmp_path, modules=[])))
+    app = FastAPI()
+    app.include_router(rail.router(tenant=required_tenant))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://host"
+    ) as http:
+        answer = await http.get(f"/jobs/{uuid.uuid4()}")
+
+    assert answer.status_code == 422
+    assert answer.json()["error"]["details"] == [
+        {"loc": ["header", "x-tenant"], "msg": "Field required", "type": "missing"}
+    ]

@@ -166,14 +166,17 @@ def _domain_error(exc: DomainError) -> JSONResponse:
 
 
 def _invalid_request(exc: RequestValidationError) -> JSONResponse:
-    details = [
-        {
+    details: list[dict[str, Any]] = []
+    for error in exc.errors():
+        detail = {
             "loc": list(error.get("loc", ())),
             "msg": error.get("msg", ""),
             "type": error.get("type", ""),
         }
-        for error in exc.errors()
-    ]
+        # Each once: FastAPI reports a dependency's missing header once for every place
+        # that depends on it (a route's rate limit and its endpoint both take the tenant).
+        if detail not in details:
+            details.append(detail)
     return error_response(422, "validation_error", "the request is invalid", details)
 
 
