@@ -71,7 +71,7 @@ class LimitsAndLock:
                 or not current.can_start(now)
                 # A message naming a job of another tenant or type: its keys would be
                 # made from a payload of another shape. Refused where a claim would be.
-                or (current.tenant_id, current.type) != (delivery.tenant_id, delivery.job_type)
+                or not delivery.names(current)
             ):
                 return NotStartable(current, now)
             try:

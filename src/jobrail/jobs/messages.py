@@ -71,6 +71,11 @@ class JobMessage:
             trace_context=dict(job.trace_context),
         )
 
+    def names(self, job: Job) -> bool:
+        """Whether `job` is the one this message says it is (its tenant and its type),
+        as a claim checks: a message naming another's job is never run on its word."""
+        return (job.tenant_id, job.type) == (self.tenant_id, self.job_type)
+
     def again(
         self,
         not_before: datetime | None = None,

@@ -57,7 +57,7 @@ def unclaimed(message: JobMessage, current: Job | None, now: datetime) -> Refuse
     """Where a message goes whose claim failed (`current`: the job as it is, if any)."""
     if current is None:
         return Refuse(f"job {message.job_id} does not exist")
-    if (current.tenant_id, current.type) != (message.tenant_id, message.job_type):
+    if not message.names(current):
         # Someone published a message naming a job of another tenant or type: it is
         # never run on the message's word.
         return Refuse(f"the message's tenant or type does not match job {message.job_id}")
@@ -81,7 +81,7 @@ def leased_elsewhere(message: JobMessage, current: Job | None, now: datetime) ->
     """Whether the job the message names is running under a lease that has not ended."""
     return (
         current is not None
-        and (current.tenant_id, current.type) == (message.tenant_id, message.job_type)
+        and message.names(current)
         and current.status is JobStatus.RUNNING
         and current.lease_until is not None
         and current.lease_until > now

@@ -116,14 +116,22 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
+def _ascii(host: str) -> str | None:
+    """`host` as a resolver reads it: IDNA-encoded (which folds full-width digits to
+    ASCII), or None if it cannot be encoded."""
+    try:
+        return host if host.isascii() else host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return None
+
+
 def _address(host: str) -> str | None:
     """The address `host` is written as, if it is one: an IP literal, or one of the
     older IPv4 forms a resolver reads as an address (``127.1``, ``0x7f000001``,
     ``017700000001``), or either written with other digits (full-width ones, which IDNA
     folds to ASCII). A name: None."""
-    try:
-        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
-    except UnicodeError:
+    ascii_host = _ascii(host)
+    if ascii_host is None:
         return None
     try:
         return str(ipaddress.ip_address(ascii_host))
@@ -148,9 +156,8 @@ def _is_host(host: str) -> bool:
     delivery, in the resolver's IDNA encoding."""
     if _address(host) is not None:
         return True
-    try:
-        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
-    except UnicodeError:
+    ascii_host = _ascii(host)
+    if ascii_host is None:
         return False
     labels = ascii_host.split(".")
     # No top-level domain is all digits: `1.1.1.1.1` is a mistyped address, not a name.
