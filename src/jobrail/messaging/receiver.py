@@ -34,6 +34,13 @@ its shutdown and every other message, and changes two things for job messages:
 A message that is not a job message of a type this worker runs (the unknown-type task,
 anything a Taskiq user sends on its own) takes Taskiq's path unchanged.
 
+**A start-up that a signal ends.** Taskiq's worker process turns SIGTERM and SIGINT into
+its `finish_event`, which only its prefetcher looks at: a broker start-up that waits for
+RabbitMQ (a worker can do nothing without it) never saw it, and the process outlived the
+signal for as long as RabbitMQ stayed away. `listen` races the start-up against the
+event and, when the signal comes first, cancels the start-up and returns, so that
+Taskiq's own broker shutdown runs and the process ends.
+
 Taskiq's runner takes its queue's items as ``taskiq.receiver.receiver._PrefetchedMessage``
 (private to Taskiq): the deliveries taken from the broker are wrapped in it, owning no
 delivery slot of Taskiq's prefetcher (RabbitMQ's prefetch bounds them, and Taskiq's
@@ -42,7 +49,9 @@ this module does, and fails on an upgrade that changes it.
 """
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 from taskiq import AckableMessage
@@ -84,6 +93,16 @@ class JobReceiver(Receiver):
         self._capacity: int | None = (
             capacity if isinstance(capacity, int) and capacity > 0 else None
         )
+
+    async def listen(self, finish_event: asyncio.Event) -> None:
+        """Start the broker, unless a signal stops the process first (see the module);
+        then Taskiq's listening."""
+        if self.run_startup:
+            if not await _started_unless(self.broker.startup(), finish_event):
+                log.info("stopped while starting")
+                return
+            self.run_startup = False
+        await super().listen(finish_event)
 
     async def runner(self, queue: "asyncio.Queue[Any]") -> None:
         """Start the deliveries at hand together, then wait for the next ones."""
@@ -171,3 +190,24 @@ class JobReceiver(Receiver):
         # Only now: the outcome is recorded, or the message is back on the bus.
         if isinstance(message, AckableMessage):
             await maybe_awaitable(message.ack())
+
+
+async def _started_unless(startup: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run `startup` to its end (True), unless `stop` is set first: then it is cancelled,
+    and False."""
+    started = asyncio.ensure_future(startup)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((started, stopped), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        started.cancel()
+        raise
+    finally:
+        stopped.cancel()
+    if started.done():
+        started.result()  # its error, if it failed
+        return True
+    started.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await started
+    return False
