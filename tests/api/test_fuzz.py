@@ -90,7 +90,7 @@ schema.app = _current
 # (Its `ignored_auth` check still sends probes without a key and with a wrong one, and expects
 # them refused; tests/api/test_auth.py covers the 401s in detail.)
 schema.config.generation.update(with_security_parameters=False)
-# The default checks stay on (not_a_server_error among them) except these three, which fail on
+# The default checks stay on (not_a_server_error among them) except these two, which fail on
 # behaviour that is intended, or documented, and neither a 5xx nor a 4xx without the JSON body:
 schema.config.checks.update(
     excluded_check_names=[
@@ -100,9 +100,6 @@ schema.config.checks.update(
         # FastAPI validates with pydantic in lax mode, so some schema-violating input is coerced
         # and accepted, e.g. `"permanent": 0` for a boolean in POST /demo/echo.
         "negative_data_rejection",
-        # Starlette answers a 405 with the `Allow` methods of the first route that matches the
-        # path, not of all of them: OPTIONS /billing/invoices gets `Allow: POST` (GET missing).
-        "allow_header_conformance",
     ]
 )
 

@@ -234,7 +234,27 @@ async def test_head_answers_as_get_without_the_body(api: ApiClient) -> None:
     assert events.headers["content-type"] == "application/json"
     refused = await api.request("HEAD", "/demo/echo")  # a POST route has no HEAD
     assert refused.status_code == 405
-    assert refused.headers["allow"] == "POST"
+    assert refused.headers["allow"] == "OPTIONS, POST"
+
+
+async def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_does(
+    api: ApiClient,
+) -> None:
+    """Starlette named only the first route that matched the path (`/webhooks`: POST)."""
+    for path, allowed in [
+        ("/webhooks", "GET, HEAD, OPTIONS, POST"),
+        ("/billing/invoices", "GET, HEAD, OPTIONS, POST"),
+        (f"/webhooks/{uuid.uuid4()}", "DELETE, GET, HEAD, OPTIONS"),
+        ("/demo/echo", "OPTIONS, POST"),
+    ]:
+        refused = await api.put(path, json={})
+        assert refused.status_code == 405, path
+        assert refused.headers["allow"] == allowed, path
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+        options = await api.options(path)
+        assert options.status_code == 204, path
+        assert options.headers["allow"] == allowed, path
+    assert (await api.options("/no-such-route")).status_code == 404
 
 
 async def test_an_embedded_shutdown_stops_a_running_job_without_an_error_log(

@@ -56,6 +56,17 @@ def stop_postgres() -> None:
     )
 
 
+def begin_smart_postgres_stop() -> subprocess.Popen[bytes]:
+    """Ask Postgres to stop once its sessions have ended ("smart"): until then it keeps
+    them and refuses new ones as shutting down. The command runs until it has stopped."""
+    version, cluster = _pg_cluster()
+    return subprocess.Popen(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "stop", "-m", "smart"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def start_postgres(timeout: float = 60) -> None:
     """Start Postgres (if it is down) and wait until it accepts queries."""
     version, cluster = _pg_cluster()

@@ -12,20 +12,27 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import aiormq
+from aio_pika.exceptions import ChannelInvalidStateError
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import Send
 
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
 from jobrail.limits.model import LimitsUnavailableError
+from jobrail.persistence.errors import is_unavailable, summary
 
 log = logging.getLogger("jobrail.api")
 
@@ -137,22 +144,58 @@ _UNAVAILABLE: tuple[tuple[type[Exception], str, str], ...] = (
 )
 
 
+# What a route's own use of Redis or RabbitMQ raises when the service is away, where no
+# adapter turned it into LimitsUnavailableError or BrokerUnavailableError first.
+_REDIS_AWAY = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
+_RABBITMQ_AWAY = (
+    aiormq.exceptions.AMQPConnectionError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    ChannelInvalidStateError,
+)
+
+
 def error_for(exc: Exception) -> JSONResponse | None:
     """The JSON answer to an error jobrail's routes raise, or None for an unexpected one
     (domain errors, a backing service that cannot be reached, invalid requests and
     HTTPExceptions)."""
     if isinstance(exc, DomainError):
         return _domain_error(exc)
-    for unavailable, code, what in _UNAVAILABLE:
-        if isinstance(exc, unavailable):
-            # A 503 for a backing service that cannot be reached: clients retry after 5 s.
-            log.warning("%s unavailable: %s", what.removeprefix("the "), exc)
-            return error_response(503, code, f"{what} is unavailable", headers={"Retry-After": "5"})
+    unavailable = _unavailable(exc)
+    if unavailable is not None:
+        code, what = unavailable
+        # A 503 for a backing service that cannot be reached: clients retry after 5 s.
+        log.warning("%s unavailable: %s", what.removeprefix("the "), _one_line(exc))
+        return error_response(503, code, f"{what} is unavailable", headers={"Retry-After": "5"})
     if isinstance(exc, RequestValidationError):
         return _invalid_request(exc)
     if isinstance(exc, StarletteHTTPException):
         return _http_error(exc)
     return None
+
+
+def _unavailable(exc: Exception) -> tuple[str, str] | None:
+    """The error code and the service, for an error that says a backing service cannot
+    be used right now: one an adapter named, or the driver's own that reached the route
+    unnamed (a context's repository, a route's own call). Every way a database can be
+    away is a 503, never a 500 (jobrail.persistence.errors)."""
+    for named, code, what in _UNAVAILABLE:
+        if isinstance(exc, named):
+            return code, what
+    if isinstance(exc, _REDIS_AWAY):
+        return "limits_unavailable", "the limits store"
+    if isinstance(exc, _RABBITMQ_AWAY):
+        return "broker_unavailable", "the message broker"
+    if is_unavailable(exc):
+        return "database_unavailable", "the database"
+    return None
+
+
+def _one_line(exc: Exception) -> str:
+    """What the log says of an outage: the driver's error, never a statement or its
+    parameters (a SQLAlchemy error's text carries both)."""
+    if isinstance(exc, (StoreUnavailableError, BrokerUnavailableError, LimitsUnavailableError)):
+        return str(exc)
+    return summary(exc)
 
 
 def _domain_error(exc: DomainError) -> JSONResponse:
@@ -189,10 +232,30 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
     return error_response(exc.status_code, code, message, headers=headers)
 
 
-async def _mapped(_request: Request, exc: Exception) -> JSONResponse:
+async def _mapped(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, StarletteHTTPException) and exc.status_code == 405:
+        return _not_allowed(request)
     response = error_for(exc)
     assert response is not None  # registered only for the types error_for maps
     return response
+
+
+def _not_allowed(request: Request) -> Response:
+    """A method the path has no route for: 405 with every method its routes take in
+    ``Allow``. Starlette names only the first route the path matched (``/webhooks``
+    said POST, not GET), and never HEAD, which every GET route answers
+    (jobrail.api.guard). OPTIONS asks for just that list: 204."""
+    methods = {"OPTIONS"}
+    for route in request.app.router.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    allow = ", ".join(sorted(methods))
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers={"Allow": allow})
+    message = f"{request.method} is not allowed here: use {allow}"
+    return error_response(405, "method_not_allowed", message, headers={"Allow": allow})
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -211,6 +274,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to an error no handler took: a 503 for a backing service that cannot be
+    used (a driver's error no adapter named), else a logged 500."""
+    response = error_for(exc)
+    if response is not None:
+        return response
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal error")
 

@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobrail.api.errors import asgi_error
+from jobrail.api.errors import asgi_error, error_for
 from jobrail.api.nul_guard import NulCharacterError, json_has_nul, nul_in_scope, refuse_nul
 
 log = logging.getLogger("jobrail.api")
@@ -133,6 +133,10 @@ class RequestGuard:
                 raise
             if isinstance(exc, HTTPException) and exc.status_code == 413:
                 await self._refuse_size(send)
+                return
+            answer = error_for(exc)  # a backing service that is away: 503, not 500
+            if answer is not None:
+                await answer(scope, receive, send)
                 return
             log.exception("unhandled error on %s %s", server_scope["method"], scope.get("path"))
             await asgi_error(send, 500, "internal_error", "internal error")

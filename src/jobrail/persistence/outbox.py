@@ -256,6 +256,9 @@ class OutboxRelay:
                 self._last_sweep = loop.time()
                 try:
                     await self.sweep_leases()
+                except StoreUnavailableError as exc:
+                    # An outage, said once a sweep by the relay below: no traceback.
+                    log.warning("lease sweep: database unavailable (%s)", exc)
                 except Exception:
                     log.exception("lease sweep failed; trying again later")
             try:

@@ -33,6 +33,7 @@ from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId
 from jobrail.messaging.codec import Envelope, encode
 from jobrail.persistence import json_codec
+from jobrail.persistence.errors import UNAVAILABLE_DRIVER_ERRORS, summary
 from jobrail.persistence.mapping import job_from_row, progress_document
 from jobrail.persistence.platform_schema import search_path_sql
 from jobrail.persistence.tables import jobs
@@ -206,15 +207,7 @@ UPDATE outbox SET published_at = p.at
 
 PgPool = asyncpg.Pool
 
-_UNAVAILABLE = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.InsufficientResourcesError,
-)
+_UNAVAILABLE = UNAVAILABLE_DRIVER_ERRORS
 
 
 async def _init(connection: asyncpg.Connection) -> None:
@@ -266,7 +259,7 @@ class _Pg:
                     _discard(connection)
                     raise
         except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailableError(summary(exc)) from exc
         except asyncpg.DataError as exc:
             _raise_refused_value(exc)
             raise
@@ -281,7 +274,7 @@ class _Pg:
                     _discard(connection)
                     raise
         except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailableError(summary(exc)) from exc
         except asyncpg.DataError as exc:
             _raise_refused_value(exc)
             raise
@@ -295,7 +288,7 @@ class _Pg:
                     _discard(connection)
                     raise
         except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailableError(summary(exc)) from exc
         except asyncpg.DataError as exc:
             _raise_refused_value(exc)
             raise
