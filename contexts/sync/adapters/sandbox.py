@@ -30,6 +30,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
+from jobrail.kernel.keys import fitted
+
 PAGES = re.compile(r"pages-(\d+)")
 MAX_ACCOUNT_ID = 255  # what the sync context accepts (contexts/sync/adapters/api.py)
 CURSOR = re.compile(r"p\d{1,9}")  # the sandbox's own cursors: "p<page>"
@@ -117,7 +119,8 @@ def sandbox_router(state: SandboxState) -> APIRouter:
             first = page * state.page_size
             body = {
                 "items": [
-                    {"id": f"{account_id}-{n}", "name": f"item {n}", "value": n}
+                    # Named after the account, within what a vendor's id may be (255).
+                    {"id": fitted(f"{account_id}-{n}"), "name": f"item {n}", "value": n}
                     for n in range(first, first + state.page_size)
                 ],
                 "next_cursor": f"p{page + 1}" if page + 1 < total else None,

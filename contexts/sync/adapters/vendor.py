@@ -43,11 +43,25 @@ class HttpVendorClient:
             )
         body: dict[str, Any] = response.json()
         pages = body.get("pages")
-        return VendorPage(
+        page = VendorPage(
             items=[VendorItem(id=str(item["id"]), data=item) for item in body["items"]],
             next_cursor=body.get("next_cursor"),
             pages=pages if isinstance(pages, int) and pages > 0 else None,
         )
+        _check_fits(page)
+        return page
+
+
+STORED_TEXT = 255  # an item's id and the cursor, as the sync tables store them
+
+
+def _check_fits(page: VendorPage) -> None:
+    """A page whose cursor or item ids the sync tables cannot store fails the sync with
+    the reason, rather than with the database's error at the write."""
+    if page.next_cursor is not None and len(page.next_cursor) > STORED_TEXT:
+        raise PermanentError(f"vendor sent a cursor longer than {STORED_TEXT} characters")
+    if any(len(item.id) > STORED_TEXT for item in page.items):
+        raise PermanentError(f"vendor sent an item id longer than {STORED_TEXT} characters")
 
 
 def _segment(account_id: str) -> str:

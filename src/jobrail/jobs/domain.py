@@ -20,6 +20,7 @@ from typing import Any
 
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.kernel.keys import fitted_or_none
 
 
 class JobStatus(StrEnum):
@@ -241,8 +242,9 @@ class Job:
             max_attempts=max_attempts,
             created_at=now,
             updated_at=now,
-            entity_id=entity_id,
-            idempotency_key=idempotency_key,
+            # Made from a caller's values, they may be longer than their columns.
+            entity_id=fitted_or_none(entity_id),
+            idempotency_key=fitted_or_none(idempotency_key),
             run_after=run_after,
             trace_context=dict(trace_context or {}),
             flow=flow,

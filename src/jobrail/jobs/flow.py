@@ -26,6 +26,7 @@ from enum import StrEnum
 from jobrail.jobs.domain import FlowRole, JobStatus
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import TenantId
+from jobrail.kernel.keys import fitted_or_none
 
 FlowId = uuid.UUID
 
@@ -78,6 +79,11 @@ class Flow:
     name: str | None = None
     callbacks: dict[FlowRole, uuid.UUID] = field(default_factory=dict)
     """The callback jobs (a batch's then, catch and finally), by role."""
+
+    def __post_init__(self) -> None:
+        # Made from a caller's values, they may be longer than their columns.
+        self.idempotency_key = fitted_or_none(self.idempotency_key)
+        self.name = fitted_or_none(self.name)
 
     @property
     def ended(self) -> int:

@@ -27,6 +27,7 @@ from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 
 JOB_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+MAX_NAME_LENGTH = 128  # of a job type's name and of its queue's
 
 HandlerFunc = Callable[..., Awaitable[Mapping[str, Any] | None]]
 
@@ -55,6 +56,13 @@ class JobSpec:
                 f"job type name {self.name!r} must be dotted lower-case words, "
                 "such as 'billing.pay_invoice'"
             )
+        for what, text in (("name", self.name), ("queue", self.queue)):
+            # What the jobs table stores them in: a longer one failed at its first enqueue.
+            if len(text) > MAX_NAME_LENGTH:
+                raise ValueError(
+                    f"job type {self.name[:40]}…: its {what} is longer than "
+                    f"{MAX_NAME_LENGTH} characters"
+                )
         # Checked when declared: a plain function, or a dict as the payload, failed only
         # when a job ran (the payload's with an AttributeError).
         if not (isinstance(self.payload, type) and issubclass(self.payload, BaseModel)):

@@ -38,6 +38,9 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
         pool_recycle=1800,
         connect_args={"timeout": settings.connect_timeout_s},
         json_serializer=json_codec.dumps,
+        # A failed statement's error names the statement, not its values (a tenant's
+        # payload): the text goes to logs and to a job's last_error.
+        hide_parameters=True,
     )
     _refuse_nul_text(engine)
     if settings.schema_ is not None:
@@ -103,6 +106,7 @@ def _sqlite_engine(url: str, settings: DatabaseSettings) -> AsyncEngine:
         echo=settings.echo,
         connect_args={"timeout": 30},
         json_serializer=json_codec.dumps,
+        hide_parameters=True,  # as create_engine's
     )
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -18,6 +18,7 @@ from jobrail.jobs.use_cases.enqueue import message_for, new_job
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId, new_id
+from jobrail.kernel.keys import fitted_or_none
 
 MAX_FLOW_JOBS = 10_000
 """The most members one batch or chain is started (or grown) with in one call."""
@@ -296,7 +297,7 @@ class Workflows:
             for role, job in callbacks.items()
             if role in stored_callbacks
         )
-        if flow.name != name or not same_members or not same_callbacks:
+        if flow.name != fitted_or_none(name) or not same_members or not same_callbacks:
             raise ConflictError(
                 f"Idempotency-Key {key!r} was already used for a different request "
                 f"({flow.kind.value} {flow.id})"
