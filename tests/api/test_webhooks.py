@@ -1,15 +1,21 @@
 """Webhooks in embedded mode, against a recording receiver on loopback: each wanted
 event arrives once, signed (Standard Webhooks: the signature checks with the secret and
 the timestamp is now); a failing receiver is retried, then dead-lettered, and a redrive
-delivers it; URLs that are not http(s), or point at the API itself, are refused."""
+delivers it; URLs that are not http(s), or point at the API itself (however its
+address is written, or a name that resolves to it), are refused, at registration and
+at delivery."""
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
+import socket
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,13 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
+from jobrail.jobs.feed import EventCursor
+from jobrail.kernel.errors import PermanentError
+from jobrail.kernel.ids import TenantId
+from jobrail.webhooks.domain import Webhook
+from jobrail.webhooks.persistence import SqlaWebhookStore
+from jobrail.webhooks.resolving import GetaddrinfoResolver
+from jobrail.webhooks.sending import HttpxWebhookSender
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
@@ -68,6 +81,10 @@ async def receiver() -> AsyncIterator[Receiver]:
     async with served(_receiver_app(recorder)) as url:
         recorder.url = f"{url}/hook"
         yield recorder
+
+
+def _port(receiver: Receiver) -> int:
+    return httpx.URL(receiver.url).port or 80
 
 
 def _verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
@@ -264,3 +281,120 @@ async def test_a_tenants_webhook_cap_holds_under_concurrent_registrations(
     api: ApiClient,
 ) -> None:
     await webhook_cap_holds_under_concurrent_registrations(api)
+
+
+async def test_the_apis_own_address_is_refused_however_it_is_written(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """Development mode (private addresses allowed), the API listening where the
+    receiver is: every spelling of that address and port is refused at registration
+    with a 422 saying why, and a webhook that names it all the same (a name that
+    resolves to it) is refused at delivery, which fails for good: nothing is sent."""
+    from jobrail.api.app import create_app, runtime_of
+
+    port = _port(receiver)
+    settings = embedded_settings(
+        tmp_path,
+        api={"host": "127.0.0.1", "port": port},
+        events={"poll_interval_ms": 50, "webhook_private_addresses": True},
+        scheduler={"embedded": False},
+    )
+    app = create_app(await migrated(settings), modules=REFERENCE)
+    client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    client.app = app
+    async with app.router.lifespan_context(app), client:
+        client.sign_in_with("demo", "demo-key")
+        for host in (
+            "127.1",
+            "0x7f000001",
+            "2130706433",
+            "[::ffff:127.0.0.1]",
+            "0",
+            "127.0.0.2",
+            "0.0.0.0",
+            "localhost.",
+            "localhost6",
+            "[::1]",
+        ):
+            response = await client.post("/webhooks", json={"url": f"http://{host}:{port}/hook"})
+            assert response.status_code == 422, (host, response.text)
+            assert "this API itself" in response.json()["error"]["message"], host
+
+        store = await runtime_of(app).container.get(SqlaWebhookStore)
+        assert await store.add(
+            Webhook(
+                id=uuid.uuid4(),
+                tenant_id=TenantId("demo"),
+                url=f"http://localhost:{port}/hook",  # /etc/hosts: 127.0.0.1
+                secret="whsec_" + base64.b64encode(b"k" * 24).decode(),
+                events=("succeeded",),
+                created_at=datetime.now(UTC),
+                start=EventCursor(0, 0),
+            ),
+            at_most=20,
+        )
+        await client.wait_status(await client.echo(), "succeeded")
+
+        async def failed_delivery() -> dict[str, Any] | None:
+            page = (await client.get("/jobs", params={"type": "webhooks.deliver"})).json()
+            done = [j for j in page["items"] if j["status"] in ("failed", "succeeded")]
+            return done[0] if done else None
+
+        delivery = await wait_for(failed_delivery, timeout=20, what="the delivery to end")
+        assert delivery["status"] == "failed", delivery
+        assert delivery["attempts"] == 1  # for good: not retried
+        assert "this API itself" in delivery["last_error"]
+        assert receiver.calls == []
+
+
+async def test_the_system_resolver_reads_etc_hosts() -> None:
+    addresses = await GetaddrinfoResolver().addresses("localhost", 8000)
+    assert addresses
+    assert all(a == "::1" or a.startswith("127.") for a in addresses), addresses
+
+
+async def test_a_delivery_to_a_name_resolving_to_the_api_sends_nothing(
+    receiver: Receiver,
+) -> None:
+    port = _port(receiver)
+    hook = f"http://localhost:{port}/hook"
+    api_there = HttpxWebhookSender(timeout_s=5, private_ok=True, own_hosts=[("0.0.0.0", port)])
+    api_elsewhere = HttpxWebhookSender(
+        timeout_s=5, private_ok=True, own_hosts=[("127.0.0.1", port + 1)]
+    )
+    try:
+        with pytest.raises(PermanentError, match="this API itself"):
+            await api_there.post(hook, b"{}", {})
+        assert receiver.calls == []
+        assert await api_elsewhere.post(hook, b"{}", {}) == 200
+        assert len(receiver.calls) == 1
+    finally:
+        await api_there.close()
+        await api_elsewhere.close()
+
+
+async def test_a_delivery_tries_the_next_checked_address_when_one_refuses(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    # The receiver listens on 127.0.0.1 only; the name's first address refuses the
+    # connection (as ::1 does for a receiver on IPv4 when localhost resolves to both).
+    port = _port(receiver)
+    loop = asyncio.get_running_loop()
+    system = loop.getaddrinfo
+
+    async def getaddrinfo(host: str, service: int, **kwargs: Any) -> list[Any]:
+        if host != "dual.test":
+            return await system(host, service, **kwargs)
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, service))
+            for address in ("127.0.0.2", "127.0.0.1")
+        ]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo, raising=False)
+    sender = HttpxWebhookSender(timeout_s=5, private_ok=True)
+    try:
+        assert await sender.post(f"http://dual.test:{port}/hook", b"{}", {}) == 200
+    finally:
+        await sender.close()
+    [(headers, _)] = receiver.calls
+    assert headers["host"] == f"dual.test:{port}"

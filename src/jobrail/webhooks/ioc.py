@@ -10,8 +10,15 @@ from jobrail.persistence.ops import SqlaWebhookOpsReads
 from jobrail.persistence.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
 from jobrail.webhooks.persistence import SqlaWebhookStore, WebhookRelay
+from jobrail.webhooks.resolving import GetaddrinfoResolver
 from jobrail.webhooks.sending import HttpxWebhookSender
 from jobrail.webhooks.use_cases import DeliverWebhook, GetWebhooksOverview, Webhooks
+
+
+def _listens_at(settings: Settings) -> list[tuple[str, int]]:
+    """Where `jobrail api` and `jobrail run` listen: a webhook may not point there, and
+    a worker, which sees no request, knows the API by it."""
+    return [(settings.api.host, settings.api.port)]
 
 
 class WebhooksProvider(Provider):
@@ -25,7 +32,14 @@ class WebhooksProvider(Provider):
     def webhooks(
         self, store: SqlaWebhookStore, log: SqlaJobEventLog, clock: Clock, settings: Settings
     ) -> Webhooks:
-        return Webhooks(store, log, clock, private_ok=settings.events.webhook_private_addresses)
+        return Webhooks(
+            store,
+            log,
+            clock,
+            GetaddrinfoResolver(),
+            private_ok=settings.events.webhook_private_addresses,
+            own_hosts=_listens_at(settings),
+        )
 
     @provide
     def ops_overview(self, engine: AsyncEngine, clock: Clock) -> GetWebhooksOverview:
@@ -36,6 +50,7 @@ class WebhooksProvider(Provider):
         sender = HttpxWebhookSender(
             timeout_s=settings.events.webhook_timeout_s,
             private_ok=settings.events.webhook_private_addresses,
+            own_hosts=_listens_at(settings),
         )
         yield sender
         await sender.close()

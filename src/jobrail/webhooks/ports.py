@@ -39,6 +39,13 @@ class WebhookSender(Protocol):
         ...
 
 
+class HostResolver(Protocol):
+    async def addresses(self, host: str, port: int) -> Sequence[str]:
+        """The addresses `host` resolves to now, as a delivery would look it up; none if
+        it does not resolve in a short time (each delivery looks it up again)."""
+        ...
+
+
 class WebhookOpsReads(Protocol):
     """Every tenant's webhooks and deliveries, for operators. Nothing here reads a
     webhook's secret."""

@@ -15,15 +15,18 @@ from jobrail.kernel.ids import TenantId
 from jobrail.webhooks.domain import (
     DEFAULT_EVENTS,
     Webhook,
+    check_addresses,
     check_events,
     check_secret,
     check_url,
+    lookup_of,
     new_secret,
     origin,
     sign,
 )
 from jobrail.webhooks.ports import (
     DeliveryFailedError,
+    HostResolver,
     WebhookOpsReads,
     WebhookSender,
     WebhookStore,
@@ -45,16 +48,36 @@ class RegisterWebhookCommand:
 
 
 class Webhooks:
+    """A webhook's URL is checked when it is registered (check_url). Where private
+    addresses are allowed, its host name is also looked up, and refused if it resolves
+    to this API's own address: a delivery checks again, but the tenant learns it now.
+    `own_hosts` is where the API listens (JOBRAIL_API__HOST and __PORT), besides where
+    each request reached it."""
+
     def __init__(
-        self, store: WebhookStore, events: JobEventLog, clock: Clock, *, private_ok: bool
+        self,
+        store: WebhookStore,
+        events: JobEventLog,
+        clock: Clock,
+        resolver: HostResolver,
+        *,
+        private_ok: bool,
+        own_hosts: Iterable[tuple[str, int]] = (),
     ) -> None:
         self._store = store
         self._events = events
         self._clock = clock
+        self._resolver = resolver
         self._private_ok = private_ok
+        self._own_hosts = tuple(own_hosts)
 
     async def register(self, cmd: RegisterWebhookCommand) -> Webhook:
-        url = check_url(cmd.url, private_ok=self._private_ok, own_hosts=cmd.own_hosts)
+        own = (*cmd.own_hosts, *self._own_hosts)
+        url = check_url(cmd.url, private_ok=self._private_ok, own_hosts=own)
+        lookup = lookup_of(url)
+        if self._private_ok and lookup is not None:
+            name, port = lookup
+            check_addresses(await self._resolver.addresses(name, port), port, own)
         events = check_events(DEFAULT_EVENTS if cmd.events is None else cmd.events, EVENT_NAMES)
         secret = check_secret(cmd.secret) if cmd.secret is not None else new_secret()
         webhook = Webhook(
