@@ -1,10 +1,12 @@
 """The event feed and webhooks on the ops page, in embedded mode (SQLite, the in-process
-worker and webhook relay): a job's page lists its newest events as the feed has them,
-and the overview counts each tenant's webhooks and deliveries of the day and links the
-failed ones to their jobs, never showing a secret or more of a URL than its origin.
+worker and webhook relay): a job's page lists its events as its JSON events page does,
+its progress folded between its other events, and the overview counts each tenant's
+webhooks and deliveries of the day and links the failed ones to their jobs, never
+showing a secret or more of a URL than its origin.
 (tests/integration/test_ops_events_pg.py: the same on Postgres.)"""
 
 import base64
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +24,9 @@ from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import jobs
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
+from tests.support.feed import SSE, sse_events
 from tests.support.fixtures import ApiClient
+from tests.support.job_story import REPORTS, check_both_views_fold_its_progress, run_with_progress
 from tests.support.ops_pages import rows, texts
 from tests.support.servers import served
 from tests.support.services import wait_for
@@ -103,38 +107,58 @@ async def test_a_jobs_page_lists_its_events_as_the_feed_has_them(api: ApiClient)
     assert "asked to fail" in retrying
 
 
-async def test_a_jobs_page_shows_its_newest_fifty_events_escaped(api: ApiClient) -> None:
+async def test_a_jobs_page_and_its_events_page_fold_its_progress_alike(api: ApiClient) -> None:
+    job_id, chain_id = await _blocked_job(api)
+    engine = await runtime_of(api.app).container.get(AsyncEngine)
+    await run_with_progress(engine, job_id)
+
+    items = await check_both_views_fold_its_progress(api, job_id)
+
+    # The stream, and the tenant's feed, still have every event.
+    every = 1 + 1 + REPORTS + 1
+    async with (
+        served(api.app) as url,
+        httpx.AsyncClient(base_url=url, headers=api.headers) as http,
+        http.stream("GET", f"/jobs/{job_id}/events", headers=SSE, timeout=20) as stream,
+    ):
+        streamed = [e async for e in sse_events(stream)]  # ends: the job has ended
+    assert len(streamed) == every
+    assert streamed[-2]["id"] == items[2]["id"]  # the folded line is the newest report
+    assert all("folded" not in e for e in streamed)
+    feed = (await api.get("/events", params={"limit": 500})).json()["items"]
+    assert [e["id"] for e in feed if e["job_id"] == str(job_id)] == [e["id"] for e in streamed]
+    await api.post(f"/chains/{chain_id}/cancel")
+
+
+async def test_a_long_story_shows_its_first_hundred_lines_on_both(api: ApiClient) -> None:
     job_id, chain_id = await _blocked_job(api)
     engine = await runtime_of(api.app).container.get(AsyncEngine)
     async with engine.begin() as conn:
-        for n in range(56):
-            progress = {
-                "current": n,
-                "total": 60,
-                "message": f"<i>row {n}</i>",
-                "updated_at": "2026-12-02T00:00:00+00:00",
-            }
-            await conn.execute(update(jobs).where(jobs.c.id == job_id).values(progress=progress))
-        await conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id)
-            .values(status="failed", last_error="<b>boom</b>")
-        )
+        for n in range(120):  # deferred 120 times, reporting progress twice after each
+            until = f"2026-12-02T00:{n // 60:02}:{n % 60:02}+00:00"
+            lock = [{"kind": "lock", "name": "l", "key": "k"}]
+            at = "2026-12-02T00:00:00+00:00"
+            waiting = {"on": lock, "until": until, "since": at}
+            await conn.execute(update(jobs).where(jobs.c.id == job_id).values(waiting=waiting))
+            for current in (2 * n, 2 * n + 1):
+                progress = {"current": current, "total": None, "message": None, "updated_at": at}
+                await conn.execute(
+                    update(jobs).where(jobs.c.id == job_id).values(progress=progress)
+                )
 
     page = await _page(api, f"/ops/jobs/{job_id}")
+    feed = (await api.get(f"/jobs/{job_id}/events")).json()
 
     events = texts(page, "events")
-    # enqueued, 56 progress reports, failed: the newest 50, oldest first.
-    assert len(events) == 50
-    assert [e["event"] for e in events] == ["progress"] * 49 + ["failed"]
-    assert events[0]["details"] == "7 / 60 <i>row 7</i>"
-    assert events[-2]["details"] == "55 / 60 <i>row 55</i>"
-    assert events[-1]["details"] == "<b>boom</b>"
-    assert "The newest 50." in page
-    assert "<i>" not in page
-    assert "<b>boom" not in page
-    feed = (await api.get(f"/jobs/{job_id}/events")).json()["items"]
-    assert len(feed) == 58  # the older ones are still kept
+    assert len(events) == 100
+    assert [e["event"] for e in events[:3]] == ["enqueued", "deferred", "progress"]
+    assert re.findall(r'data-event="([^"]+)"', page) == [e["id"] for e in feed["items"]]
+    assert "The first 100 lines." in page
+    after = {"after": feed["last_event_id"], "limit": 500}
+    rest = (await api.get(f"/jobs/{job_id}/events", params=after)).json()
+    lines = feed["items"] + rest["items"]
+    assert len(lines) == 1 + 2 * 120
+    assert {e["folded"] for e in lines if e["event"] == "progress"} == {2}
     await api.post(f"/chains/{chain_id}/cancel")
 
 
@@ -160,7 +184,7 @@ async def test_a_deferral_says_what_the_job_waits_for(api: ApiClient) -> None:
         "details": "waits for rate_limit <vendor> (vendor:demo) until 2026-12-02 00:01:00",
     }
     assert "&lt;vendor&gt;" in page
-    assert "The newest" not in page
+    assert "The first" not in page
     await api.post(f"/chains/{chain_id}/cancel")
 
 

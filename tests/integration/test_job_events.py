@@ -4,6 +4,7 @@ never sees an event appear behind a cursor it already read, even when an older
 transaction commits after a younger one; retention deletes old events only."""
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -92,6 +93,63 @@ async def test_every_change_a_client_follows_is_one_event(engine: AsyncEngine) -
     assert [e.attempts for e in events] == [0, 0, 1, 1, 1, 2, 2, 0]
     assert all(e.job_id == row["id"] for e in events)
     assert events == sorted(events, key=lambda e: e.cursor)
+
+
+def _progress(current: int, total: int) -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat()
+    return {"current": current, "total": total, "message": f"row {current}", "updated_at": now}
+
+
+async def test_a_jobs_story_folds_each_run_of_progress_into_its_newest(
+    engine: AsyncEngine,
+) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    row, other = _job(tenant), _job(tenant)
+    now = datetime.now(UTC)
+    changes: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (row, {"status": "running", "attempts": 1}),
+        *[(row, {"progress": _progress(n, 5)}) for n in range(2)],
+        (other, {"progress": _progress(0, 1)}),  # another job's: no part of this story
+        *[(row, {"progress": _progress(n, 5)}) for n in range(2, 5)],
+        (row, {"status": "retrying", "last_error": "boom", "run_after": now}),
+        (row, {"status": "running", "attempts": 2}),
+        *[(row, {"progress": _progress(n, 3)}) for n in range(3)],
+        (row, {"status": "succeeded", "finished_at": now}),
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(insert(jobs).values([row, other]))
+    for job, change in changes:
+        async with engine.begin() as conn:
+            await conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(**change))
+    log = SqlaJobEventLog(engine)
+    ours = EventFilter(TenantId(tenant), job_id=row["id"])
+    events = await log.read(ours, 100)
+
+    story = await log.story(ours, 100)
+
+    assert [(line.event.name, line.folded) for line in story] == [
+        ("enqueued", None),
+        ("started", None),
+        ("progress", 5),
+        ("retrying", None),
+        ("started", None),
+        ("progress", 3),
+        ("succeeded", None),
+    ]
+    # Each folded line is the newest event of its run, as the feed has it.
+    assert story[2].event == events[6]
+    assert story[5].event == events[11]
+    assert [line.event for line in story if line.folded is None] == [
+        e for e in events if e.name != "progress"
+    ]
+    # Read on from inside a run, a page folds what is left of it; `limit` counts lines.
+    rest = await log.story(dataclasses.replace(ours, after=events[3].cursor), 2)
+    assert [(line.event.name, line.folded) for line in rest] == [
+        ("progress", 3),
+        ("retrying", None),
+    ]
+    assert await log.story(dataclasses.replace(ours, after=events[-1].cursor), 10) == []
+    assert await log.story(EventFilter(TenantId("another"), job_id=row["id"]), 10) == []
 
 
 # SQLite's writers are serial: its ids are given in commit order.

@@ -365,6 +365,26 @@ async def test_the_embedded_mode_serves_the_metrics_of_its_in_process_worker(
         assert scrape.value("jobrail_outbox_lag_seconds") >= 0
 
 
+async def test_a_batch_counts_as_many_enqueued_jobs_as_it_created_and_ran(
+    tmp_path: Path,
+) -> None:
+    settings = await asyncio.to_thread(_embedded, tmp_path)
+    async with _embedded_client(settings) as api:
+        replay = {"Idempotency-Key": "demo-batch"}
+        started = await api.post("/demo/batch", json={"count": 4}, headers=replay)
+        assert started.status_code == 202, started.text
+        again = await api.post("/demo/batch", json={"count": 4}, headers=replay)
+        assert again.headers["Idempotent-Replayed"] == "true"
+        await api.wait_status(started.json()["then_job_id"], "succeeded")
+
+        scrape = await _scrape_api(api)
+
+        # Four members and the `then` callback, each counted once, as each ran once.
+        for job_type, created in (("demo.echo", 4), ("demo.batch_sum", 1)):
+            assert scrape.value("jobrail_jobs_enqueued_total", job_type=job_type) == created
+            assert scrape.value("jobrail_jobs_succeeded_total", job_type=job_type) == created
+
+
 async def test_metrics_want_the_metrics_token_when_one_is_set(tmp_path: Path) -> None:
     settings = await asyncio.to_thread(_embedded, tmp_path, token="scrape-secret")
     async with _embedded_client(settings) as api:

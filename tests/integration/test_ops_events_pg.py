@@ -1,7 +1,8 @@
 """The event feed and webhooks on the ops page in stack mode (Postgres): the webhooks
 section counts each tenant's webhooks and its deliveries of the last 24 hours as the jobs
 table has them, links the failed ones to their jobs' pages, and shows a receiver as its
-origin only; a job's page lists the events the triggers wrote. No worker runs: the
+origin only; a job's page lists the events the triggers wrote, its progress folded as
+its JSON events page has it. No worker runs: the
 deliveries' ends are written into the jobs table by the test. (tests/api/test_ops_events.py:
 the same pages on SQLite, with real deliveries.)"""
 
@@ -20,6 +21,7 @@ from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.ids import TenantId
 from jobrail.persistence.tables import jobs
 from jobrail.settings import Settings
+from tests.support.job_story import check_both_views_fold_its_progress, run_with_progress
 from tests.support.ops_pages import rows, texts
 from tests.support.rabbit import RabbitProbe
 
@@ -111,3 +113,22 @@ async def test_the_ops_pages_show_webhook_deliveries_and_job_events_from_postgre
     assert [e["event"] for e in events] == ["enqueued", "failed"]
     assert events[-1]["details"] == "answered 503"
     assert events[-1]["attempts"] == "8"
+
+
+async def test_a_jobs_page_and_its_events_page_fold_its_progress_alike_on_postgres(
+    stack_settings: Settings,
+    rabbit: RabbitProbe,
+    make_api: Callable[[Settings], Any],
+    engine: AsyncEngine,
+) -> None:
+    async with make_api(stack_settings) as api:
+        admin = await api.auth("ops", admin=True)
+        enqueue = await runtime_of(api.app).container.get(EnqueueJob)
+        done = await enqueue(
+            EnqueueJobCommand(
+                tenant_id=TenantId("default"), type="demo.echo", payload={"message": "m"}
+            )
+        )
+        await run_with_progress(engine, done.job.id)
+
+        await check_both_views_fold_its_progress(api, done.job.id, admin)

@@ -2,6 +2,7 @@
 a context's transaction does with the jobs it enqueues."""
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from jobrail.cli import migrate
 from jobrail.demo.jobs import echo
 from jobrail.jobs.events import EventCatalog
-from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.registry import JobRegistry, JobSpec
 from jobrail.persistence.engine import create_sessionmaker
 from jobrail.persistence.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
@@ -19,20 +20,26 @@ from tests.support.apps import REFERENCE
 
 
 async def sqlite_units(
-    tmp_path: Path, dispatcher: FakeDispatcher, **options: Any
+    tmp_path: Path,
+    dispatcher: FakeDispatcher,
+    *,
+    job_types: Sequence[JobSpec] = (echo,),
+    events: EventCatalog | None = None,
+    **options: Any,
 ) -> tuple[AsyncEngine, UnitOfWorkFactory]:
     """A migrated database in `tmp_path`, its engine, and a factory of units of work
-    that know `demo.echo` (`options`: the factory's own, such as `enqueued`)."""
+    that know `job_types` (`demo.echo`) and `events` (none); `options`: the factory's
+    own, such as `enqueued`."""
     url = f"sqlite+aiosqlite:///{tmp_path}/uow.db"
     settings = Settings(database={"url": url})  # type: ignore[arg-type]
     await asyncio.to_thread(migrate, settings, REFERENCE)
     engine = create_async_engine(url)
-    registry = JobRegistry([echo], queues=["jobs.default"], default_timeout_s=30)
+    registry = JobRegistry(job_types, queues=["jobs.default"], default_timeout_s=30)
     factory = UnitOfWorkFactory(
         create_sessionmaker(engine),
         dispatcher,
         FixedClock(),
-        EventCatalog([]),
+        events or EventCatalog([]),
         registry,
         3,
         **options,

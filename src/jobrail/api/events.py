@@ -4,7 +4,9 @@ A request that accepts ``text/event-stream`` (as ``EventSource`` does) gets a st
 events after its ``Last-Event-ID`` (or ``after``), then each new one as it happens, with
 a keep-alive comment every 15 seconds. Each SSE event's id is the event's place in the
 feed, so a browser that reconnects resumes exactly where it stopped. Any other request
-gets one JSON page (`JobEventPage`) and no waiting.
+gets one JSON page and no waiting: of the tenant's feed, every event (`JobEventPage`);
+of one job, its story (`JobStoryPage`), the lines its ops page shows: a job reports
+progress several times a second, and a list of every event would show little else.
 """
 
 import logging
@@ -17,13 +19,22 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.sse import format_sse_event
+from pydantic import BaseModel, Field
 
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.api.guard import is_head
 from jobrail.api.rate_limits import RateLimitedError, RateLimitRead
 from jobrail.api.schemas import JobEventOut, JobEventPage
-from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, event_document
+from jobrail.jobs.feed import (
+    START,
+    EventCursor,
+    EventFilter,
+    JobEvent,
+    StoryLine,
+    event_document,
+    story_document,
+)
 from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.jobs.use_cases import GetJob, GetJobQuery
 from jobrail.jobs.use_cases.feed import MAX_PAGE, JobEvents
@@ -36,6 +47,24 @@ HEARTBEAT_S = 15.0
 # How long a browser waits before it reconnects after the stream broke (SSE `retry`).
 RECONNECT_MS = 2000
 
+
+class StoryLineOut(JobEventOut):
+    """A line of a job's story: an event, or a run of progress events folded into its
+    newest."""
+
+    folded: int | None = Field(
+        description="progress: how many progress events the line stands for (the newest "
+        "one's, shown, and those since the event before it); null for the other events."
+    )
+
+
+class JobStoryPage(BaseModel):
+    items: list[StoryLineOut]
+    last_event_id: str | None = Field(
+        description="The last item's id (null if none): ask again with after=<it> for more."
+    )
+
+
 _STREAM_DOC: dict[str, Any] = {
     "description": "Server-Sent Events (each event's data is a JobEventOut) when the "
     "request accepts text/event-stream; otherwise one page of JSON.",
@@ -45,7 +74,13 @@ _STREAM_DOC: dict[str, Any] = {
 
 
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: _STREAM_DOC,
+    200: {
+        "description": "Server-Sent Events (each event's data is a JobEventOut) when the "
+        "request accepts text/event-stream; otherwise one page of JSON, the job's "
+        "progress events folded.",
+        "model": JobStoryPage,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
     204: {"description": "The job has ended; nothing follows."},
 }
 
@@ -94,6 +129,13 @@ def _page(events: list[JobEvent]) -> JobEventPage:
     return JobEventPage(
         items=[JobEventOut.model_validate(event_document(e)) for e in events],
         last_event_id=str(events[-1].cursor) if events else None,
+    )
+
+
+def _story_page(lines: list[StoryLine]) -> JobStoryPage:
+    return JobStoryPage(
+        items=[StoryLineOut.model_validate(story_document(line)) for line in lines],
+        last_event_id=str(lines[-1].event.cursor) if lines else None,
     )
 
 
@@ -184,7 +226,10 @@ async def events(
     description="Everything that happened to the job, in order. As a stream (Accept: "
     "text/event-stream) it starts after Last-Event-ID or `after` and ends once the job "
     "has ended; a stream asked for after a job's last event, once it has ended, is a 204 "
-    "(which tells EventSource to stop reconnecting). As JSON it returns one page.",
+    "(which tells EventSource to stop reconnecting). As JSON it returns one page, as "
+    "the ops page lists it: every event but progress, and each run of progress events "
+    "between two others as one line, the newest, with `folded` saying how many it "
+    "stands for.",
     dependencies=[RateLimitRead],
     responses=STREAM_RESPONSES,
 )
@@ -216,10 +261,10 @@ async def job_events_response(
     job = await get(GetJobQuery(tenant_id=tenant, job_id=job_id))
     which = EventFilter(tenant, cursor or START, job_id=job.id)
     if not _wants_stream(request):
-        events = list(await feed.page(which, limit))
-        if not events and cursor is not None:
+        lines = list(await feed.story(which, limit))
+        if not lines and cursor is not None:
             await feed.refuse_unreached(cursor)
-        return Response(_page(events).model_dump_json(), media_type="application/json")
+        return Response(_story_page(lines).model_dump_json(), media_type="application/json")
     if cursor is not None:
         # Before the 204: an id past the feed is the 422 it is for a JSON page, not the
         # end of a job's story.

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from datetime import datetime
 
 from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
-from jobrail.jobs.feed import JobEvent
+from jobrail.jobs.feed import JobEvent, StoryLine
 from jobrail.jobs.flow import Flow, FlowCounts, FlowKind, FlowStatus
 from jobrail.jobs.use_cases.flows import FlowView
 from jobrail.jobs.use_cases.ops_views import OpsFlow, OpsJob
@@ -274,13 +274,15 @@ def _events_table(found: OpsJob) -> str:
     if not found.events:
         return "<h2>Events</h2><p class=muted id=events>None kept.</p>"
     rows = "".join(
-        f'<tr data-event="{event.cursor}"><td>{_time(event.at)}</td>'
-        f"<td>{html.escape(event.name)}</td><td>{event.status.value}</td><td>{event.attempts}</td>"
-        f"<td class=err>{_event_details(event)}</td></tr>"
-        for event in found.events
+        f'<tr data-event="{line.event.cursor}"'
+        + ("" if line.folded is None else f' data-folded="{line.folded}"')
+        + f"><td>{_time(line.event.at)}</td><td>{html.escape(line.event.name)}</td>"
+        f"<td>{line.event.status.value}</td><td>{line.event.attempts}</td>"
+        f"<td class=err>{_line_details(line)}</td></tr>"
+        for line in found.events
     )
     more = (
-        f"<p class=muted id=events-shown>The newest {len(found.events)}.</p>"
+        f"<p class=muted id=events-shown>The first {len(found.events)} lines.</p>"
         if found.more_events
         else ""
     )
@@ -288,6 +290,13 @@ def _events_table(found: OpsJob) -> str:
         "<h2>Events</h2><table id=events><tr><th>at</th><th>event</th><th>status</th>"
         f"<th>attempts</th><th>details</th></tr>{rows}</table>{more}"
     )
+
+
+def _line_details(line: StoryLine) -> str:
+    details = _event_details(line.event)
+    if line.folded is not None and line.folded > 1:
+        return f"{details} (the newest of {line.folded})"
+    return details
 
 
 def _event_details(event: JobEvent) -> str:

@@ -6,7 +6,9 @@ says how). Each event has a cursor; reading after a cursor gives every later eve
 in order, whoever wrote them and however their transactions interleaved. GET /events
 and GET /jobs/{id}/events serve the feed as Server-Sent Events (the cursor is the SSE
 event id, so a client that reconnects with ``Last-Event-ID`` resumes where it stopped),
-and jobrail.webhooks delivers it to a tenant's webhooks.
+and jobrail.webhooks delivers it to a tenant's webhooks. Where a job's events are listed
+(its JSON page, its ops page) they are its story (`StoryLine`): its progress reports
+folded between the events that say what happened to it.
 """
 
 import uuid
@@ -40,6 +42,10 @@ redriven: an operator ran a failed or cancelled job again. A job whose worker wa
 is taken over by another: that shows as its next `started`."""
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
+
+FOLDED = "progress"
+"""The event a job's story folds (`StoryLine`): an attempt reports its progress several
+times a second, which would push the events that say what happened out of any list."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -92,6 +98,18 @@ class JobEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class StoryLine:
+    """A line of a job's story, the list of its events a page shows: each event but
+    progress as it is, and each run of progress events (those between two other events,
+    or before or after them) as its newest, standing for the `folded` of them."""
+
+    event: JobEvent
+    folded: int | None = None
+    """How many progress events the line stands for (its own included); None for the
+    other events, which are never folded."""
+
+
+@dataclass(frozen=True, slots=True)
 class EventFilter:
     """Which events to read: one tenant's (None: every tenant's, for the webhook relay),
     after `after`, optionally of one job or one job type, or since a time."""
@@ -127,6 +145,17 @@ class JobEventLog(Protocol):
         at its history: every one written, including those the feed holds back yet."""
         ...
 
+    async def story(
+        self, which: EventFilter, limit: int, *, held_back_too: bool = False
+    ) -> Sequence[StoryLine]:
+        """The first `limit` lines of the story of the job `which.job_id` (of the tenant
+        `which.tenant_id`, if one is given) after `which.after`, in feed order (a run of
+        progress events the cursor cuts stands for what is after it). The store folds
+        the runs: a job's many progress events are never all read. `held_back_too`: also
+        the events the feed holds back yet (a look at the history, as `of_job`, rather
+        than a page to read on from)."""
+        ...
+
 
 def event_document(event: JobEvent) -> dict[str, object]:
     """An event as JSON, as GET /events and webhooks send it."""
@@ -152,3 +181,9 @@ def event_document(event: JobEvent) -> dict[str, object]:
         "waiting": None if event.waiting is None else event.waiting.as_json(),
         "flow_id": str(event.flow_id) if event.flow_id else None,
     }
+
+
+def story_document(line: StoryLine) -> dict[str, object]:
+    """A line of a job's story as JSON: its event's document, and how many progress
+    events it stands for."""
+    return {**event_document(line.event), "folded": line.folded}

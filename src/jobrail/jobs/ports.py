@@ -75,6 +75,14 @@ class JobRepository(Protocol):
         was written."""
         ...
 
+    def take_created(self) -> Sequence[str]:
+        """The types of the jobs it inserted since the last call (`add`: a new one, not
+        an idempotent replay; `add_new`: each), and forget them: what its unit of work's
+        commit counts as enqueued. Every job a transaction creates is inserted here,
+        whatever made it (an enqueue, an event's delivery, a batch, a chain), so none
+        goes uncounted."""
+        ...
+
 
 class FlowRepository(Protocol):
     """Batches and chains (jobrail.jobs.flow), and their jobs, in a unit of work.

@@ -176,18 +176,17 @@ class TransactionIntake:
     def __init__(self, jobs: JobRepository, outbox: Outbox) -> None:
         self._jobs = jobs
         self._outbox = outbox
-        self.created: list[str] = []
 
     async def add(self, job: Job, message: JobMessage) -> Job:
         stored = await self._jobs.add(job)
         if stored.id == job.id:
             await self._outbox.add(message)
-            self.created.append(job.type)
         return stored
 
-    def take_created(self) -> list[str]:
-        created, self.created = self.created, []
-        return created
+    def take_created(self) -> Sequence[str]:
+        """The jobs the repository created, these and any other (a batch's, a chain's):
+        the repository is where every new job of the transaction is noted."""
+        return self._jobs.take_created()
 
 
 class IntakeUnitOfWork:

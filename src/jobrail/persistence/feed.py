@@ -5,12 +5,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, delete, func, literal, select, text, tuple_
+from sqlalchemy import Select, case, delete, func, literal, or_, select, text, tuple_
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from jobrail.jobs.domain import JobStatus, Wait
-from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent
+from jobrail.jobs.feed import FOLDED, START, EventCursor, EventFilter, JobEvent, StoryLine
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.persistence.engine import reading
 from jobrail.persistence.errors import database_errors
@@ -60,6 +60,57 @@ class SqlaJobEventLog:
             async with reading(self._engine) as connection:
                 rows = (await connection.execute(query)).mappings().all()
         return sorted((_event(row) for row in rows), key=lambda event: event.cursor)
+
+    async def story(
+        self, which: EventFilter, limit: int, *, held_back_too: bool = False
+    ) -> list[StoryLine]:
+        # Folded by the database with window functions over the job's events in id order
+        # (by ix_job_events_job_id, without a sort), which is their feed order: a job's
+        # event never has a smaller `tx` than the one before (tables.job_events). Each
+        # event is numbered and knows the next one's name; a progress event followed by
+        # another progress event is left out, and the one that ends a run stands for the
+        # events since the last other one. The reads stop at `limit` lines.
+        assert which.job_id is not None, "a story is one job's"
+        t = job_events
+        events = select(
+            t,
+            func.row_number().over(order_by=t.c.id).label("n"),
+            func.lead(t.c.name).over(order_by=t.c.id).label("next_name"),
+        ).where(
+            t.c.job_id == which.job_id,
+            tuple_(t.c.tx, t.c.id) > tuple_(literal(which.after.tx), literal(which.after.id)),
+        )
+        if self._pg and not held_back_too:
+            events = events.where(t.c.tx < text(_PG_HORIZON))
+        if which.tenant_id is not None:
+            events = events.where(t.c.tenant_id == which.tenant_id)
+        numbered = events.subquery("numbered")
+        last_other = func.max(case((numbered.c.name != FOLDED, numbered.c.n), else_=0)).over(
+            order_by=numbered.c.id, rows=(None, 0)
+        )
+        runs = select(numbered, last_other.label("last_other")).subquery("runs")
+        query = (
+            select(runs)
+            .where(
+                or_(
+                    runs.c.name != FOLDED,
+                    runs.c.next_name.is_(None),
+                    runs.c.next_name != FOLDED,
+                )
+            )
+            .order_by(runs.c.id)
+            .limit(limit)
+        )
+        with database_errors():
+            async with reading(self._engine) as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [
+            StoryLine(
+                _event(row),
+                row["n"] - row["last_other"] if row["name"] == FOLDED else None,
+            )
+            for row in rows
+        ]
 
     async def read_on(
         self, connection: AsyncConnection | AsyncSession, which: EventFilter, limit: int

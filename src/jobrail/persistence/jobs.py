@@ -46,13 +46,17 @@ class SqlaJobRepository:
     def __init__(self, session: AsyncSession, schema: str | None = None) -> None:
         self._session = session
         self._options = qualified(schema)
+        self._created: list[str] = []
 
     async def add(self, job: Job) -> Job:
         with database_errors():
             existing = await insert_or_existing(
                 self._session, jobs, job_row(job), self._options, "a job", other=flows
             )
-        return job if existing is None else job_from_row(existing)
+        if existing is not None:
+            return job_from_row(existing)
+        self._created.append(job.type)
+        return job
 
     async def get(
         self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
@@ -114,6 +118,11 @@ class SqlaJobRepository:
             await self._session.execute(
                 insert(jobs), [job_row(job) for job in new], execution_options=self._options
             )
+        self._created.extend(job.type for job in new)
+
+    def take_created(self) -> Sequence[str]:
+        created, self._created = self._created, []
+        return created
 
     async def save_held(self, job: Job, claim: ClaimToken) -> bool:
         state = job_state(job)

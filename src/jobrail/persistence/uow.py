@@ -26,7 +26,8 @@ U = TypeVar("U", bound="SqlaUnitOfWork")
 class SqlaUnitOfWork:
     """One session, one transaction. Rolls back unless `commit()` is called; after the
     commit, AfterCommit dispatches the messages the transaction added to the outbox
-    and counts the jobs it created.
+    and counts the jobs it created (every one its job repository inserted: enqueued,
+    delivering an event, or a batch's or chain's).
 
     Contexts extend it with their repositories on the same session, so that their
     changes, the jobs they enqueue and the events they publish commit together."""
@@ -83,7 +84,7 @@ class SqlaUnitOfWork:
             await self.session.commit()
         self.committed = True
         pending, self.outbox.pending = self.outbox.pending, []
-        await self._after_commit(pending, self.intake.take_created())
+        await self._after_commit(pending, self.jobs.take_created())
 
 
 class UnitOfWorkFactory:

@@ -101,7 +101,9 @@ class JobMetrics:
         by_outcome = ["job_type", "outcome"]
         self._enqueued = Counter(
             "jobrail_jobs_enqueued",
-            "New jobs recorded (an idempotent replay is not one), by job type.",
+            "New jobs recorded, whatever made them (an enqueue, an event's delivery, a "
+            "batch's members and callbacks, a chain's steps; an idempotent replay or a "
+            "redrive is not one), by job type.",
             by_type,
             registry=registry,
         )

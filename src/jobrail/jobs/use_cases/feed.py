@@ -7,7 +7,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 
-from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, JobEventLog
+from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent, JobEventLog, StoryLine
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 
@@ -72,6 +72,13 @@ class JobEvents:
 
     async def page(self, which: EventFilter, limit: int) -> Sequence[JobEvent]:
         return await self._log.read(which, min(limit, MAX_PAGE))
+
+    async def story(self, which: EventFilter, limit: int) -> Sequence[StoryLine]:
+        """A page of the story of the job `which.job_id`: its events with their progress
+        folded (jobrail.jobs.feed.StoryLine), as the ops page shows them. A page ends at
+        an event the feed hands out, so reading on after its last line's id misses
+        nothing."""
+        return await self._log.story(which, min(limit, MAX_PAGE))
 
     async def head(self) -> EventCursor:
         return await self._log.head()

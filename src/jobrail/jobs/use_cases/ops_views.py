@@ -4,7 +4,7 @@ operators (the overview is jobrail.jobs.use_cases.overview)."""
 from dataclasses import dataclass
 
 from jobrail.jobs.domain import FlowRole, Job
-from jobrail.jobs.feed import JobEvent, JobEventLog
+from jobrail.jobs.feed import EventFilter, JobEventLog, StoryLine
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId
 from jobrail.jobs.ports import JobsUnitOfWork, OpsReadModel
 from jobrail.jobs.use_cases.flows import FlowView
@@ -26,10 +26,10 @@ class OpsJob:
     job: Job
     flow: Flow | None
     """Its batch or chain; None when it has none (or the flow's row is gone)."""
-    events: list[JobEvent]
-    """Its newest events, in feed order."""
+    events: list[StoryLine]
+    """The first lines of its story (its events, progress folded), in feed order."""
     more_events: bool
-    """Whether it has older events than these."""
+    """Whether its story goes on after these."""
 
 
 class ListOpsFlows:
@@ -69,18 +69,23 @@ class GetOpsFlow:
 
 
 class GetOpsJob:
-    """A job of any tenant, with its batch or chain when it has one and its newest
-    `events` events (fewer once retention pruned them)."""
+    """A job of any tenant, with its batch or chain when it has one and the first
+    `events` lines of its story (jobrail.jobs.feed.StoryLine; fewer once retention pruned
+    its events): the lines `GET /jobs/{id}/events` answers, so that both views of a job
+    agree, and its lifecycle stays in view however often it reports progress. Every
+    event written is read, those the feed holds back yet too: this is a look, not a
+    page to read on from."""
 
     def __init__(self, uow: JobsUnitOfWork, events: JobEventLog) -> None:
         self._uow = uow
         self._events = events
 
-    async def __call__(self, job_id: JobId, events: int = 50) -> OpsJob:
+    async def __call__(self, job_id: JobId, events: int = 100) -> OpsJob:
         async with self._uow:
             job = await self._uow.jobs.get(job_id)
             if job is None:
                 raise NotFoundError(f"job {job_id} not found")
             flow = await self._uow.flows.get(job.flow.flow_id) if job.flow else None
-        found = list(await self._events.of_job(job_id, events + 1))
-        return OpsJob(job, flow, found[-events:], more_events=len(found) > events)
+        which = EventFilter(None, job_id=job_id)
+        found = list(await self._events.story(which, events + 1, held_back_too=True))
+        return OpsJob(job, flow, found[:events], more_events=len(found) > events)
