@@ -20,6 +20,7 @@ SCHEMA = MigrationChain(
     name="contexts",
     location=Path(__file__).resolve().parents[1] / "migrations",
     version_table="contexts_alembic_version",
+    metadata=metadata,  # what an application's own chain leaves alone (jobrail.sql)
     adopts={
         "0001": None,
         "0002": "0002",

@@ -4,7 +4,9 @@ Every process of it starts from this ``JobRail`` (``--app workers.app:rail``, or
 ``JOBRAIL_APP=workers.app:rail``): the API (``jobrail api``, or ``jobrail run`` in the
 embedded mode), the workers, the scheduler and ``jobrail migrate``, which runs the
 contexts' Alembic chain after the platform's.
-``JOBRAIL_MODULES`` adds installed modules (the default: ``demo``).
+``JOBRAIL_MODULES`` adds installed modules; unset, this application loads ``demo``
+(``POST /demo/echo``, and in the embedded mode on SQLite its admin tenant ``demo``, the
+README's walkthrough), which a ``JobRail`` loads only where its app names it.
 """
 
 from contexts import billing, catalog, notifications, sync
@@ -17,4 +19,4 @@ MODULES: tuple[Module, ...] = (
     sync.module,
 )
 
-rail = JobRail(modules=MODULES)
+rail = JobRail(modules=MODULES, default_modules=["demo"])

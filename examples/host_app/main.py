@@ -1,19 +1,19 @@
 """The host app: its own table, its own authentication, and a job type on jobrail.
 
 ``POST /reports/{report_id}/render`` marks the team's report as rendering and enqueues
-``reports.render`` in the same transaction; ``GET /jobs/{id}`` (jobrail's routes, scoped
-by the host's own team) says how the job went. ``jobrail worker --app host_app.main:rail``
-runs the job in the stack mode; in the embedded mode this process runs it.
+``reports.render`` in the same transaction, in a session on jobrail's database
+(``rail.session()``); ``GET /jobs/{id}`` (jobrail's routes, scoped by the host's own
+team) says how the job went, and jobrail's own API (its keys, admin and ops console) is
+mounted under ``/jobrail``. ``jobrail worker --app host_app.main:rail`` runs the job in
+the stack mode; in the embedded mode this process runs it.
 """
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException
 from pydantic import BaseModel
 from sqlalchemy import Column, DateTime, MetaData, String, Table, func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail import JobContext, JobRail, Lock, TokenBucket
 
@@ -31,14 +31,6 @@ reports = Table(
     Column("job_id", String(36), nullable=False),
     Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
-
-DATABASE_URL = rail.settings.database.url.get_secret_value()  # jobrail's database
-engine = create_async_engine(
-    DATABASE_URL,
-    # SQLite (the embedded mode) has one writer at a time: wait for jobrail's turn.
-    connect_args={"timeout": 30} if DATABASE_URL.startswith("sqlite") else {},
-)
-sessions = async_sessionmaker(engine, expire_on_commit=False)
 
 # -- the host's own authentication: a token per team ------------------------------------
 
@@ -74,21 +66,16 @@ async def render_report(payload: RenderReport, ctx: JobContext) -> dict[str, str
 
 # -- the app ----------------------------------------------------------------------------
 
-
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    async with rail.lifespan(app):
-        yield
-    await engine.dispose()
-
-
-app = FastAPI(title="Reports", lifespan=lifespan)
+app = FastAPI(title="Reports", lifespan=rail.lifespan)
 app.include_router(rail.router(tenant=current_team))  # GET /jobs/{id}, GET /jobs, cancel
+# jobrail's own API, on its own API keys (`jobrail tenants create`): the ops console at
+# /jobrail/ops, the admin routes. After the job types: it builds the rail's runtime.
+app.mount("/jobrail", rail.app())
 
 
 @app.post("/reports/{report_id}/render", status_code=202)
 async def render(report_id: str, team: Team) -> dict[str, Any]:
-    async with sessions() as session, session.begin():
+    async with rail.session() as session, session.begin():
         result = await render_report.enqueue(
             RenderReport(report_id=report_id), tenant_id=team, session=session
         )
@@ -99,7 +86,7 @@ async def render(report_id: str, team: Team) -> dict[str, Any]:
 
 @app.get("/reports/{report_id}")
 async def report(report_id: str, team: Team) -> dict[str, Any]:
-    async with sessions() as session:
+    async with rail.session() as session:
         row = (
             await session.execute(
                 reports.select().where(reports.c.team == team, reports.c.id == report_id)

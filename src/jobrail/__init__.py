@@ -1,7 +1,8 @@
 """jobrail: durable jobs for FastAPI services on Taskiq, RabbitMQ, Postgres and Redis.
 
 Public: the names below are what declares and runs jobs and modules. A host app uses
-``JobRail`` (``from jobrail import JobRail``); a module declares its job types with
+``JobRail`` (``from jobrail import JobRail``; ``SchemaNotMigratedError`` is what its
+lifespan raises on a database not migrated for it); a module declares its job types with
 ``job``, its periodic jobs with ``Schedule``, its integration events with ``EventSpec``,
 and plugs in as a ``Module``. The names are imported on first use, so that importing
 any part of jobrail does not import the facade and everything it composes.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from jobrail.kernel.errors import PermanentError, TransientError
     from jobrail.limits.model import Concurrency, Lock, SlidingWindow, TokenBucket
     from jobrail.modules import Module
+    from jobrail.persistence.schema import SchemaNotMigratedError
     from jobrail.scheduling.schedule import SYSTEM_TENANT, Schedule
     from jobrail.settings import Settings, SettingsError
 
@@ -44,6 +46,7 @@ __all__ = [
     "Module",
     "PermanentError",
     "Schedule",
+    "SchemaNotMigratedError",
     "Settings",
     "SettingsError",
     "SlidingWindow",
@@ -70,6 +73,7 @@ _EXPORTS = {
     "SlidingWindow": "jobrail.limits.model",
     "TokenBucket": "jobrail.limits.model",
     "Module": "jobrail.modules",
+    "SchemaNotMigratedError": "jobrail.persistence.schema",
     "SYSTEM_TENANT": "jobrail.scheduling.schedule",
     "Schedule": "jobrail.scheduling.schedule",
     "Settings": "jobrail.settings",

@@ -165,9 +165,10 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
 
 @contextlib.asynccontextmanager
 async def serving(runtime: Runtime) -> AsyncIterator[None]:
-    """What an API process runs while it serves: the broker, the demo tenant's seed (or
-    the warning of a stale one), and in embedded mode the jobs left unfinished, the
-    outbox relay and the scheduler; at the end it stops them and closes the container."""
+    """What an API process runs while it serves: the broker, the demo tenant's seed where
+    the demo is loaded (or the warning of a stale one), and in embedded mode the jobs
+    left unfinished, the outbox relay and the scheduler; at the end it stops them and
+    closes the container."""
     await runtime.broker.startup()
     try:
         await seed_demo_tenant(runtime)
@@ -228,18 +229,24 @@ def settle_heap() -> None:
 
 
 DEMO_TENANT = "demo"
+DEMO_MODULE = "demo"
 
 
 def seeds_demo_tenant(settings: Settings) -> bool:
-    """Whether this process seeds the tenant ``demo``: in the embedded mode, and only into
-    a SQLite database.
+    """Whether this process seeds the tenant ``demo``: where the demo module is loaded,
+    in the embedded mode, and only into a SQLite database.
+
+    The tenant is the demo's: its key is what the README's walkthrough of ``POST
+    /demo/echo`` uses. A host app that did not ask for the demo (a ``JobRail`` loads it
+    only where its app or ``JOBRAIL_MODULES`` names it) gets no admin key anyone can
+    guess in its database, whichever routes of jobrail it mounts.
 
     The embedded mode is a sandbox whose database is a file of its own (by default
     ``var/jobrail.db``). Pointed at Postgres, it is sharing a database that a stack
     deployment may use, and a seeded admin key with a well-known value would stay there
     after it stops; so it seeds nothing there (make a tenant with ``jobrail tenants``). The
     stack mode never seeds, and production refuses the embedded mode (see Settings)."""
-    return settings.embedded and settings.database.is_sqlite
+    return DEMO_MODULE in settings.modules and settings.embedded and settings.database.is_sqlite
 
 
 async def seed_demo_tenant(runtime: Runtime) -> None:

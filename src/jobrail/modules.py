@@ -12,6 +12,10 @@ share one). A process loads, besides the platform's own housekeeping
 - the modules given to the app's ``JobRail(modules=[...])`` (``--app``), which is how
   this repository's reference application loads its contexts (``workers.app``).
 
+``JOBRAIL_MODULES`` unset means the demo for jobrail's own processes run without an app
+(a sandbox), but an app's ``JobRail`` its own default (``with_default_modules``): a host
+app gets the demo's routes, and the demo tenant that goes with them, only if it asks.
+
 The platform never imports a context itself.
 """
 
@@ -51,6 +55,15 @@ class Module:
 
 class ModuleLoadError(Exception):
     pass
+
+
+def with_default_modules(settings: Settings, names: Sequence[str]) -> Settings:
+    """`settings` whose installed modules are `names` where ``JOBRAIL_MODULES`` was not
+    given: an app's own default in place of jobrail's sandbox default (``SANDBOX_MODULES``).
+    Production loads only the modules it names (see Settings)."""
+    if "modules" in settings.model_fields_set or settings.environment == "production":
+        return settings
+    return settings.model_copy(update={"modules": list(names)})
 
 
 ENTRY_POINTS = "jobrail.modules"

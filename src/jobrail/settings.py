@@ -320,9 +320,10 @@ class EventsSettings(BaseModel):
     )
     webhook_private_addresses: bool = Field(
         default=False,
-        description="Allow webhook URLs on loopback, private and link-local addresses "
-        "(development and tests: a receiver on the same machine). Off, such URLs are "
-        "refused, and a name that resolves to one is not delivered to.",
+        description="Allow webhook URLs on loopback, private, link-local and other "
+        "special-purpose addresses (development and tests: a receiver on the same "
+        "machine); the API's own address stays refused. Off, such URLs are refused, and "
+        "a name that resolves to one is not delivered to.",
     )
 
 
@@ -629,6 +630,13 @@ class SchedulerSettings(BaseModel):
         return self
 
 
+SANDBOX_MODULES: tuple[str, ...] = ("demo",)
+"""What ``JOBRAIL_MODULES`` unset loads into jobrail's own processes run without an app
+(``jobrail run`` or ``jobrail api`` alone, a sandbox): the demo. A ``JobRail`` of an app
+loads its own default instead (``jobrail.modules.with_default_modules``), so that a host
+app gets no demo routes and no demo tenant unless it asks for them."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -644,13 +652,14 @@ class Settings(BaseSettings):
     environment: Literal["development", "test", "production"] = "development"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     modules: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["demo"],
+        default_factory=lambda: list(SANDBOX_MODULES),
         description=(
             "Installed modules to load, by entry-point name (group `jobrail.modules`; "
-            "jobrail's own: `demo`), comma-separated; empty for none. Unset: `demo`, "
-            "and none in production. The platform's "
-            "housekeeping jobs are always loaded, and an app's JobRail(modules=[...]) "
-            "adds its own (`--app`)."
+            "jobrail's own: `demo`), comma-separated; empty for none. Unset: `demo` for "
+            "jobrail's own processes run without an app, an app's JobRail's own default "
+            "(`JobRail(default_modules=...)`: none unless it names some), and none in "
+            "production. The platform's housekeeping jobs are always loaded, and an app's "
+            "JobRail(modules=[...]) adds its own (`--app`)."
         ),
     )
     database: DatabaseSettings = DatabaseSettings()
@@ -680,8 +689,9 @@ class Settings(BaseSettings):
     @classmethod
     def _demo_key_shape(cls, key: SecretStr, info: ValidationInfo) -> SecretStr:
         # Checked here rather than when the tenant is seeded, where a bad key would stop
-        # the start-up with a traceback; only where it is seeded (bootstrap.
-        # seeds_demo_tenant: the embedded mode on SQLite), as it is used nowhere else.
+        # the start-up with a traceback; only where it may be seeded (bootstrap.
+        # seeds_demo_tenant: the embedded mode on SQLite, where the demo is loaded, which
+        # for an app's JobRail is known only later), as it is used nowhere else.
         from jobrail.kernel.errors import InvalidInputError
         from jobrail.tenants.domain import check_key_shape
 

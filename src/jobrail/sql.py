@@ -14,23 +14,32 @@
 - ``MigrationChain``: a module's Alembic chain, run by ``jobrail migrate``, and
   ``run_environment``, the body of that chain's ``env.py`` (its version table, the
   database ``jobrail migrate`` names).
+- ``exclude_jobrail_tables``: for an application's own Alembic chain in jobrail's
+  database, the ``include_object`` that keeps jobrail's tables out of its autogenerate.
 """
 
 from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.persistence.dialects import upsert_insert
 from jobrail.persistence.errors import database_errors
-from jobrail.persistence.schema import MigrationChain, run_environment
+from jobrail.persistence.schema import (
+    IncludeObject,
+    MigrationChain,
+    exclude_jobrail_tables,
+    run_environment,
+)
 from jobrail.persistence.tables import NAMING_CONVENTION, UtcDateTime
 from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "NAMING_CONVENTION",
+    "IncludeObject",
     "MigrationChain",
     "SqlaUnitOfWork",
     "StoreUnavailableError",
     "UnitOfWorkFactory",
     "UtcDateTime",
     "database_errors",
+    "exclude_jobrail_tables",
     "run_environment",
     "upsert_insert",
 ]

@@ -2,10 +2,13 @@
 wheel in a fresh virtualenv, the app copied outside the repository.
 
 In the stack mode (a database of its own, the real RabbitMQ and Redis): `jobrail migrate`
-and the host's own Alembic chain, the app under uvicorn, `jobrail worker --app
+and the host's own Alembic chain beside it (`alembic check` finds nothing to change: the
+host's env.py leaves jobrail's tables out), the app under uvicorn, `jobrail worker --app
 host_app.main:rail`; a report rendered through the host's route (its own token, its own
 row and the job in one transaction) runs in the worker, and its status is read back
-through rail.router(). In the embedded mode (SQLite, no services) the same requests."""
+through rail.router(). In the embedded mode (SQLite, no services) the same requests. In
+both, jobrail's API mounted at /jobrail serves no demo: the host never asked for it.
+And the host's own test suite, which migrates from the test process (no subprocess)."""
 
 import asyncio
 import shutil
@@ -43,8 +46,9 @@ def host_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def host_env() -> dict[str, str]:
-    """What both modes share: no reference context, only the rail's job type."""
-    return {**outside_env(), "JOBRAIL_MODULES": ""}
+    """What both modes share: none of jobrail's settings (JOBRAIL_MODULES unset too: a
+    host's JobRail loads no demo unless it names it)."""
+    return outside_env()
 
 
 @pytest.fixture
@@ -59,9 +63,12 @@ def _migrate(installed: Path, host_dir: Path, env: dict[str, str]) -> None:
     where = run(installed / "python", "-c", "import jobrail; print(jobrail.__file__)",
                 cwd=host_dir, env=env)  # fmt: skip
     assert Path(where.strip()).is_relative_to(installed.parent), where  # the wheel's jobrail
-    run(installed / "jobrail", "migrate", cwd=host_dir, env=env)
-    run(installed / "python", "-m", "alembic", "-c", "host_app/alembic.ini", "upgrade", "head",
-        cwd=host_dir, env=env)  # fmt: skip
+    run(installed / "jobrail", "migrate", "--app", "host_app.main:rail", cwd=host_dir, env=env)
+    alembic = (installed / "python", "-m", "alembic", "-c", "host_app/alembic.ini")
+    run(*alembic, "upgrade", "head", cwd=host_dir, env=env)
+    # The host's autogenerate sees jobrail's tables beside its own, and leaves them alone.
+    checked = run(*alembic, "check", cwd=host_dir, env=env)
+    assert "No new upgrade operations detected" in checked, checked
 
 
 def _serve(installed: Path, host_dir: Path, env: dict[str, str], processes: list[Process]) -> str:
@@ -116,7 +123,12 @@ def _render_and_wait(url: str, report_id: str, processes: list[Process]) -> dict
 
         other_team = client.get(f"/jobs/{job_id}", headers={"X-Team-Token": "globex-token"})
         row = client.get(f"/reports/{report_id}", headers=TOKEN)
+        demo_key = {"Authorization": "Bearer demo-key"}
+        overview = client.get("/jobrail/admin/overview", headers=demo_key)
+        echo = client.post("/jobrail/demo/echo", json={"message": "hi"}, headers=demo_key)
     assert other_team.status_code == 404, other_team.text
+    assert overview.status_code == 401, overview.text  # no demo tenant in the host's database
+    assert echo.status_code == 404, echo.text  # nor the demo's routes
     assert row.status_code == 200, row.text
     assert row.json() == {"report_id": report_id, "status": "rendering", "job_id": job_id}
     result: dict[str, Any] = job.json()
@@ -195,3 +207,14 @@ def test_the_host_app_in_the_embedded_mode(
     assert job["status"] == "succeeded", job
     assert job["result"] == {"url": "https://reports.example/acme/q4.pdf"}
     assert (host_dir / "var" / "jobrail.db").is_file()
+
+
+def test_the_host_apps_own_test_suite_migrates_in_process(
+    installed: Path, host_dir: Path, host_env: dict[str, str]
+) -> None:
+    # host_app/tests: `await rail.migrate()` and the host's chain through Alembic's command
+    # API, then a report rendered in-process; on a SQLite file of the suite's own.
+    done = run(installed / "python", "-m", "pytest", "host_app/tests", "-p", "no:cacheprovider",
+               cwd=host_dir, env=host_env)  # fmt: skip
+
+    assert "1 passed" in done, done

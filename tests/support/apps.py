@@ -7,11 +7,11 @@ from workers.app import MODULES as REFERENCE
 
 __all__ = ["REFERENCE", "cluster_split", "reference_and_test_jobs", "test_jobs"]
 
-test_jobs = JobRail(modules=[jobs.module])
-"""demo (the default JOBRAIL_MODULES) and the tests' job types."""
+test_jobs = JobRail(modules=[jobs.module], default_modules=["demo"])
+"""demo (unless JOBRAIL_MODULES says otherwise) and the tests' job types."""
 
-reference_and_test_jobs = JobRail(modules=[*REFERENCE, jobs.module])
-"""The reference application and the tests' job types."""
+reference_and_test_jobs = JobRail(modules=[*REFERENCE, jobs.module], default_modules=["demo"])
+"""The reference application (with the demo, as workers.app) and the tests' job types."""
 
 cluster_split = JobRail(modules=[cluster_jobs.module])
 """A job type whose keys cannot share a Redis Cluster slot: refused at start-up."""

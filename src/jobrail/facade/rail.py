@@ -5,8 +5,14 @@ A thin facade over what ``jobrail api`` and ``jobrail worker`` build
 container of ``jobrail.ioc``): job types declared in code, enqueued through
 ``EnqueueJob`` (on their own, or in the host's own session), the runtime's start and
 stop in the host's lifespan, and the jobs routes scoped by the host's own tenant.
+
+A host's process is the host's own: the rail leaves its logging alone (its loggers,
+``jobrail.*``, propagate to whatever the host set up) and its garbage collector, and it
+migrates only when asked (``migrate``); a lifespan on a database that is not migrated
+stops at once with ``SchemaNotMigratedError``, saying what to run.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -14,7 +20,7 @@ from typing import Any, TypeVar
 from dishka import AsyncContainer, Provider
 from fastapi import APIRouter, FastAPI
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from jobrail.api.auth import ApiServices
 from jobrail.bootstrap import Runtime, build_runtime, serving
@@ -28,7 +34,15 @@ from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import Lock, RateOrSlots
-from jobrail.modules import Module
+from jobrail.modules import Module, load_modules, with_default_modules
+from jobrail.persistence.schema import (
+    MigrationChain,
+    MigrationError,
+    SchemaNotMigratedError,
+    not_up_to_date,
+    sqlite_path,
+    upgrade,
+)
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
@@ -44,7 +58,8 @@ class JobRail:
     ``settings`` are read from the environment (``JOBRAIL_*``) when not given. Job types
     are declared with ``@rail.job(...)`` before the runtime is built: on first use
     (an enqueue, ``container``) or at the start of ``lifespan``. The modules named in the
-    settings (``JOBRAIL_MODULES``) are loaded besides them.
+    settings (``JOBRAIL_MODULES``; unset, the rail's `default_modules`: none unless
+    given) are loaded besides them.
 
     One ``JobRail`` is one runtime at a time: its lifespan builds it (unless an enqueue
     did first) and closes it at the end, and a later lifespan builds a new one, as a
@@ -58,14 +73,21 @@ class JobRail:
         *,
         modules: Sequence[Module] = (),
         providers: Sequence[Provider] = (),
+        default_modules: Sequence[str] = (),
     ) -> None:
         """`modules`: modules (bounded contexts) to load besides the job types declared
         on the rail, as this repository's reference application does (``workers.app``).
         `providers`: the host's own dishka providers, added to jobrail's container, so
         that its job handlers can take the host's services (``FromDishka[...]``).
+        `default_modules`: the installed modules to load where the settings do not name
+        any (``JOBRAIL_MODULES`` unset; never in production): none unless given, so that
+        a host app gets no demo (its routes, and its admin tenant with a well-known key)
+        unless it asks; the reference application names ``demo``.
         Without `settings`, they are read from the environment on first use, so that
         importing the module that makes the rail reads nothing."""
-        self._settings = settings
+        self._given_settings = settings
+        self._settings: Settings | None = None
+        self._default_modules = tuple(default_modules)
         self._modules = tuple(modules)
         self._providers = tuple(providers)
         self._specs: list[JobSpec] = []
@@ -131,10 +153,12 @@ class JobRail:
 
     @property
     def settings(self) -> Settings:
-        """The settings given, or those of the environment (``JOBRAIL_*``), read once;
-        SettingsError for a setting they refuse."""
+        """The settings given, or those of the environment (``JOBRAIL_*``), read once,
+        with the rail's `default_modules` where they name no modules; SettingsError for a
+        setting they refuse."""
         if self._settings is None:
-            self._settings = load_settings()
+            given = self._given_settings if self._given_settings is not None else load_settings()
+            self._settings = with_default_modules(given, self._default_modules)
         return self._settings
 
     @property
@@ -148,12 +172,51 @@ class JobRail:
         then its own job types."""
         return [*self._modules, self.module]
 
+    @property
+    def migration_chains(self) -> list[MigrationChain]:
+        """The Alembic chains jobrail runs for this rail after the platform's own: those
+        the modules of the settings and the rail's modules name (ModuleLoadError for a
+        module that does not load)."""
+        loaded = [*load_modules(self.settings.modules), *self.modules]
+        return [chain for module in loaded for chain in module.migrations]
+
+    # -- the database -----------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Bring jobrail's database to the heads of the platform's chain and of
+        `migration_chains`, as ``jobrail migrate --app`` does for this rail: from a test
+        suite's fixture or a start-up script, in this process. Alembic is synchronous, so
+        it runs in a thread of its own, not on the event loop. MigrationError, or
+        Alembic's CommandError, for a chain that cannot run."""
+        database = self.settings.database
+        chains = self.migration_chains
+        path = sqlite_path(database)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(upgrade, database, chains)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A SQLAlchemy ``AsyncSession`` on jobrail's database, on the engine and pool of
+        the rail's runtime, which close with it at the end of the lifespan: for the
+        host's own tables beside jobrail's, and for enqueueing in the host's transaction
+        (``enqueue(..., session=session)``). Nothing commits unless the host commits;
+        attributes are not expired on commit, as async code wants. With
+        ``JOBRAIL_DATABASE__SCHEMA`` its connections find jobrail's tables first: a host
+        table of the same name is reached by its schema (``public.jobs``)."""
+        engine = await self.container.get(AsyncEngine)
+        async with AsyncSession(engine, expire_on_commit=False) as session:
+            yield session
+
     # -- the runtime ------------------------------------------------------------------
 
     def build(self, *, worker: bool = False) -> Runtime:
         """The runtime, built on first call: for an API process, or with `worker` for a
         worker process (``jobrail worker --app``). Later calls return it."""
-        if self._runtime is None:
+        if self._runtime is None or (worker and not self._worker and self._untouched()):
+            # `jobrail worker --app` imports the host's module, which may have built the
+            # API's runtime already (`app.mount("/jobrail", rail.app())` at import): a
+            # worker process serves no API, and that runtime never started.
             configure_tracing(self.settings.telemetry)
             self._runtime = build_runtime(self.settings, worker=worker, modules=self.modules)
             self._worker = worker
@@ -161,6 +224,12 @@ class JobRail:
             role = "a worker" if self._worker else "an API process"
             raise RuntimeError(f"this JobRail's runtime was built for {role} already")
         return self._runtime
+
+    def _untouched(self) -> bool:
+        """Whether the runtime built has neither served nor enqueued: nothing of it is
+        open that a new one would leave behind."""
+        used = self._enqueue is not None or self._hooks is not None
+        return not (self._serving or self._closed or used)
 
     @property
     def runtime(self) -> Runtime:
@@ -184,6 +253,7 @@ class JobRail:
                 "this JobRail's app (rail.app()) has run its lifespan already, and its "
                 "runtime is closed: make a new JobRail and app to serve again"
             )
+        await self._check_schema()
         self._serving = True
         try:
             async with serving(self.runtime):
@@ -203,6 +273,24 @@ class JobRail:
                 self._runtime = None
                 self._hooks = None
                 self._enqueue = None
+
+    async def _check_schema(self) -> None:
+        """A database that is not migrated for this rail is one line here, rather than a
+        traceback from the first query of the start-up (``no such table: tenants``)."""
+        try:
+            problem = await asyncio.to_thread(
+                not_up_to_date, self.settings.database, self.migration_chains
+            )
+        except MigrationError as exc:
+            problem = str(exc)
+        except Exception:  # noqa: BLE001 - the database's own error: an outage is waited
+            # out (/ready says so), and anything else the first query says as it would
+            return
+        if problem is not None:
+            raise SchemaNotMigratedError(
+                f"jobrail's database is not migrated: {problem} (run `jobrail migrate "
+                "--app <module>:<rail>` for this JobRail, or `await rail.migrate()`)"
+            )
 
     def app(self) -> FastAPI:
         """jobrail's own API (``jobrail api --app``) on this rail's runtime: the jobs,

@@ -15,20 +15,25 @@ which has the platform's tables, is stamped at its equivalent revision and upgra
 there. ``alembic_version`` itself is left as it was: an older jobrail started against the
 database (a rollback) still finds its revision there and migrates nothing, and the chains
 never read it again once their own version tables exist.
+
+The database is shared: a host application's own Alembic chain sees jobrail's tables
+there too, and its autogenerate would propose to drop them. ``exclude_jobrail_tables``
+makes the ``include_object`` filter that keeps them out of its sight.
 """
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import MetaData, inspect, make_url, text
 from sqlalchemy.engine import Connection
 
+from jobrail.persistence import tables
 from jobrail.persistence.engine import create_engine
 from jobrail.persistence.platform_schema import create_schema_sql, search_path_sql
-from jobrail.settings import DatabaseSettings, load_settings
+from jobrail.settings import DatabaseSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -46,18 +51,23 @@ class MigrationChain:
     """An Alembic script directory and the table where its revision is recorded.
 
     `adopts` maps revisions of jobrail 0.1's single chain to this chain's equivalent
-    (None: none of its revisions had run yet)."""
+    (None: none of its revisions had run yet). `metadata`: the tables the chain makes
+    (its env.py's), so that an application's own chain in the same database leaves them
+    alone (``exclude_chains``); read when that filter runs, so a MetaData whose
+    tables join it as their modules are imported is complete by then."""
 
     name: str
     location: Path
     version_table: str
     adopts: Mapping[str, str | None] = field(default_factory=dict)
+    metadata: MetaData | None = field(default=None, compare=False)
 
 
 PLATFORM = MigrationChain(
     name="jobrail",
     location=Path(__file__).resolve().parent / "migrations",
     version_table="jobrail_alembic_version",
+    metadata=tables.metadata,
     adopts={
         "0001": "0001",
         "0002": "0001",
@@ -75,6 +85,11 @@ PLATFORM = MigrationChain(
 class MigrationError(Exception):
     """A chain that cannot run: its script directory is missing, or two chains share a
     version table."""
+
+
+class SchemaNotMigratedError(RuntimeError):
+    """The database is not migrated for the process about to serve on it: its message
+    says why and what to run."""
 
 
 def alembic_config(
@@ -318,3 +333,66 @@ async def _revisions(
             return await connection.run_sync(read)
     finally:
         await engine.dispose()
+
+
+IncludeObject = Callable[[Any, str | None, str, bool, Any], bool]
+"""Alembic's ``include_object``: (object, name, type_, reflected, compare_to) -> keep it."""
+
+
+def exclude_chains(
+    chains: Sequence[MigrationChain] = (), schema: str | None = None
+) -> IncludeObject:
+    """An ``include_object`` for an application's own Alembic chain in jobrail's
+    database: its autogenerate (and ``alembic check``) leaves out the tables of the
+    platform's chain and of `chains` (those with a ``metadata``), their indexes and
+    constraints, and every chain's version table; it proposes neither to drop them nor
+    to change them. Everything else, the application's own tables among them, it
+    compares as before.
+
+    `schema`: the platform's (``JOBRAIL_DATABASE__SCHEMA``). Its tables and its version
+    table are then those of that schema only, and a table of the same name elsewhere (a
+    ``jobs`` of the application's own in the default schema) is the application's.
+    Alembic compares the default schema alone unless ``include_schemas`` is set, so there
+    it never sees the platform's tables at all."""
+    ordered = _in_order(chains)
+
+    def owned(chain: MigrationChain) -> set[str]:
+        names = set(chain.metadata.tables) if chain.metadata is not None else set()
+        return names | {chain.version_table}
+
+    def include_object(
+        object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    ) -> bool:
+        table = object_ if type_ == "table" else getattr(object_, "table", None)
+        if table is None or not isinstance(getattr(table, "name", None), str):
+            return True
+        where: str | None = getattr(table, "schema", None)
+        for chain in ordered:
+            home = schema if chain is PLATFORM else None
+            if where == home and table.name in owned(chain):
+                return False
+        return True
+
+    return include_object
+
+
+class MigratedApp(Protocol):
+    """What ``exclude_jobrail_tables`` reads of an app's ``JobRail``."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def migration_chains(self) -> Sequence[MigrationChain]: ...
+
+
+def exclude_jobrail_tables(rail: MigratedApp) -> IncludeObject:
+    """Alembic's ``include_object`` for the ``env.py`` of an application's own chain in
+    the database of `rail`, its ``JobRail`` (``context.configure(..., include_object=
+    exclude_jobrail_tables(rail))``): autogenerate and ``alembic check`` leave out every
+    table of the chains jobrail migrates for the rail (the platform's, and those of its
+    modules and of ``JOBRAIL_MODULES`` that name their ``metadata``) and their version
+    tables (``jobrail_alembic_version`` and the modules'), rather than proposing to drop
+    them. With ``JOBRAIL_DATABASE__SCHEMA`` the platform's tables are those of that
+    schema only (see ``exclude_chains``)."""
+    return exclude_chains(rail.migration_chains, rail.settings.database.schema_)

@@ -5,6 +5,13 @@ fields of the current log context (``request_id`` and ``tenant_id`` in an API re
 ``job_id``, ``job_type``, ``task_id`` and ``tenant_id`` while a worker handles a job
 message) and the ``trace_id``/``span_id`` of the current span. The context lives in a
 contextvar, so concurrent requests and jobs on one event loop never mix their fields.
+
+Only jobrail's own processes (``jobrail api``, ``run``, ``worker``, ``scheduler``) call
+``configure_logging``. In a host's process (a ``JobRail`` in its app) jobrail configures
+nothing: its loggers, all under ``jobrail``, have no handler or level of their own and
+propagate, so its lines (a job's retry among them) reach whatever handlers and levels the
+host set up, and Python's last-resort handler (WARNING and above, on stderr) where it set
+up none.
 """
 
 import asyncio
@@ -192,6 +199,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr for the whole of a process of jobrail's own: the root
+    logger's handlers are replaced and its level set. Never called in a host's process."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler.addFilter(LogContextFilter())
