@@ -241,12 +241,13 @@ class PlatformProvider(Provider):
         )
 
     @provide(scope=Scope.APP)
-    def retry_policy(self, settings: Settings) -> RetryPolicy:
+    def retry_policy(self, settings: Settings, registry: JobRegistry) -> RetryPolicy:
         return RetryPolicy(
             base_s=settings.retry.base_s,
             cap_s=settings.retry.cap_s,
             jitter=settings.retry.jitter == "full",
             max_attempts_unknown=settings.retry.max_attempts_unknown,
+            own_max_attempts=registry.own_max_attempts(),
         )
 
     @provide(scope=Scope.APP)

@@ -3,13 +3,14 @@
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 from dishka.integrations.fastapi import setup_dishka
 from fastapi import APIRouter, FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from jobrail.api import admin, events, flows, health, jobs, metrics, ops
-from jobrail.api.errors import JsonCORSMiddleware, install_error_handlers
+from jobrail.api.errors import ErrorBody, JsonCORSMiddleware, install_error_handlers
 from jobrail.api.guard import RequestGuard
 from jobrail.api.server import ShutdownHooks
 from jobrail.bootstrap import Runtime, build_runtime, serving
@@ -111,7 +112,41 @@ def create_app(
     for router in [*routers, admin.router, ops.router]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)
+    document_body_limit(app, settings.api.max_body_bytes)
     return app
+
+
+def document_body_limit(app: FastAPI, max_body_bytes: int) -> None:
+    """Every operation that takes a request body may be answered 413 (RequestGuard, before
+    any route runs), which no route declares: the app's OpenAPI document adds it to each
+    of them, with the JSON error body of every other error."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:  # made once, then FastAPI serves it as it is
+            _add_too_large(generate(), max_body_bytes)
+        assert app.openapi_schema is not None
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _add_too_large(document: dict[str, Any], max_body_bytes: int) -> None:
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    if "ErrorBody" not in schemas:
+        error_body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, schema in error_body.pop("$defs", {}).items():
+            schemas.setdefault(name, schema)
+        schemas["ErrorBody"] = error_body
+    too_large = {
+        "description": f"The request body is larger than {max_body_bytes} bytes "
+        "(JOBRAIL_API__MAX_BODY_BYTES)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            if isinstance(operation, dict) and "requestBody" in operation:
+                operation.setdefault("responses", {}).setdefault("413", too_large)
 
 
 def add_routes(app: FastAPI, router: APIRouter) -> None:

@@ -1,4 +1,7 @@
-"""Batches and chains: their state and counts, and cancelling one as a whole."""
+"""Batches and chains: their state and counts, and cancelling one as a whole.
+
+A cancel is charged to the tenant's read budget, as a job's is (``jobrail.api.jobs``):
+it enqueues nothing."""
 
 import uuid
 
@@ -7,7 +10,7 @@ from fastapi import APIRouter
 
 from jobrail.api.auth import CurrentTenant
 from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.api.rate_limits import RateLimitRead
 from jobrail.api.schemas import FlowOut
 from jobrail.jobs.flow import FlowKind
 from jobrail.jobs.use_cases.flows import FlowService, FlowView
@@ -52,7 +55,7 @@ async def get_chain(
     "asked to stop at their next checkpoint, and the batch takes no more jobs. Its "
     "`finally` callback runs once every member has ended; its `then` never does. A "
     "finished batch is a conflict (409).",
-    dependencies=[RateLimitEnqueue],
+    dependencies=[RateLimitRead],
 )
 async def cancel_batch(
     batch_id: uuid.UUID, tenant: CurrentTenant, flows: FromDishka[FlowService]
@@ -67,7 +70,7 @@ async def cancel_batch(
     description="Its step that has not started and every later step are cancelled; a "
     "running step is asked to stop at its next checkpoint. A finished chain is a "
     "conflict (409).",
-    dependencies=[RateLimitEnqueue],
+    dependencies=[RateLimitRead],
 )
 async def cancel_chain(
     chain_id: uuid.UUID, tenant: CurrentTenant, flows: FromDishka[FlowService]

@@ -92,7 +92,7 @@ def jobs_router(
         "/{job_id}/cancel",
         summary="Cancel a job",
         description=CancelJob.__doc__,
-        dependencies=[limited("enqueue")],
+        dependencies=[limited("read")],
     )
     async def cancel_job(
         job_id: uuid.UUID,

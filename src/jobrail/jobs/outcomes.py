@@ -14,6 +14,9 @@ retry policy (``jobrail.jobs.retry``: exponential backoff with full jitter).
 | ``ThrottledError`` (someone else's 429)        | wait its retry-after, no attempt spent     |
 | ``TransientError``, a store/broker/limits outage, a timeout | retry, up to max attempts     |
 | anything else                                  | retry, up to ``max_attempts_unknown``      |
+
+(``max_attempts_unknown`` unless the job type declares its own ``max_attempts``: that one
+then holds for every error that is retried, see `RetryPolicy.attempts_for`.)
 """
 
 import json
@@ -92,9 +95,12 @@ def classify(exc: BaseException, timeout: timedelta) -> Verdict:
     return Verdict(Next.RETRY, f"unexpected error: {describe(exc)}", unknown=True)
 
 
-def retry_limit(verdict: Verdict, max_attempts: int, policy: RetryPolicy) -> int:
-    """How many attempts in all a job may make for a failure of this kind."""
-    return min(max_attempts, policy.max_attempts_unknown) if verdict.unknown else max_attempts
+def retry_limit(
+    verdict: Verdict, max_attempts: int, policy: RetryPolicy, job_type: str | None = None
+) -> int:
+    """How many attempts in all a job (of `job_type`; None: a type that declares no
+    max_attempts of its own) may make for a failure of this kind."""
+    return policy.attempts_for(job_type, max_attempts, unknown=verdict.unknown)
 
 
 def conclude(
@@ -116,6 +122,7 @@ def conclude(
         job.stop_cancelled(now)
         return ()
     if verdict.next is Next.FAIL:
+        log.warning("job %s (%s) failed: %s", job.id, job.type, verdict.error)
         return (failed(job, verdict.error, delivery, dead_letter_queue, now),)
     if verdict.next is Next.THROTTLE:
         assert verdict.retry_after is not None
@@ -128,10 +135,20 @@ def conclude(
             "job %s: %s; it will run again, this attempt not counted", job.id, verdict.error
         )
         job.throttled(verdict.error, run_after, now)
-    elif job.attempts >= retry_limit(verdict, job.max_attempts, policy):
+    elif job.attempts >= retry_limit(verdict, job.max_attempts, policy, job.type):
         error = f"{verdict.error} (gave up after {job.attempts} attempts)"
+        log.warning("job %s (%s) failed: %s", job.id, job.type, error)
         return (failed(job, error, delivery, dead_letter_queue, now),)
     else:
+        # A retry is otherwise seen only in the job's row: say it where logs are read.
+        log.warning(
+            "job %s (%s): attempt %d failed (%s); retrying in %.1fs",
+            job.id,
+            job.type,
+            job.attempts,
+            verdict.error,
+            (run_after - now).total_seconds(),
+        )
         job.retry_later(verdict.error, run_after, now)
     return (next_message(job, run_after, limits),)
 

@@ -170,6 +170,11 @@ class JobRegistry:
     def spec(self, name: str) -> JobSpec | None:
         return self._specs.get(name)
 
+    def own_max_attempts(self) -> frozenset[str]:
+        """The job types that declare a max_attempts of their own, which then bounds
+        their unexpected errors too (``RetryPolicy.own_max_attempts``)."""
+        return frozenset(spec.name for spec in self if spec.max_attempts is not None)
+
     def get(self, name: str) -> JobType | None:
         spec = self._specs.get(name)
         if spec is None:

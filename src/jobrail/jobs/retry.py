@@ -24,13 +24,28 @@ class RetryPolicy:
     ``n`` counts retries from 0, so the first retry waits at most ``base``. With
     ``jitter=False`` the delay is the upper bound itself (useful to observe backoff).
     A job type may set its own base and cap (`for_type`).
+
+    An unexpected error (neither transient nor permanent) gets at most
+    ``max_attempts_unknown`` attempts, unless its job type declares a ``max_attempts``
+    of its own (`own_max_attempts`): a type that asks for four attempts gets four for
+    every error that may be retried (`attempts_for`).
     """
 
     base_s: float
     cap_s: float
     jitter: bool = True
     max_attempts_unknown: int = 3
+    own_max_attempts: frozenset[str] = frozenset()
+    """The job types that declare their own max_attempts."""
     rng: Callable[[], float] = field(default=random.random, compare=False)
+
+    def attempts_for(self, job_type: str | None, max_attempts: int, *, unknown: bool) -> int:
+        """How many attempts in all a job of `job_type` (None: one that declares no
+        max_attempts) whose limit is `max_attempts` may make for a failure, an
+        unexpected error if `unknown`."""
+        if unknown and job_type not in self.own_max_attempts:
+            return min(max_attempts, self.max_attempts_unknown)
+        return max_attempts
 
     def delay(self, attempts_made: int) -> timedelta:
         bound = backoff(attempts_made - 1, self.base_s, self.cap_s)
