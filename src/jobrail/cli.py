@@ -210,7 +210,8 @@ def serve_api(settings: Settings, rail: JobRail | None = None) -> None:
     elif settings.embedded:
         print(
             f"jobrail: embedded mode on http://{settings.api.host}:{settings.api.port} - "
-            "no demo tenant outside SQLite: make one with `jobrail tenants create`",
+            "no demo tenant (none outside SQLite, nor without the demo module): make one with "
+            "`jobrail tenants create`",
             flush=True,
         )
     _settle_heap_once_started(app)
