@@ -18,7 +18,7 @@ $(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format docs docs-check clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -27,6 +27,7 @@ help:
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
+	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
 	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone),"
 	@echo "                and what a batch and progress reports cost (--costs-only: those alone)"
@@ -87,7 +88,21 @@ install-browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
-test: lint install-browser
+# The documentation site (mkdocs.yml, docs/). Its reference pages are generated from the
+# code at each build, so `make test` builds it too (docs-check, into a directory it then
+# removes): a broken link or a page that no longer builds fails the tests.
+# NO_MKDOCS_2_WARNING: Material's notice of its end of life, printed at every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: install-dev
+	$(MKDOCS) build --strict --site-dir site
+
+# Not --quiet: mkdocs 1.6 then lets warnings through even with --strict.
+docs-check: install-dev
+	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
+	$(MKDOCS) build --strict --site-dir "$$site"
+
+test: lint docs-check install-browser
 	$(BIN)/pytest --ignore=tests/faults
 
 test-faults: install-dev
@@ -108,4 +123,4 @@ lock: | $(BIN)/python
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^jobrail=='; } > requirements.lock
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var site .pytest_cache .mypy_cache .ruff_cache
