@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from jobrail.limits.kind import reservation
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import Acquire, Concurrency, Grant, Lock, SlidingWindow, TokenBucket
 from jobrail.limits.redis import RedisLimits
@@ -95,6 +96,7 @@ def _summary(admission: Any) -> Any:
                 d.reserved,
                 d.epoch,
                 d.own,
+                d.until,
             )
             for d in admission.decisions
         ],
@@ -109,8 +111,9 @@ async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[li
     backends: list[MemoryLimits | RedisLimits] = [memory, RedisLimits(redis, key_prefix=prefix)]
     results: list[list[Any]] = [[], []]
     grants: list[list[Grant]] = [[], []]
-    # The last epoch each backend named for a bucket key: what a job deferred by it
-    # would come back with (after a data loss, a reservation the fresh bucket never made).
+    # The last reservation each backend made for a bucket key (its epoch and use-by
+    # time): what a job deferred by it would come back with (after a data loss, a
+    # reservation the fresh bucket never made; after its time, one that has gone).
     epochs: list[dict[str, str]] = [{}, {}]
     now = 1_000_000.0
     try:
@@ -139,7 +142,7 @@ async def _play(sequence: list[tuple[Any, float]], connect: Connect) -> tuple[li
                     )
                     for item, decision in zip(items, admission.decisions, strict=True):
                         if decision.epoch is not None:
-                            epochs[b][item.key] = decision.epoch
+                            epochs[b][item.key] = reservation(decision.epoch, decision.until)
                     if admission.grant:
                         grants[b].append(admission.grant)
                     results[b].append(("admit", _summary(admission)))
@@ -185,6 +188,16 @@ RESERVING = [
     (AdmitOp((1,), (0, 0, 0), True), 0.0),
     (AdmitOp((1, 4), (0, 0, 0), True), 0.0),
 ]
+# A reservation brought back early (kept), on time (honoured) and after its time (it
+# competes again).
+RESERVED_AND_BACK = [
+    *[(AdmitOp((0,), (0, 0, 0), True), 0.0)] * 8,
+    (AdmitOp((0,), (0, 0, 0), True, (True, False, False)), 1700.0),  # early: kept
+    (AdmitOp((0,), (0, 0, 0), True, (True, False, False)), 300.0),  # honoured
+    (AdmitOp((0,), (0, 0, 0), True, (True, False, False)), 900.0),  # gone: competes
+    (ReleaseOp(3, True), 0.0),
+    (ReleaseOp(4, True), 0.0),
+]
 # The same, with the data lost while reservations are out: they are not honoured.
 RESERVING_ACROSS_A_LOSS = [
     *[(AdmitOp((0, 4), (0, 0, 0), True), 0.0)] * 5,
@@ -196,6 +209,7 @@ RESERVING_ACROSS_A_LOSS = [
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(RESERVING)
+@example(RESERVED_AND_BACK)
 @example(RESERVING_ACROSS_A_LOSS)
 @given(steps)
 def test_memory_and_redis_backends_decide_the_same(

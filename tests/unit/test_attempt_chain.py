@@ -269,6 +269,7 @@ class FakeAdmitted:
     fence: int | None = 7
     kept: Kept | None = None
     released: list[bool] = field(default_factory=list)
+    start_within: timedelta | None = None
 
     async def release(self, *, refund: bool = False) -> None:
         self.released.append(refund)
@@ -280,6 +281,7 @@ class ScriptedGate:
 
     verdicts: list[Any]
     asked: list[dict[str, Any]] = field(default_factory=list)
+    prepaid: list[tuple[str, ...]] = field(default_factory=list)
 
     async def enter(
         self,
@@ -292,6 +294,7 @@ class ScriptedGate:
         take_over: bool = False,
     ) -> Any:
         self.asked.append({"keys": list(keys), "owner": owner, "take_over": take_over})
+        self.prepaid.append(tuple(prepaid))
         return self.verdicts.pop(0)
 
 
@@ -430,3 +433,94 @@ async def test_turned_away_at_its_takeover_it_gives_the_claim_back() -> None:
     assert given.run_after == clock.now() + timedelta(seconds=2)
     assert given.message.deferrals == 1
     assert attempt.fence is None
+
+
+# A token bucket keeps to its rate where the handler starts: a job whose claim took
+# longer than its tokens allow competes for them again.
+
+BUCKET = JobLimits(
+    limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=5, per_second=5)]
+)
+RESERVED = "0123456789abcdef@1000.0:vendor:acme"
+
+
+async def test_a_job_that_starts_on_time_uses_its_admission() -> None:
+    clock = FixedClock()
+    admitted = FakeAdmitted(start_within=timedelta(milliseconds=50))
+    gate = ScriptedGate([admitted])
+    middleware = LimitsAndLock(gate, clock)
+    job = make_job()
+    attempt = _attempt(job, BUCKET)
+
+    held = await middleware.before_claim(attempt)
+    assert held == Held(("vendor:acme",), admitted, clock.now() + timedelta(milliseconds=50))
+    clock.advance(timedelta(milliseconds=50))  # its claim took all the room there was
+    attempt.job = job
+
+    assert await middleware.after_claim(attempt, held) == held
+    assert len(gate.asked) == 1
+
+
+async def test_a_job_claimed_too_late_for_its_tokens_is_admitted_again_without_them() -> None:
+    clock = FixedClock()
+    late = FakeAdmitted(fence=7, start_within=timedelta(milliseconds=50))
+    again = FakeAdmitted(fence=8, start_within=timedelta(milliseconds=50))
+    gate = ScriptedGate([late, again])
+    middleware = LimitsAndLock(gate, clock)
+    job = make_job()
+    attempt = _attempt(job, BUCKET, prepaid=(RESERVED,))
+
+    held = await middleware.before_claim(attempt)
+    assert isinstance(held, Held)
+    clock.advance(timedelta(seconds=1))  # the database stalled on its claim
+    attempt.job = job
+    after = await middleware.after_claim(attempt, held)
+
+    assert after == Held(("vendor:acme",), again, clock.now() + timedelta(milliseconds=50))
+    assert attempt.fence == 8
+    # Its reservation went with the first admission: the second one competes, and takes
+    # over what the first holds (its tokens are not given back: their time has gone).
+    assert gate.prepaid == [(RESERVED,), ()]
+    assert [asked["take_over"] for asked in gate.asked] == [False, True]
+    assert late.released == []
+
+
+async def test_a_job_claimed_too_late_that_the_bucket_turns_away_gives_its_claim_back() -> None:
+    clock = FixedClock()
+    late = FakeAdmitted(start_within=timedelta(milliseconds=50))
+    denied = Deferred(timedelta(seconds=2), "limited by vendor", prepaid=(RESERVED,))
+    middleware = LimitsAndLock(ScriptedGate([late, denied]), clock)
+    job = make_job()
+    attempt = _attempt(job, BUCKET)
+
+    held = await middleware.before_claim(attempt)
+    assert isinstance(held, Held)
+    clock.advance(timedelta(seconds=1))
+    attempt.job = job
+    given = await middleware.after_claim(attempt, held)
+
+    assert isinstance(given, GiveBack)
+    assert given.message.not_before == clock.now() + timedelta(seconds=2)
+    assert given.message.prepaid == (RESERVED,)
+    assert late.released == [False]  # what it held goes back; no tokens
+
+
+async def test_a_job_late_again_after_its_second_admission_gives_its_claim_back() -> None:
+    clock = FixedClock()
+    late = FakeAdmitted(start_within=timedelta(milliseconds=50))
+    again = FakeAdmitted(start_within=timedelta(milliseconds=-1))  # no room at all
+    middleware = LimitsAndLock(ScriptedGate([late, again]), clock)
+    job = make_job()
+    attempt = _attempt(job, BUCKET)
+
+    held = await middleware.before_claim(attempt)
+    assert isinstance(held, Held)
+    clock.advance(timedelta(seconds=1))
+    attempt.job = job
+    given = await middleware.after_claim(attempt, held)
+
+    assert isinstance(given, GiveBack)
+    assert given.message.not_before is not None
+    assert given.message.not_before > clock.now()
+    assert again.released == [False]
+    assert late.released == [False]

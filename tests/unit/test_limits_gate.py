@@ -213,6 +213,39 @@ def test_a_reservation_label_names_its_bucket_state_and_anything_else_is_none() 
     assert reservations(["vendor:acme", "", ":k", "xyz:"]) == {}
 
 
+def test_a_reservation_label_names_until_when_it_may_be_used() -> None:
+    label = reservation("vendor:acme:eu", "0123456789abcdef", 1733400000123.25)
+
+    assert reservations([label]) == {"vendor:acme:eu": "0123456789abcdef@1733400000123.25"}
+    # A time that is not one is no reservation: such a job competes for its token again.
+    assert reservations(["0123456789abcdef@soon:k", "0123456789abcdef@inf:k"]) == {}
+    assert reservations(["0123456789abcdef@nan:k", "0123456789abcdef@:k"]) == {}
+
+
+async def test_a_rate_limited_job_releases_nothing_after_it_ran() -> None:
+    """Rate limits hold nothing while a job runs: its release is no round trip."""
+    clock = FixedClock()
+    limits = CountingLimits(clock)
+    gate = JobGate(limits, LimitCounters(), GateConfig(jitter=0.0))
+    admitted = await gate.enter(ONE_PER_MINUTE, ["vendor:acme"])
+    assert not isinstance(admitted, Deferred)
+
+    await admitted.release()
+    assert limits.released == []
+    await admitted.release(refund=True)  # never started: its token goes back
+    assert limits.released == [True]
+
+
+class CountingLimits(MemoryLimits):
+    def __init__(self, clock: FixedClock) -> None:
+        super().__init__(clock_ms=lambda: clock.now().timestamp() * 1000)
+        self.released: list[bool] = []
+
+    async def release(self, grant: Any, *, refund: bool = False, now_ms: Any = None) -> None:
+        self.released.append(refund)
+        await super().release(grant, refund=refund, now_ms=now_ms)
+
+
 def test_the_outage_count_travels_in_the_message_and_must_be_a_whole_number() -> None:
     job = make_job()
     message = encode(first_delivery(job).again(deferred=True, outages=3))

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from jobrail.limits import kind
+from jobrail.limits.kinds.token_bucket import START_TOLERANCE_MS
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
     Acquire,
@@ -29,6 +31,10 @@ def one(limit: object, key: str = "k") -> list[Acquire]:
     return [Acquire(limit, key)]  # type: ignore[arg-type]
 
 
+def paid(limit: TokenBucket, reservation: str, key: str = "k") -> list[Acquire]:
+    return [Acquire(limit, key, prepaid=reservation)]
+
+
 async def test_a_bucket_allows_its_burst_then_says_exactly_when_the_next_token_comes() -> None:
     limits = MemoryLimits()
     decisions = [(await limits.admit(one(BUCKET), f"h{i}", now_ms=0)) for i in range(4)]
@@ -43,11 +49,87 @@ async def test_a_bucket_allows_its_burst_then_says_exactly_when_the_next_token_c
 async def test_a_refund_gives_the_token_back() -> None:
     limits = MemoryLimits()
     grants = [(await limits.admit(one(BUCKET), f"h{i}", now_ms=0)).grant for i in range(3)]
+    assert grants[-1] is not None
+
+    await limits.release(grants[-1], refund=True)
+
+    assert (await limits.admit(one(BUCKET), "again", now_ms=0)).allowed
+
+
+async def test_a_token_charged_before_others_is_not_refunded() -> None:
+    """Given back after later tokens were charged, it would hand the bucket's next token
+    the time of one given out already, and the two jobs would start together."""
+    limits = MemoryLimits()
+    grants = [(await limits.admit(one(BUCKET), f"h{i}", now_ms=0)).grant for i in range(3)]
     assert grants[0] is not None
 
     await limits.release(grants[0], refund=True)
 
-    assert (await limits.admit(one(BUCKET), "again", now_ms=0)).allowed
+    assert not (await limits.admit(one(BUCKET), "again", now_ms=0)).allowed
+
+
+async def test_a_reserved_token_is_honoured_until_its_time_then_the_job_competes_again() -> None:
+    limits = MemoryLimits()
+    for i in range(3):
+        await limits.admit(one(BUCKET), f"h{i}", now_ms=0)
+    [first] = (await limits.admit(one(BUCKET), "w1", reserve=True, now_ms=0)).decisions
+    for n in range(3):  # jobs waiting behind it
+        await limits.admit(one(BUCKET), f"w{n + 2}", reserve=True, now_ms=0)
+    assert first.reserved
+    assert first.epoch is not None
+    assert first.until is not None
+    reservation = kind.reservation(first.epoch, first.until)
+    due = first.retry_after_s * 1000
+
+    early = await limits.admit(paid(BUCKET, reservation), "early", reserve=True, now_ms=due - 1)
+    on_time = await limits.admit(paid(BUCKET, reservation), "on-time", now_ms=due)
+    late = await limits.admit(
+        paid(BUCKET, reservation), "late", reserve=True, now_ms=first.until + 1
+    )
+
+    # Brought back before its token is due (another clock's "due"), it waits, keeping it.
+    assert not early.allowed
+    assert early.decisions[0].reserved
+    assert early.decisions[0].until == first.until
+    assert early.decisions[0].retry_after_s == pytest.approx(0.001)
+    assert on_time.allowed
+    assert on_time.decisions[0].until == first.until
+    # Its token's time has gone: it waits behind the others for a token of its own.
+    assert not late.allowed
+    assert late.decisions[0].reserved
+    assert late.decisions[0].until != first.until
+
+
+async def test_an_admission_says_by_when_its_work_must_start() -> None:
+    limits = MemoryLimits()
+    first = await limits.admit(one(BUCKET), "h0", now_ms=0)
+    second = await limits.admit(one(BUCKET), "h1", now_ms=0)
+
+    # A full bucket's first token has no room but the tolerance; the next one the
+    # interval the bucket was ahead by then.
+    assert first.start_within == timedelta(milliseconds=START_TOLERANCE_MS)
+    assert second.start_within == timedelta(milliseconds=500 + START_TOLERANCE_MS)
+    assert (await limits.admit(one(WINDOW), "w", now_ms=0)).start_within is None
+
+
+async def test_a_prepaid_token_is_not_refunded() -> None:
+    """It was charged when it was reserved, before the tokens reserved after it."""
+    limits = MemoryLimits()
+    for i in range(3):
+        await limits.admit(one(BUCKET), f"h{i}", now_ms=0)
+    [first] = (await limits.admit(one(BUCKET), "w1", reserve=True, now_ms=0)).decisions
+    await limits.admit(one(BUCKET), "w2", reserve=True, now_ms=0)
+    assert first.epoch is not None
+    due = first.retry_after_s * 1000
+    back = await limits.admit(
+        paid(BUCKET, kind.reservation(first.epoch, first.until)), "w1-back", now_ms=due
+    )
+    assert back.grant is not None
+
+    await limits.release(back.grant, refund=True)
+
+    # Not given back: at w2's token's time, there is no second token.
+    assert not (await limits.admit(one(BUCKET), "third", now_ms=due + 500)).allowed
 
 
 async def test_a_sliding_window_counts_acquires_in_the_last_window() -> None:

@@ -605,6 +605,29 @@ async def test_a_token_taken_for_a_job_another_worker_claimed_first_is_given_bac
     assert peek.allowed  # the token was refunded
 
 
+async def test_a_job_whose_claim_outlasts_its_token_waits_its_turn_instead_of_starting() -> None:
+    """The bucket's first token leaves no room: a job that reaches its handler a second
+    after the bucket let it in would start on a token whose time has gone."""
+    h = Harness()
+    job = h.add()
+    claim = h.store.claim
+
+    async def stalled(*args: Any, **kwargs: Any) -> Any:
+        h.clock.advance(timedelta(seconds=1))  # the database answers a second later
+        return await claim(*args, **kwargs)
+
+    h.store.claim = stalled  # type: ignore[method-assign]
+    waiting = await h.run(job, limits=ONE_PER_MINUTE)
+
+    assert h.calls == 0
+    assert waiting.status is JobStatus.RETRYING
+    assert waiting.attempts == 0
+    [again] = h.dispatcher.dispatched
+    # Admitted again at its real start, it waits for the bucket's next token.
+    assert again.not_before == h.clock.now() + timedelta(seconds=59)
+    assert json.loads(again.body)["labels"]["prepaid"]  # its new token, reserved
+
+
 async def test_when_redis_is_down_a_limited_job_is_deferred_with_backoff_not_run() -> None:
     h = Harness()
 

@@ -19,6 +19,15 @@ Admitted, the lock's fence goes to the handler and the lock and slot leases to t
 attempt's watchdog, which keeps them renewed while the handler runs; after the attempt
 everything is released in one more round trip, and the tokens refunded if the job never
 started (another worker claimed it first).
+
+A token bucket keeps to its rate at the moment the handler starts, which is what a
+vendor sees, not at the moment the store said yes: between the two lies the claim, and
+a database that stalls for a second would otherwise let every job admitted meanwhile
+start at once when it answers. So the admission says by when the job must start
+(`Admitted.start_within`, see ``jobrail.limits.gate``), and the job is checked just
+before its handler starts, after the claim. A job later than that competes for its
+tokens again (`_enter` without its reservations, taking over its own locks and slots),
+its claim given back if the bucket says wait.
 """
 
 import logging
@@ -36,17 +45,20 @@ from jobrail.limits.model import JobLimits
 
 log = logging.getLogger("jobrail.runner")
 
-# How late a job may come back and still use the token reserved for it.
-RESERVATION_GRACE = timedelta(milliseconds=25)
+# A job late for its tokens twice in a row (the store answers slower than a token's
+# room: an overloaded worker) gives its claim back and comes back this much later.
+LATE_AGAIN_RETRY = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
     """What one attempt holds of its limits: `admitted` is None while only the job's own
-    earlier admissions hold them (taken over after the claim)."""
+    earlier admissions hold them (taken over after the claim). `start_by`: when the
+    handler must have started to use the admission's tokens (None: it has none)."""
 
     keys: tuple[str, ...]
     admitted: Admitted | None
+    start_by: datetime | None = None
 
 
 class LimitsAndLock:
@@ -80,9 +92,9 @@ class LimitsAndLock:
                 # A row written past the API (its payload was checked on enqueue): no
                 # attempt would ever get its keys.
                 return GiveUp(f"its limits' keys cannot be made from its payload ({exc!r})")
-        verdict = await self._enter(delivery, limits, keys)
+        verdict, start_by = await self._enter(delivery, limits, keys)
         if not isinstance(verdict, Deferred):
-            return Held(keys, verdict)
+            return Held(keys, verdict, start_by)
         if verdict.own:
             return Held(keys, None)  # held by the job's own earlier admissions: claim first
         # From the clock after Redis answered: never earlier than the reserved token.
@@ -108,15 +120,29 @@ class LimitsAndLock:
 
     async def after_claim(self, attempt: Attempt, state: Held) -> Held | GiveBack:
         admitted = state.admitted
-        if admitted is None:
+        late = admitted is not None and self._late(state.start_by)
+        if admitted is None or late:
             # The claim succeeded, so no other attempt of this job is alive (the one
             # before stopped itself before its lease ended): the locks and slots the
             # job's earlier admissions hold are a dead attempt's, or a duplicate
-            # delivery's whose claim will fail. Take them over; the lock's fence grows,
-            # so the dead attempt's fenced writes are refused.
+            # delivery's whose claim will fail, or this attempt's own admission, which
+            # came too late for its tokens. Take them over; the lock's fence grows, so
+            # the earlier holders' fenced writes are refused. A late job competes for
+            # its tokens again, reservations and all: their time has gone too.
             delivery = attempt.delivery
-            taken = await self._enter(delivery, attempt.run.limits, state.keys, take_over=True)
+            if late:
+                log.info(
+                    "job %s started too late for its tokens: admitting it again", delivery.job_id
+                )
+            taken, start_by = await self._enter(
+                delivery, attempt.run.limits, state.keys, take_over=True, reserved=not late
+            )
+            if not isinstance(taken, Deferred) and self._late(start_by):
+                await taken.release()
+                taken = Deferred(LATE_AGAIN_RETRY, "started too late for its tokens twice")
             if isinstance(taken, Deferred):
+                if admitted is not None:
+                    await admitted.release()  # its locks and slots; no tokens back
                 log.info(
                     "job %s deferred %.3fs after its claim: %s",
                     delivery.job_id,
@@ -127,7 +153,7 @@ class LimitsAndLock:
                 message = deferred_message(delivery, taken, now + taken.delay, now)
                 return GiveBack(message, taken.reason, now)
             admitted = taken
-            state = Held(state.keys, taken)
+            state = Held(state.keys, taken, start_by)
         attempt.fence = admitted.fence
         if (kept := admitted.kept) is not None:
             attempt.kept += (kept,)
@@ -144,23 +170,29 @@ class LimitsAndLock:
         keys: Sequence[str],
         *,
         take_over: bool = False,
-    ) -> Admitted | Deferred:
-        """Ask the gate for the job's limits and lock. With `take_over`, the locks and
-        slots the job's own earlier admissions hold are taken from them (the job is
-        claimed: none of those attempts is alive)."""
-        now = self._clock.now()
-        # A reserved token must be used on time: a job that comes back late competes
-        # again, so that late jobs cannot bunch their calls together.
-        on_time = delivery.not_before is not None and now <= delivery.not_before + RESERVATION_GRACE
-        return await self._gate.enter(
+        reserved: bool = True,
+    ) -> tuple[Admitted | Deferred, datetime | None]:
+        """Ask the gate for the job's limits and lock (with its reservations, unless not
+        `reserved`), and say by when an admitted job must start (None: whenever). With
+        `take_over`, the locks and slots the job's own earlier admissions hold are taken
+        from them (the job is claimed: none of those attempts is alive)."""
+        # Before the request leaves: the start's deadline errs on the early side. (The
+        # store itself refuses a reservation brought back after its time.)
+        asked = self._clock.now()
+        verdict = await self._gate.enter(
             limits,
             keys,
             delivery.deferrals,
-            delivery.prepaid if on_time else (),
+            delivery.prepaid if reserved else (),
             outages=delivery.outages,
             owner=job_owner(delivery.job_id),
             take_over=take_over,
         )
+        within = None if isinstance(verdict, Deferred) else verdict.start_within
+        return verdict, None if within is None else asked + within
+
+    def _late(self, start_by: datetime | None) -> bool:
+        return start_by is not None and self._clock.now() > start_by
 
 
 def deferred_message(

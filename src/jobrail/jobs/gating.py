@@ -57,6 +57,13 @@ class Admitted(Protocol):
         slot leases), or None if nothing held lapses."""
         ...
 
+    @property
+    def start_within(self) -> timedelta | None:
+        """How long after the admission was asked for the job's handler must start, or
+        its token buckets' tokens are no longer its to use (None: it has none). A job
+        that starts later competes for its tokens again."""
+        ...
+
     async def release(self, *, refund: bool = False) -> None:
         """Give back everything held (`refund`: the tokens taken too, the job never ran)."""
         ...

@@ -17,9 +17,19 @@ or deferred, why, and for how long.
 
 A token bucket that says no reserves its next token for the job, which comes back
 when it is due with the reservation in its message (``Deferred.prepaid``): the bucket's
-key and the epoch of the bucket state the token was reserved in. The backend honours
-it only in that same state, so reservations made before Redis lost its data are not
-honoured by the fresh bucket (see ``jobrail.limits.redis``).
+key, the epoch of the bucket state the token was reserved in, and until when it may be
+used. The backend honours it only in that same state, so reservations made before Redis
+lost its data are not honoured by the fresh bucket (see ``jobrail.limits.redis``), and
+only until then, so that a job that comes back late does not start together with the
+jobs admitted for later tokens.
+
+A bucket keeps to its rate at the moments the jobs' handlers start, which is what a
+vendor behind it sees: each admission says how long after it the job may start
+(`Pass.start_within`, until its tokens' `Decision.until`; see
+``jobrail.limits.kinds.token_bucket``). The job runner measures it from before the
+request left and checks it just before the handler starts; a job later than that (its
+claim waited on a busy database, say) competes for a token again instead of starting on
+one whose time has gone (see ``jobrail.jobs.admission``).
 
 While Redis is unreachable, a limited job is deferred with exponential backoff on the
 number of *consecutive* outage deferrals of that job (``outages``), not on all its
@@ -34,6 +44,7 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from math import isfinite
 
 from opentelemetry import trace
 
@@ -43,6 +54,8 @@ from jobrail.jobs.retry import backoff
 from jobrail.jobs.watchdog import RENEWAL_MARGIN
 from jobrail.kernel.errors import TransientError
 from jobrail.limits.counters import LimitCounters
+from jobrail.limits.kind import reservation as prepaid_text
+from jobrail.limits.kind import reserved
 from jobrail.limits.model import (
     Acquire,
     Grant,
@@ -84,21 +97,25 @@ class GateConfig:
     consecutive outage deferral of the job, up to `unavailable_retry_max`."""
 
 
-def reservation(key: str, epoch: str) -> str:
-    """A reservation as it travels in a message's labels: ``<epoch>:<key>``. The epoch
-    is hex digits only (``Decision.epoch``), so the first colon ends it."""
-    return f"{epoch}:{key}"
+def reservation(key: str, epoch: str, until: float | None = None) -> str:
+    """A reservation as it travels in a message's labels: ``<epoch>@<until>:<key>``. The
+    epoch is hex digits only (``Decision.epoch``) and `until` a number, so the first
+    colon ends them."""
+    return f"{prepaid_text(epoch, until)}:{key}"
 
 
 def reservations(labels: Sequence[str]) -> dict[str, str]:
-    """Reserved token buckets' keys and their epochs, from a message's labels. Anything
-    else (a label from before epochs, which named only the key) is no reservation: that
-    job competes for its token again."""
+    """Reserved token buckets' keys and their reservations (`Acquire.prepaid`), from a
+    message's labels. Anything else (a label from before epochs, which named only the
+    key) is no reservation: that job competes for its token again."""
     found = {}
     for label in labels:
-        epoch, colon, key = label.partition(":")
-        if colon and key and epoch and all(c in string.hexdigits for c in epoch):
-            found[key] = epoch
+        made, colon, key = label.partition(":")
+        epoch, until = reserved(made)
+        # A use-by time that is not a number is no reservation either.
+        dated = "@" not in made or (until is not None and isfinite(until))
+        if colon and key and epoch and all(c in string.hexdigits for c in epoch) and dated:
+            found[key] = made
     return found
 
 
@@ -106,10 +123,17 @@ class Pass:
     """An admission: kept while the job runs (its lock and slot leases, renewed by the
     attempt's watchdog, ``jobrail.jobs.watchdog``), released when the job ends."""
 
-    def __init__(self, backend: LimitsBackend, grant: Grant, counters: LimitCounters) -> None:
+    def __init__(
+        self,
+        backend: LimitsBackend,
+        grant: Grant,
+        counters: LimitCounters,
+        start_within: timedelta | None = None,
+    ) -> None:
         self._backend = backend
         self._grant = grant
         self._counters = counters
+        self._start_within = start_within
         ttls = [ttl for item in grant.items if (ttl := item.limit.hold_ttl_s) is not None]
         self._ttl = min(ttls) if ttls else None
         self._confirmed = asyncio.get_running_loop().time()
@@ -117,6 +141,12 @@ class Pass:
     @property
     def fence(self) -> int | None:
         return self._grant.fence
+
+    @property
+    def start_within(self) -> timedelta | None:
+        """How long after the admission was asked for the job must start to keep to its
+        token buckets (None: it has none)."""
+        return self._start_within
 
     @property
     def kept(self) -> "Pass | None":
@@ -152,6 +182,8 @@ class Pass:
         return LockLostError("the job's lock was lost while it ran (no renewal was confirmed)")
 
     async def release(self, *, refund: bool = False) -> None:
+        if self._ttl is None and not refund:
+            return  # rate limits hold nothing while a job runs: nothing to give back
         try:
             await self._backend.release(self._grant, refund=refund)
         except LimitsUnavailableError as exc:
@@ -244,17 +276,23 @@ class JobGate:
             )
         if admission.grant is not None:
             self._counters.admitted += 1
-            return Pass(self._backend, admission.grant, self._counters)
+            return Pass(self._backend, admission.grant, self._counters, admission.start_within)
         self._counters.deferred += 1
         contended = False
         waits = []
         # The tokens reserved now, and those reserved before that this state still
         # honoured (the admission failed on something else: they stay reserved).
-        reserved = [
-            reservation(item.key, decision.epoch)
+        kept = [
+            reservation(item.key, decision.epoch, decision.until)
             for item, decision in zip(items, admission.decisions, strict=True)
             if decision.epoch is not None
-            and (decision.reserved or (item.prepaid is not None and item.prepaid == decision.epoch))
+            and (
+                decision.reserved
+                or (
+                    item.prepaid is not None
+                    and reserved(item.prepaid) == (decision.epoch, decision.until)
+                )
+            )
         ]
         reservations_only = all(d.allowed or d.reserved for d in admission.decisions)
         for item, decision in zip(items, admission.decisions, strict=True):
@@ -273,7 +311,7 @@ class JobGate:
         return Deferred(
             timedelta(seconds=delay) if reservations_only else self._jittered(delay),
             f"limited by {', '.join(admission.denied_by)}",
-            prepaid=tuple(reserved),
+            prepaid=tuple(kept),
             own=all(d.allowed or d.own for d in admission.decisions),
             waits_on=tuple(
                 WaitsOn(

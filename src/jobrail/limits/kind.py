@@ -43,6 +43,11 @@ class Decision:
     own: bool = False
     """A lock or slot denied only because holders of the admission's own `owner` hold it
     (an earlier admission for the same job): an admission with `take_over` would get it."""
+    until: float | None = None
+    """A token bucket's token: the latest moment (the store's clock, ms) at which the
+    work it pays for may start, so that the starts keep to the bucket (an allowed item:
+    its start's deadline; a reservation: until when it may be used, `Acquire.prepaid`).
+    None for other kinds."""
 
     @property
     def retry_after_s(self) -> float:
@@ -87,6 +92,22 @@ def num(value: float) -> str:
     return repr(float(value))
 
 
+def reservation(epoch: str, until: float | None) -> str:
+    """A token bucket's reservation as `Acquire.prepaid` carries it: the bucket state it
+    was made in and until when it may be used (``<epoch>@<until ms>``)."""
+    return epoch if until is None else f"{epoch}@{num(until)}"
+
+
+def reserved(prepaid: str | None) -> tuple[str, float | None]:
+    """The epoch and the use-by time of a reservation (`reservation`); a bare epoch (a
+    reservation from before use-by times) has none."""
+    epoch, _, until = (prepaid or "").partition("@")
+    try:
+        return epoch, float(until) if until else None
+    except ValueError:
+        return epoch, None
+
+
 class LimitKind(ABC, Generic[S]):
     """The interface every limit kind implements (see the module docstring).
 
@@ -99,8 +120,9 @@ class LimitKind(ABC, Generic[S]):
     LUA: ClassVar[str]
     """Lua that sets ``KINDS['<kind>']`` to a table of functions, run inside every script:
 
-    - ``admit(c, k, p)`` -> ok, remaining, retry_ms, reserved, epoch, own, take, reserve
-      (`take` and `reserve` are functions or nil; `take` may return a fencing token);
+    - ``admit(c, k, p)`` -> ok, remaining, retry_ms, reserved, epoch, own, take, reserve,
+      until (`take` and `reserve` are functions or nil; `take` may return a fencing
+      token; `until` is `Decision.until`, nil for most kinds);
     - ``release(c, k, p)``; ``extend(c, k, ttl_ms)`` -> held (kinds that hold);
     - ``holders(c, k)`` -> a flat list of holder, until_ms (kinds that hold).
 

@@ -63,11 +63,11 @@ class MemoryLimits:
         decisions = [verdict.decision for verdict in verdicts]
         allowed = all(d.allowed for d in decisions)
         if dry_run:
-            return Admission(allowed=allowed, decisions=decisions, grant=None)
+            return Admission(allowed=allowed, decisions=decisions, grant=None, now_ms=c.now)
         if not allowed:
             for verdict in verdicts:
                 verdict.reserve()
-            return Admission(allowed=False, decisions=decisions, grant=None)
+            return Admission(allowed=False, decisions=decisions, grant=None, now_ms=c.now)
         fence = None
         for verdict in verdicts:
             result = verdict.take()
@@ -79,7 +79,7 @@ class MemoryLimits:
             fence=fence,
             epochs=tuple(d.epoch for d in decisions),
         )
-        return Admission(allowed=True, decisions=decisions, grant=grant)
+        return Admission(allowed=True, decisions=decisions, grant=grant, now_ms=c.now)
 
     async def release(
         self, grant: Grant, *, refund: bool = False, now_ms: float | None = None

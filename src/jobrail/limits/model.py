@@ -117,10 +117,13 @@ class JobLimits:
 class Acquire:
     """One limit to acquire, with its key already rendered. A token bucket item may be
     `prepaid`: its token was reserved when an earlier admission was denied, in the
-    bucket state named by this epoch (`Decision.epoch`). The reservation is honoured
-    only while the bucket is still in that state: after the store lost the bucket (a
-    Redis restart without persistence, a reset) or the bucket refilled completely, the
-    item competes for a token like any other, so a fresh bucket never pays twice."""
+    bucket state named by its epoch (`Decision.epoch`), to be used by its `until`
+    (``<epoch>@<until>``, ``jobrail.limits.kind.reservation``). The reservation is
+    honoured only while the bucket is still in that state: after the store lost the
+    bucket (a Redis restart without persistence, a reset) or the bucket refilled
+    completely, the item competes for a token like any other, so a fresh bucket never
+    pays twice. Brought after its `until`, it competes again too: its token's time has
+    gone, and starting on it would bunch with the jobs admitted for later tokens."""
 
     limit: LimitKind[Any]
     key: str
@@ -144,6 +147,17 @@ class Admission:
     allowed: bool
     decisions: Sequence[Decision]
     grant: Grant | None
+    now_ms: float | None = None
+    """The store's clock when it decided (the clock of `Decision.until`)."""
+
+    @property
+    def start_within(self) -> timedelta | None:
+        """How long after the decision the admitted work may start and keep to its token
+        buckets (`Decision.until`); None when none of its items says."""
+        untils = [d.until for d in self.decisions if d.allowed and d.until is not None]
+        if not untils or self.now_ms is None:
+            return None
+        return timedelta(milliseconds=max(0.0, min(untils) - self.now_ms))
 
     @property
     def retry_after(self) -> timedelta:

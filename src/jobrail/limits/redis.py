@@ -38,7 +38,9 @@ must survive that, and neither may rely on a key having survived:
   has an old state's epoch. A bucket that is lost, reset, or refilled
   completely starts a new epoch, and the job competes for a token again (a refill
   that complete means it came back more than a whole burst late anyway). Refunds go
-  back only to the epoch they were charged in.
+  back only to the epoch they were charged in. A reservation also names until when it
+  may be used, in Redis's time (``jobrail.limits.kinds.token_bucket``), so whether a
+  job came back in time for it does not depend on the workers' clocks either.
 - **Fencing tokens.** The fence of a lock is ``max(last fence + 1, now in µs)``. The
   counter alone restarts at 1 after a data loss; Redis's clock alone may repeat
   within a microsecond. Their maximum stays monotonic across a loss as long as
@@ -342,7 +344,7 @@ class RedisLimits:
         fence = int(raw[1]) if raw[1] not in (b"", "") else None
         decisions = []
         for i, item in enumerate(items):
-            ok, remaining, retry, reserved, epoch, own = raw[2 + 6 * i : 8 + 6 * i]
+            ok, remaining, retry, reserved, epoch, own, until = raw[3 + 7 * i : 10 + 7 * i]
             granted = int(ok) == 1
             decisions.append(
                 Decision(
@@ -353,13 +355,14 @@ class RedisLimits:
                     reserved=int(reserved) == 1,
                     epoch=_text(epoch) or None,
                     own=int(own) == 1,
+                    until=float(until) if until not in (b"", "") else None,
                 )
             )
         grant = None
         if allowed and not dry_run:
             epochs = tuple(d.epoch for d in decisions)
             grant = Grant(items=tuple(items), holder=holder, fence=fence, epochs=epochs)
-        return Admission(allowed=allowed, decisions=decisions, grant=grant)
+        return Admission(allowed=allowed, decisions=decisions, grant=grant, now_ms=float(raw[2]))
 
     async def release(
         self, grant: Grant, *, refund: bool = False, now_ms: float | None = None

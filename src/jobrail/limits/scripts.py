@@ -50,20 +50,21 @@ end
 # made one. A lock or slots held by holders starting with `owner` (an earlier admission
 # of the same job: '<job id>/') are taken from them with take_over = '1', else reported
 # as `own`.
-# Out: allowed, fence, then per item: ok, remaining, retry_after, reserved, epoch, own.
+# Out: allowed, fence, now (ms), then per item: ok, remaining, retry_after, reserved,
+# epoch, own, until ('' when the kind gives none).
 _ADMIT = """
 local now, now_us = clock(ARGV[1])
 local c = {now = now, now_us = now_us, holder = ARGV[2], reserve = ARGV[4] == '1',
            owner = ARGV[6], take_over = ARGV[7] == '1'}
 function c.owned(who) return c.owner ~= '' and string.sub(who, 1, #c.owner) == c.owner end
 local dry, n = ARGV[3] == '1', tonumber(ARGV[5])
-local out, takes, holds, all = {0, ''}, {}, {}, true
+local out, takes, holds, all = {0, '', num(now)}, {}, {}, true
 local a = 8
 for i = 1, n do
   local kind, k = KINDS[ARGV[a]], keys_of(tonumber(ARGV[a + 1]))
   local p = {ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]}
   a = a + 6
-  local ok, remaining, retry, reserved, epoch, own, take, hold = kind.admit(c, k, p)
+  local ok, remaining, retry, reserved, epoch, own, take, hold, till = kind.admit(c, k, p)
   if ok == 0 then all = false end
   if take then takes[#takes + 1] = take end
   if hold then holds[#holds + 1] = hold end
@@ -73,6 +74,7 @@ for i = 1, n do
   out[#out + 1] = reserved
   out[#out + 1] = epoch
   out[#out + 1] = own
+  out[#out + 1] = till and num(till) or ''
 end
 if all then out[1] = 1 end
 if not dry then
