@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.api_load import ENQUEUE_LIMITS, _free_port, _ready, echo_request, load
 from bench.common import PYTHON, ROOT, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from jobrail.persistence.admin import drop_database
+from jobrail.store.admin import drop_database
 
 
 def _env(stack: Stack, src: Path, **extra: str) -> dict[str, str]:

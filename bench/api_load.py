@@ -30,7 +30,7 @@ from bench.common import (
     wait_until,
 )
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from jobrail.persistence.admin import drop_database
+from jobrail.store.admin import drop_database
 
 ECHO_BODY = b'{"message": "bench"}'
 ENQUEUE_LIMITS = json.dumps(

@@ -9,8 +9,8 @@ runtime against RabbitMQ (the messages stay queued; nothing consumes them).
 
 Run: the runner over the Postgres store (claim -> no-op handler -> record, 64 jobs at a
 time, the worker's 1 ms batch window, no broker), as `bench.progress_cost` runs it: the
-batch's members through `FlowRecordingStore` (as `jobrail.ioc` wraps the store: each end
-is one transaction that locks the flow's row, records the member and counts it), the
+batch's members through `FlowRecordingStore` (as `jobrail.runtime.container` wraps the
+store: each end is one transaction that locks the flow's row, records the member and counts it), the
 plain jobs through the `PgJobStore` alone. At the end of each round the batch's row must
 count 1,000 successes and its `then` job must have been released (pending).
 
@@ -33,24 +33,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from bench import jobs as bench_jobs
 from bench.common import machine, unique
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from jobrail.bootstrap import Runtime, build_runtime
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import FlowRole, Job
-from jobrail.jobs.flow import FlowId
-from jobrail.jobs.flow_recording import FlowRecordingStore
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import JobStore
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
-from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob, FlowService
 from jobrail.kernel.clock import SystemClock
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.admin import drop_database
-from jobrail.persistence.pg import PgJobStore, create_pool
-from jobrail.persistence.tables import flows, jobs
-from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.runtime.bootstrap import Runtime, build_runtime
 from jobrail.settings import DatabaseSettings
+from jobrail.store.admin import drop_database
+from jobrail.store.pg import PgJobStore, create_pool
+from jobrail.store.tables import flows, jobs
+from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.worker.context import JobContext
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
+from jobrail.workflows.model import FlowId
+from jobrail.workflows.recording import FlowRecordingStore
+from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
 
 COUNT = 1000
 AT_ONCE = 64
@@ -195,7 +195,7 @@ async def run(count: int = COUNT, rounds: int = ROUNDS) -> dict[str, Any]:
         service = await runtime.container.get(FlowService)
         factory = await runtime.container.get(UnitOfWorkFactory)
         store = PgJobStore(pool, window_s=0.001)  # the worker's default batch window
-        # As jobrail.ioc wraps the worker's store: a member's end in one transaction.
+        # As jobrail.runtime.container wraps the worker's store: a member's end in one transaction.
         recording = FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
         runners = {"plain": _runner(store), "batch": _runner(recording)}
         for n in range(rounds):

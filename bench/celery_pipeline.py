@@ -19,7 +19,7 @@ from bench.common import (
     unique,
     wait_until,
 )
-from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.store.admin import create_database_if_missing, drop_database
 
 SCHEMA = """
 CREATE TABLE seed_jobs (

@@ -12,12 +12,12 @@ from bench import jobs as bench_jobs
 from bench.common import PYTHON, consumers, rss_mb, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from bench.wire import AmqpCounter, CountingProxy, PostgresCounter, RedisCounter
-from jobrail.bootstrap import build_runtime
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.messaging.topology import Topology
-from jobrail.persistence.admin import drop_database
-from jobrail.persistence.tables import jobs
+from jobrail.runtime.bootstrap import build_runtime
+from jobrail.store.admin import drop_database
+from jobrail.store.tables import jobs
+from jobrail.transport.topology import Topology
 
 WARM_UP = 8
 WARM_UP_ONE_BY_ONE = 100

@@ -25,14 +25,14 @@ from bench.common import (
     unique,
     wait_until,
 )
-from jobrail.bootstrap import build_runtime
 from jobrail.cli import migrate
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.messaging.topology import Topology
-from jobrail.persistence.admin import create_database_if_missing, drop_database
-from jobrail.persistence.tables import jobs
+from jobrail.runtime.bootstrap import build_runtime
 from jobrail.settings import Settings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.store.tables import jobs
+from jobrail.transport.topology import Topology
 
 APP = "bench.jobs:rail"  # bench.noop, beside the demo module (JOBRAIL_MODULES below)
 WORKER_ENV: dict[str, str] = {}

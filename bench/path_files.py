@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bench.api_load import jobrail_api
 from bench.common import PYTHON, ROOT, consumers, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from jobrail.messaging.topology import Topology
-from jobrail.persistence.admin import drop_database
-from jobrail.persistence.tables import jobs
+from jobrail.store.admin import drop_database
+from jobrail.store.tables import jobs
+from jobrail.transport.topology import Topology
 
 WINDOWS = 3
 QUIET = {  # no periodic work while tracing, as far as settings go

@@ -19,13 +19,13 @@ from pathlib import Path
 from bench.api_load import echo_request, jobrail_api, load
 from bench.common import leaf_file, unique
 from bench.jobrail_e2e import Stack, cleanup, create_database
-from jobrail.persistence.admin import drop_database
+from jobrail.store.admin import drop_database
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 
 # (part, a pattern any frame of the stack matches: "function (file"), most specific first.
 PARTS = [
-    ("uvicorn's protocol (httptools_impl, api/server.py)", r"httptools_impl\.py|api/server\.py"),
+    ("uvicorn's protocol (httptools_impl, http/server.py)", r"httptools_impl\.py|api/server\.py"),
     ("telemetry middleware (RequestTelemetry)", r"telemetry/http\.py"),
     ("OpenTelemetry (spans, context)", r"opentelemetry/"),
     ("Prometheus client", r"prometheus_client/"),
@@ -38,12 +38,12 @@ PARTS = [
     ("pydantic", r"pydantic"),
     ("dishka", r"dishka/"),
     ("EnqueueJob (whole use case)", r"use_cases/enqueue\.py"),
-    ("intake insert (PgJobIntake.add)", r"add \(jobrail/persistence/pg\.py|telemetry/metrics\.py"),
+    ("intake insert (PgJobIntake.add)", r"add \(jobrail/store/pg\.py|telemetry/metrics\.py"),
     ("fast-path publish (OutboxPublisher._publish minus marks)", r"_publish \(.*outbox\.py"),
     ("mark published (PgOutboxMarks)", r"mark_published"),
     ("broker publish (brokers.py + aio_pika/aiormq/pamqp)", r"aio_pika/|aiormq/|pamqp/"),
     ("asyncpg", r"asyncpg/"),
-    ("job message (envelope)", r"messaging/envelope\.py"),
+    ("job message (envelope)", r"transport/codec\.py"),
     ("FastAPI routing / starlette", r"starlette/|fastapi/routing"),
     ("asyncio / uvloop loop itself", r"asyncio/|uvloop"),
 ]

@@ -15,8 +15,8 @@ import psutil
 
 from bench.common import PYTHON, consumers, leaf_file, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database, enqueue
-from jobrail.messaging.topology import Topology
-from jobrail.persistence.admin import drop_database
+from jobrail.store.admin import drop_database
+from jobrail.transport.topology import Topology
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 

@@ -24,19 +24,19 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.common import machine
 from bench.jobrail_e2e import create_database
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobProgress
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.clock import SystemClock
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.persistence.admin import drop_database
-from jobrail.persistence.mapping import job_row
-from jobrail.persistence.pg import PgJobStore, create_pool
-from jobrail.persistence.tables import jobs
 from jobrail.settings import DatabaseSettings
+from jobrail.store.admin import drop_database
+from jobrail.store.mapping import job_row
+from jobrail.store.pg import PgJobStore, create_pool
+from jobrail.store.tables import jobs
+from jobrail.worker.context import JobContext
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 
 COUNT = 2000
 AT_ONCE = 64

@@ -3,7 +3,7 @@
 The chain is the repository's ``migrations/``, recorded in ``contexts_alembic_version``;
 `jobrail migrate` runs it after the platform's chain, because each context's module names
 it. Its revisions kept their numbers from jobrail 0.1's single chain, which it adopts
-(see jobrail.persistence.schema). The contexts are never installed: they run from the
+(see jobrail.store.schema). The contexts are never installed: they run from the
 source tree (in the image too, infra/Dockerfile), beside ``migrations/``.
 """
 

@@ -1,5 +1,5 @@
 """Every import of jobrail, and of the reference application, that the reference pages
-are generated from, in this one module: modules inside jobrail move (``jobrail.api.app``
+are generated from, in this one module: modules inside jobrail move (``jobrail.runtime.app``
 and ``jobrail.facade`` among them), and whoever moves one updates the import here. The
 settings stay at ``jobrail.settings`` and the command at ``jobrail.cli``.
 """

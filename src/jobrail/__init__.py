@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 from jobrail.version import __version__
 
 if TYPE_CHECKING:
+    from jobrail.events.catalog import EventCatalog, EventDelivery, EventSpec
     from jobrail.facade import JobHandle, JobRail
-    from jobrail.jobs.context import JobContext
-    from jobrail.jobs.events import EventCatalog, EventDelivery, EventSpec
     from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
     from jobrail.jobs.registry import job
     from jobrail.kernel.errors import PermanentError, TransientError
     from jobrail.limits.model import Concurrency, Lock, SlidingWindow, TokenBucket
     from jobrail.modules import Module
-    from jobrail.persistence.schema import SchemaNotMigratedError
-    from jobrail.scheduling.schedule import SYSTEM_TENANT, Schedule
+    from jobrail.scheduler.schedule import SYSTEM_TENANT, Schedule
     from jobrail.settings import Settings, SettingsError
+    from jobrail.store.schema import SchemaNotMigratedError
+    from jobrail.worker.context import JobContext
 
 __all__ = [
     "SYSTEM_TENANT",
@@ -59,10 +59,10 @@ __all__ = [
 _EXPORTS = {
     "JobRail": "jobrail.facade",
     "JobHandle": "jobrail.facade",
-    "JobContext": "jobrail.jobs.context",
-    "EventCatalog": "jobrail.jobs.events",
-    "EventDelivery": "jobrail.jobs.events",
-    "EventSpec": "jobrail.jobs.events",
+    "JobContext": "jobrail.worker.context",
+    "EventCatalog": "jobrail.events.catalog",
+    "EventDelivery": "jobrail.events.catalog",
+    "EventSpec": "jobrail.events.catalog",
     "EnqueueJobCommand": "jobrail.jobs.ports",
     "EnqueueResult": "jobrail.jobs.ports",
     "job": "jobrail.jobs.registry",
@@ -73,9 +73,9 @@ _EXPORTS = {
     "SlidingWindow": "jobrail.limits.model",
     "TokenBucket": "jobrail.limits.model",
     "Module": "jobrail.modules",
-    "SchemaNotMigratedError": "jobrail.persistence.schema",
-    "SYSTEM_TENANT": "jobrail.scheduling.schedule",
-    "Schedule": "jobrail.scheduling.schedule",
+    "SchemaNotMigratedError": "jobrail.store.schema",
+    "SYSTEM_TENANT": "jobrail.scheduler.schedule",
+    "Schedule": "jobrail.scheduler.schedule",
     "Settings": "jobrail.settings",
     "SettingsError": "jobrail.settings",
 }

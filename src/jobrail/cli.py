@@ -34,15 +34,15 @@ if TYPE_CHECKING:
 
     from jobrail.facade.rail import JobRail
     from jobrail.modules import Module
-    from jobrail.persistence.schema import MigrationChain
     from jobrail.settings import Settings, SettingsError
+    from jobrail.store.schema import MigrationChain
 
 
 def migrate(settings: Settings, modules: Sequence[Module] = ()) -> None:
     """The platform's Alembic chain, then the chains the modules name: those of the
-    settings, then `modules` (see jobrail.persistence.schema). A chain two modules
+    settings, then `modules` (see jobrail.store.schema). A chain two modules
     name runs once."""
-    from jobrail.persistence.schema import sqlite_path, upgrade
+    from jobrail.store.schema import sqlite_path, upgrade
 
     path = sqlite_path(settings.database)
     if path is not None:
@@ -68,13 +68,13 @@ def _migrate_or_exit(
 
     from jobrail.jobs.ports import StoreUnavailableError
     from jobrail.modules import ModuleLoadError
-    from jobrail.persistence.errors import database_errors
-    from jobrail.persistence.schema import MigrationError
+    from jobrail.store.errors import database_errors
+    from jobrail.store.schema import MigrationError
 
     try:
         with database_errors():
             if create_database and not settings.database.is_sqlite:
-                from jobrail.persistence.admin import create_database_if_missing
+                from jobrail.store.admin import create_database_if_missing
 
                 url = settings.database.url.get_secret_value()
                 asyncio.run(create_database_if_missing(url))
@@ -99,7 +99,7 @@ def _up_to_date(settings: Settings, modules: Sequence[Module]) -> str:
     from alembic.script import ScriptDirectory
     from sqlalchemy import URL, make_url
 
-    from jobrail.persistence.schema import PLATFORM
+    from jobrail.store.schema import PLATFORM
 
     chains: list[MigrationChain] = []
     for chain in (PLATFORM, *_chains(settings, modules)):
@@ -118,7 +118,7 @@ def _check_schema_or_exit(settings: Settings, modules: Sequence[Module], app: st
     """A serving process on a database that is not migrated for its modules (or a SQLite
     file that is not there) stops here in one line, exit 1, rather than with a traceback
     from its first query."""
-    from jobrail.persistence.schema import MigrationError, not_up_to_date
+    from jobrail.store.schema import MigrationError, not_up_to_date
 
     chains = _chains(settings, modules)  # a module that does not load: main's one line
     try:
@@ -172,8 +172,8 @@ def _settings_refused(exc: SettingsError) -> NoReturn:
 def _check_schedules(app: Any, settings: Settings) -> None:
     """The embedded mode fires the schedules itself: a mistake in them (an unknown name,
     a bad cron) stops it here with the reason, not with a traceback from its start-up."""
-    from jobrail.api.app import runtime_of
-    from jobrail.scheduling.process import ScheduleConfigError, resolve_schedules
+    from jobrail.runtime.app import runtime_of
+    from jobrail.runtime.scheduler_process import ScheduleConfigError, resolve_schedules
 
     runtime = runtime_of(app)
     try:
@@ -184,9 +184,9 @@ def _check_schedules(app: Any, settings: Settings) -> None:
 
 
 def serve_api(settings: Settings, rail: JobRail | None = None) -> None:
-    from jobrail.api.app import create_app, shutdown_hooks
-    from jobrail.api.server import serve, uvicorn_options
-    from jobrail.bootstrap import seeds_demo_tenant
+    from jobrail.http.server import serve, uvicorn_options
+    from jobrail.runtime.app import create_app, shutdown_hooks
+    from jobrail.runtime.bootstrap import seeds_demo_tenant
     from jobrail.settings import SettingsError
     from jobrail.telemetry.logging import configure_logging
 
@@ -254,7 +254,7 @@ def _check_can_listen(host: str, port: int) -> None:
 def _settle_heap_once_started(app: FastAPI) -> None:
     """`jobrail api` owns its process: once the app's lifespan has started it (the
     broker, the relays, the pools), its heap is settled (`bootstrap.settle_heap`)."""
-    from jobrail.bootstrap import settle_heap
+    from jobrail.runtime.bootstrap import settle_heap
 
     started = app.router.lifespan_context
 
@@ -271,8 +271,8 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     from jobrail.kernel.clock import SystemClock
     from jobrail.kernel.errors import DomainError
     from jobrail.kernel.ids import TenantId
-    from jobrail.persistence.engine import create_engine
-    from jobrail.persistence.tenants import SqlaTenantDirectory
+    from jobrail.store.engine import create_engine
+    from jobrail.tenants.persistence import SqlaTenantDirectory
     from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
 
     engine = create_engine(settings.database)
@@ -340,7 +340,7 @@ def _load_rail_or_exit(path: str) -> JobRail:
 
 def _check_job_catalog(settings: Settings, modules: Sequence[Module]) -> None:
     """The job types and events of the modules, or one line and exit 2."""
-    from jobrail.bootstrap import job_catalog
+    from jobrail.runtime.bootstrap import job_catalog
 
     try:
         job_catalog(settings, modules)
@@ -399,9 +399,9 @@ def taskiq_worker_argv(settings: Settings, extra: Sequence[str]) -> list[str]:
         str(settings.worker.shutdown_grace_s),
         "--ack-type",
         "when_executed",
-        # Job messages in batches, decoded once (see jobrail.messaging.receiver).
+        # Job messages in batches, decoded once (see jobrail.transport.receiver).
         "--receiver",
-        "jobrail.messaging.receiver:JobReceiver",
+        "jobrail.transport.receiver:JobReceiver",
         "--no-configure-logging",
         *extra,
     ]
@@ -672,7 +672,7 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
     elif args.command == "worker":
         run_worker(settings, args.taskiq_args, args.app, modules)
     elif args.command == "scheduler":
-        from jobrail.scheduling.process import ScheduleConfigError, run_scheduler
+        from jobrail.runtime.scheduler_process import ScheduleConfigError, run_scheduler
 
         _check_job_catalog(settings, modules)
         _check_schema_or_exit(settings, modules, args.app)

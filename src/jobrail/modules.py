@@ -27,11 +27,11 @@ from typing import Any
 from dishka import Provider
 from fastapi import APIRouter
 
-from jobrail.jobs.events import EventSpec
+from jobrail.events.catalog import EventSpec
 from jobrail.jobs.registry import JobSpec
-from jobrail.persistence.schema import MigrationChain
-from jobrail.scheduling.schedule import Schedule
+from jobrail.scheduler.schedule import Schedule
 from jobrail.settings import Settings
+from jobrail.store.schema import MigrationChain
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,7 +156,7 @@ class RabbitSettings(BaseModel):
     prefetch: PositiveInt = 128
     """Unacknowledged deliveries a worker process holds: as many as it runs at once
     (``worker.max_async_tasks``), so that none waits in the process for a slot while
-    another worker is idle, and enough for the worker's batches (``jobrail.batching``):
+    another worker is idle, and enough for the worker's batches (``jobrail.kernel.batching``):
     with 32 its batches were smaller and it ran far fewer jobs per second (figures in
     bench/README.md)."""
     connect_timeout_s: PositiveFloat = 5.0
@@ -164,7 +164,7 @@ class RabbitSettings(BaseModel):
     """How long a lost connection waits between reconnection attempts (aio-pika's robust
     connection; its own default is 5 s). After RabbitMQ restarts, the relay, the
     consumers and the API's fast path are back within about this long; each failed
-    attempt is one connect and no log record above DEBUG (jobrail.messaging.reconnects)."""
+    attempt is one connect and no log record above DEBUG (jobrail.transport.reconnects)."""
     publish_timeout_s: PositiveFloat = 5.0
     quorum_queues: bool = True
 
@@ -491,7 +491,7 @@ class WorkerSettings(BaseModel):
 
 
 class MetricsSettings(BaseModel):
-    """Prometheus metrics (see jobrail.telemetry.metrics and jobrail.api.metrics)."""
+    """Prometheus metrics (see jobrail.telemetry.metrics and jobrail.http.metrics)."""
 
     api_enabled: bool = Field(default=True, description="Serve GET /metrics on the API.")
     token: SecretStr | None = Field(
@@ -511,7 +511,7 @@ class MetricsSettings(BaseModel):
 
 
 class OpsSettings(BaseModel):
-    """The ops page's sign-in (see jobrail.api.ops)."""
+    """The ops page's sign-in (see jobrail.ops.console)."""
 
     session_ttl_s: PositiveFloat = Field(
         default=8 * 3600.0,
@@ -557,7 +557,7 @@ class ScheduleOverride(BaseModel):
 
 
 class SchedulerSettings(BaseModel):
-    """``jobrail scheduler`` and the housekeeping it schedules (see jobrail.scheduling)."""
+    """``jobrail scheduler`` and the housekeeping it schedules (see jobrail.scheduler)."""
 
     embedded: bool = Field(
         default=True,
@@ -611,7 +611,7 @@ class SchedulerSettings(BaseModel):
         # message can come again as long as the job that carries it exists: a failed job
         # can be redriven until prune-jobs deletes it, prune_after_days after it finished.
         # Each time the job runs it takes the message again and that renews the row's
-        # time (jobrail.persistence.inbox), so a row kept longer than finished jobs are
+        # time (jobrail.outbox.inbox), so a row kept longer than finished jobs are
         # outlives every job that could bring its message back.
         if self.inbox_keep_days <= self.prune_after_days:
             raise ValueError(

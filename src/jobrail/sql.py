@@ -19,16 +19,16 @@
 """
 
 from jobrail.jobs.ports import StoreUnavailableError
-from jobrail.persistence.dialects import upsert_insert
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.schema import (
+from jobrail.store.dialects import upsert_insert
+from jobrail.store.errors import database_errors
+from jobrail.store.schema import (
     IncludeObject,
     MigrationChain,
     exclude_jobrail_tables,
     run_environment,
 )
-from jobrail.persistence.tables import NAMING_CONVENTION, UtcDateTime
-from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.store.tables import NAMING_CONVENTION, UtcDateTime
+from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "NAMING_CONVENTION",

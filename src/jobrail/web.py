@@ -10,10 +10,10 @@
 - ``job_location``: the URL of a job's status, for a ``202``'s ``Location`` header.
 """
 
-from jobrail.api.auth import CurrentTenant
-from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.schemas import RequestModel, job_location
+from jobrail.http.auth import CurrentTenant
+from jobrail.http.errors import ERROR_RESPONSES
+from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.http.schemas import RequestModel, job_location
 
 __all__ = [
     "ERROR_RESPONSES",

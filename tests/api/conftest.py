@@ -33,7 +33,7 @@ async def migrated(settings: Settings) -> Settings:
 async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
     import httpx
 
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")

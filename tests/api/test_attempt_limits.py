@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from jobrail import JobContext, JobRail
 from jobrail.jobs.domain import Job
-from jobrail.jobs.use_cases import GetJob, GetJobQuery
+from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.kernel.ids import JobId, TenantId
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.services import wait_for

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobrail.api.app import create_app
+from jobrail.runtime.app import create_app
 from jobrail.settings import Settings
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
@@ -77,7 +77,7 @@ async def test_without_a_key_every_product_route_is_a_401_and_health_is_open(
 async def test_an_unknown_key_is_a_401_and_a_revoked_key_stops_working(
     anonymous: ApiClient,
 ) -> None:
-    from jobrail.api.app import runtime_of
+    from jobrail.runtime.app import runtime_of
     from jobrail.tenants.use_cases import CreateTenant, RevokeApiKey
 
     container = runtime_of(anonymous.app).container

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobrail.api.app import create_app
+from jobrail.runtime.app import create_app
 from jobrail.settings import SettingsError, load_settings
 from jobrail.tenants.use_cases import Authenticate
 from tests.api.conftest import embedded_settings, migrated
@@ -100,7 +100,7 @@ async def test_a_neighbours_flood_of_wrong_keys_does_not_lock_out_a_key_seen_liv
 
 
 async def test_a_key_seen_live_and_then_revoked_is_refused_at_once(tmp_path: Path) -> None:
-    from jobrail.api.app import runtime_of
+    from jobrail.runtime.app import runtime_of
     from jobrail.tenants.use_cases import CreateTenant, RevokeApiKey
 
     async with _api(tmp_path, auth={"key_cache_ttl_s": 0}) as api:

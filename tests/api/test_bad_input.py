@@ -226,7 +226,7 @@ async def test_an_unexpected_error_is_a_json_500_with_the_request_id(api: ApiCli
 async def test_a_refused_cors_preflight_is_json_with_the_request_id(tmp_path: Any) -> None:
     import httpx
 
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
     from tests.api.conftest import embedded_settings, migrated
 
     settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))
@@ -256,7 +256,7 @@ async def test_a_500_to_an_allowed_origin_carries_the_cors_headers(tmp_path: Any
     # Without them the browser hides the answer, request id and all, from the page.
     import httpx
 
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
     from tests.api.conftest import embedded_settings, migrated
 
     settings = await migrated(embedded_settings(tmp_path, api={"cors_origins": ["https://ok"]}))

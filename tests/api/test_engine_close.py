@@ -8,8 +8,8 @@ from pathlib import Path
 from pydantic import SecretStr
 from sqlalchemy import text
 
-from jobrail.persistence.engine import close_engine, create_engine
 from jobrail.settings import DatabaseSettings
+from jobrail.store.engine import close_engine, create_engine
 
 
 async def test_the_pool_closes_once_a_connection_in_use_has_come_back(tmp_path: Path) -> None:

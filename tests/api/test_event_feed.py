@@ -119,7 +119,7 @@ async def test_an_event_id_that_is_not_one_is_a_422(api: ApiClient) -> None:
 
 
 async def test_a_tenant_holds_at_most_its_streams_open(tmp_path: Path) -> None:
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     settings = embedded_settings(tmp_path, events={"max_streams_per_tenant": 1})
     app = create_app(await migrated(settings), modules=REFERENCE)

@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 
 from jobrail import JobRail
 from jobrail.jobs.domain import Job
-from jobrail.jobs.use_cases import GetJob, GetJobQuery
+from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.persistence.tables import jobs, outbox
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs, outbox
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.host_app import RenderReport, declare_jobs
 from tests.support.services import wait_for

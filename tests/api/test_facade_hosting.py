@@ -12,8 +12,8 @@ from dishka.integrations.fastapi import setup_dishka
 from fastapi import FastAPI
 
 from jobrail import JobRail
-from jobrail.api import jobs as jobs_api
-from jobrail.api.app import create_app, runtime_of
+from jobrail.jobs import api as jobs_api
+from jobrail.runtime.app import create_app, runtime_of
 from jobrail.tenants.use_cases import CreateTenant
 from tests.api.conftest import embedded_settings, migrated
 from tests.api.test_facade import finished

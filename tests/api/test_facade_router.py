@@ -118,7 +118,7 @@ async def test_every_error_is_json_in_a_host_without_jobrails_handlers(host: Hos
 async def test_an_unexpected_error_in_the_routes_is_a_json_500(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobrail.jobs.use_cases import ListJobs
+    from jobrail.jobs.listing import ListJobs
 
     async def broken(self: ListJobs, query: object) -> None:
         raise RuntimeError("a bug")

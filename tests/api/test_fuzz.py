@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from hypothesis import settings
 from schemathesis.python import asgi
 
-from jobrail.api.app import create_app
 from jobrail.cli import migrate
+from jobrail.runtime.app import create_app
 from jobrail.settings import Settings
 from tests.api.conftest import embedded_settings
 from tests.support.apps import REFERENCE

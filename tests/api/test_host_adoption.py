@@ -14,7 +14,7 @@ from sqlalchemy import Column, MetaData, String, Table, event, func, select, tex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail import JobContext, JobRail, SchemaNotMigratedError, TransientError
-from jobrail.persistence.tables import jobs, tenants
+from jobrail.store.tables import jobs, tenants
 from tests.api.test_facade import finished
 from tests.support.apps import REFERENCE
 

@@ -10,7 +10,7 @@ import pytest
 from dishka.integrations.fastapi import DishkaRoute
 from fastapi import APIRouter, FastAPI
 
-from jobrail.api.app import add_routes, create_app
+from jobrail.runtime.app import add_routes, create_app
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient
@@ -156,7 +156,7 @@ async def test_the_openapi_schema_describes_every_route(api: ApiClient) -> None:
 async def test_the_routes_are_the_app_s_own_and_keep_what_their_router_gave_them(
     api: ApiClient,
 ) -> None:
-    """The app adds its routers' routes as they are (jobrail.api.app.add_routes), so a
+    """The app adds its routers' routes as they are (jobrail.runtime.app.add_routes), so a
     request is matched once; each route still has its router's prefix, tags, route
     class and responses, and the order the app gave them."""
     routes = api.app.routes
@@ -260,7 +260,7 @@ async def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_doe
 async def test_an_embedded_shutdown_stops_a_running_job_without_an_error_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The job runs on the worker's own path (jobrail.messaging.receiver): Taskiq's logged
+    # The job runs on the worker's own path (jobrail.transport.receiver): Taskiq's logged
     # every job stopped at shutdown as "Exception found while executing function." with
     # the CancelledError's traceback.
     settings = await migrated(embedded_settings(tmp_path, worker={"shutdown_grace_s": 0.2}))

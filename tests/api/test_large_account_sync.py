@@ -29,7 +29,7 @@ def vendor() -> Iterator[RunningSandbox]:
 async def api(
     tmp_path: Path, vendor: RunningSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[ApiClient]:
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     monkeypatch.setenv("JOBRAIL_SYNC__VENDOR_BASE_URL", vendor.url)
     monkeypatch.setenv("JOBRAIL_SYNC__PAGE_JOBS_FROM", str(PAGE_JOBS_FROM))

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from jobrail.api.app import create_app
+from jobrail.runtime.app import create_app
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient

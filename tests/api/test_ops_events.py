@@ -18,10 +18,10 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import runtime_of
-from jobrail.jobs.use_cases.flows import ChainCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import jobs
+from jobrail.runtime.app import runtime_of
+from jobrail.store.tables import jobs
+from jobrail.workflows.use_cases import ChainCommand, FlowJob, FlowService
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.feed import SSE, sse_events
@@ -36,7 +36,7 @@ SECRET = "whsec_" + base64.b64encode(b"s3cr3t-bytes-for-the-test!").decode()
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     settings = embedded_settings(
         tmp_path,

@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import create_app, runtime_of
 from jobrail.kernel.clock import SystemClock
-from jobrail.persistence.tables import api_keys, ops_sessions
+from jobrail.runtime.app import create_app, runtime_of
+from jobrail.store.tables import api_keys, ops_sessions
 from jobrail.tenants.use_cases import CreateTenant, IssuedKey, RevokeApiKey
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from contexts.sync.adapters.sandbox import MAX_ACCOUNT_ID, SandboxState, create_sandbox_app
-from jobrail.api.app import create_app
+from jobrail.runtime.app import create_app
 from jobrail.settings import Settings, SettingsError, load_settings
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from jobrail.jobs.feed import EventCursor
+from jobrail.events.feed import EventCursor
 from jobrail.kernel.errors import PermanentError
 from jobrail.kernel.ids import TenantId
 from jobrail.webhooks.domain import Webhook
@@ -60,7 +60,7 @@ def _receiver_app(receiver: Receiver) -> FastAPI:
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[ApiClient]:
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     settings = embedded_settings(
         tmp_path,
@@ -209,7 +209,7 @@ async def test_bad_events_and_secrets_are_refused(api: ApiClient) -> None:
 
 
 async def test_private_addresses_are_refused_unless_allowed(tmp_path: Path) -> None:
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
 
     app = create_app(await migrated(embedded_settings(tmp_path)), modules=REFERENCE)
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
@@ -290,7 +290,7 @@ async def test_the_apis_own_address_is_refused_however_it_is_written(
     receiver is: every spelling of that address and port is refused at registration
     with a 422 saying why, and a webhook that names it all the same (a name that
     resolves to it) is refused at delivery, which fails for good: nothing is sent."""
-    from jobrail.api.app import create_app, runtime_of
+    from jobrail.runtime.app import create_app, runtime_of
 
     port = _port(receiver)
     settings = embedded_settings(

@@ -21,7 +21,7 @@ from contexts.sync.adapters.vendor import HttpVendorClient
 from jobrail.kernel.errors import PermanentError, ThrottledError
 from jobrail.kernel.ids import TenantId
 from jobrail.kernel.money import Money
-from jobrail.persistence.inbox import SqlaInbox
+from jobrail.outbox.inbox import SqlaInbox
 from tests.contexts.fakes import (
     FakeEmailSender,
     FakeInbox,

@@ -11,12 +11,12 @@ import pytest
 import contexts.shared.events as shared_events
 from contexts.catalog import EVENTS
 from contexts.shared.events import InvoicePaidV1
-from jobrail.bootstrap import build_runtime
-from jobrail.jobs.events import EventCatalog, UnknownEventError
+from jobrail.events.catalog import EventCatalog, UnknownEventError
 from jobrail.jobs.registry import JobRegistry
-from jobrail.jobs.transactional import OutboxEventPublisher
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import TenantId
+from jobrail.outbox.transactional import OutboxEventPublisher
+from jobrail.runtime.bootstrap import build_runtime
 from jobrail.settings import Settings
 from tests.contexts.fakes import FakeJobQueue
 from tests.support.apps import REFERENCE

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from jobrail.jobs.use_cases import EnqueueJobCommand
-from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob
+from jobrail.jobs.enqueue import EnqueueJobCommand
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import flows, jobs
-from jobrail.persistence.uow import SqlaUnitOfWork
+from jobrail.store.tables import flows, jobs
+from jobrail.store.uow import SqlaUnitOfWork
+from jobrail.workflows.use_cases import BatchCommand, FlowJob
 from tests.fakes import FakeDispatcher
 from tests.support.units import sqlite_units
 

@@ -14,10 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from jobrail.cli import migrate
 from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait, WaitsOn
 from jobrail.jobs.ports import ClaimToken, JobIdentity, WaitNote
-from jobrail.persistence.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
-from jobrail.persistence.pg import PgJobIntake, PgJobStore, create_pool
-from jobrail.persistence.tables import outbox
 from jobrail.settings import DatabaseSettings, Settings
+from jobrail.store.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
+from jobrail.store.pg import PgJobIntake, PgJobStore, create_pool
+from jobrail.store.tables import outbox
 from tests.fakes import START, FakeJobStore, make_job
 from tests.support.services import require, store_engine
 

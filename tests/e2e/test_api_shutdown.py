@@ -1,5 +1,5 @@
 """How `jobrail run` (and `jobrail api`, the same server) stops, as an operator sees it
-(jobrail.api.server.JobrailServer): an open event stream does not hold the shutdown,
+(jobrail.http.server.JobrailServer): an open event stream does not hold the shutdown,
 and Ctrl-C again while it waits, as uvicorn's log invites, stops at once with the app's
 own shutdown run and no traceback."""
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.support.processes import BIN, ROOT, Process, start_worker
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import free_port

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.kernel.ids import JobId
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.support.apps import reference_and_test_jobs
 from tests.support.fixtures import settings_from
 from tests.support.processes import Process, start_worker

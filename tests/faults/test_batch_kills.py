@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import runtime_of
 from jobrail.jobs.domain import FlowRole
-from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import flows, jobs
+from jobrail.runtime.app import runtime_of
+from jobrail.store.tables import flows, jobs
+from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
 from tests.faults.conftest import job_counts, republish_all, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.processes import Process

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs, outbox
+from jobrail.store.tables import jobs, outbox
 from tests.faults.conftest import in_thread, job_counts, rabbitmqctl, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.services import wait_for

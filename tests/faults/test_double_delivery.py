@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import items
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.faults.conftest import job_counts, republish_all, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import RabbitProbe

@@ -9,7 +9,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.kernel.ids import JobId
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.faults.conftest import job_counts
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import DeadLetter, RabbitProbe

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.faults.conftest import in_thread, job_counts, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.recorder import Recorder

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs
 from jobrail.settings import JobsSettings
+from jobrail.store.tables import jobs
 from tests.faults.conftest import job_counts, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.processes import Process

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import accounts, items
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.faults.conftest import job_counts, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.processes import Process

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import runtime_of
 from jobrail.kernel.ids import JobId
 from jobrail.limits.model import Acquire, LimitsBackend, Lock
-from jobrail.messaging.codec import HEADER_JOB_ID, dead_letter
-from jobrail.persistence.tables import jobs, outbox
+from jobrail.runtime.app import runtime_of
+from jobrail.store.tables import jobs, outbox
+from jobrail.transport.codec import HEADER_JOB_ID, dead_letter
 from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe

@@ -12,9 +12,9 @@ import pytest
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import SystemClock
-from jobrail.messaging.brokers import AmqpJobBroker
-from jobrail.messaging.codec import Envelope, encode
 from jobrail.settings import Settings
+from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.codec import Envelope, encode
 from tests.fakes import make_job
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for
@@ -254,7 +254,7 @@ async def test_a_worker_takes_every_delivery_that_has_arrived_at_once(
 async def test_publish_many_routes_each_envelope_and_says_which_failed(
     broker: AmqpJobBroker, rabbit: RabbitProbe
 ) -> None:
-    """One write for the batch (jobrail.messaging.batch_publish), each envelope routed as
+    """One write for the batch (jobrail.transport.batch_publish), each envelope routed as
     `publish` routes it: due ones to their queue, a later one through its delay tier, a
     dead letter to the DLQ; one to a queue the topology lacks fails alone."""
     later = SystemClock().now() + timedelta(seconds=31)

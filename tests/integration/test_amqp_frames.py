@@ -1,4 +1,4 @@
-"""AMQP frames written in one event-loop turn go out in one write (jobrail.messaging.frames),
+"""AMQP frames written in one event-loop turn go out in one write (jobrail.transport.frames),
 on the real RabbitMQ."""
 
 import asyncio
@@ -8,11 +8,11 @@ import aio_pika
 import pytest
 from aiormq import spec
 
-from jobrail.messaging import frames
-from jobrail.messaging.brokers import AmqpJobBroker
-from jobrail.messaging.codec import Envelope
-from jobrail.messaging.publishing import publish_confirmed
 from jobrail.settings import Settings
+from jobrail.transport import frames
+from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.codec import Envelope
+from jobrail.transport.publishing import publish_confirmed
 from tests.support.rabbit import TEARDOWN_S, RabbitProbe
 
 
@@ -47,7 +47,7 @@ async def connection(
 async def _publish_and_receive(
     connection: aio_pika.abc.AbstractRobustConnection, writes: list[int], count: int
 ) -> tuple[list[int], list[str]]:
-    """Publish `count` messages together as the platform does (jobrail.messaging.publishing:
+    """Publish `count` messages together as the platform does (jobrail.transport.publishing:
     each awaits its confirm), started in order in one turn; return the frames of each
     write the publishing made, and the bodies that arrive, in arrival order."""
     channel = await connection.channel()  # with publisher confirms

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.store.admin import create_database_if_missing, drop_database
 from tests.support.processes import BIN, ROOT
 from tests.support.services import PG_SERVER, require
 

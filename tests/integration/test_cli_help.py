@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail.cli import main
-from jobrail.persistence.admin import drop_database
+from jobrail.store.admin import drop_database
 from jobrail.version import __version__
 from tests.support.processes import BIN, ROOT
 from tests.support.services import require

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contexts.sync.adapters.persistence import items as sync_items
 from jobrail.kernel.ids import JobId
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import RunningSandbox, SmtpSink, sandbox_vendor, smtp_server

@@ -95,7 +95,7 @@ async def proxied_api(
 
 def test_the_table_names_every_route_that_uses_the_database() -> None:
     """A route added later is added here too, or this fails."""
-    from jobrail.api.app import create_app
+    from jobrail.runtime.app import create_app
     from tests.support.apps import REFERENCE
 
     app = create_app(Settings(mode="embedded", environment="test"), modules=REFERENCE)

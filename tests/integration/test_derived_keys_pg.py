@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from jobrail.persistence.engine import create_engine
 from jobrail.settings import DatabaseSettings
+from jobrail.store.engine import create_engine
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import RunningSandbox, sandbox_vendor
@@ -58,9 +58,9 @@ async def test_an_account_id_of_any_accepted_length_syncs(
 
 async def test_a_long_idempotency_key_made_in_code_replays_its_job(api: ApiClient) -> None:
     """A key of a module's making (no HTTP limit on it) is fitted, the same way each time."""
-    from jobrail.api.app import runtime_of
-    from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+    from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
     from jobrail.kernel.ids import TenantId
+    from jobrail.runtime.app import runtime_of
 
     container = runtime_of(api.app).container
     enqueue = await container.get(EnqueueJob)

@@ -10,9 +10,9 @@ import aio_pika
 import aiormq
 import pytest
 
-from jobrail.messaging.brokers import AmqpJobBroker
-from jobrail.messaging.topology import DEAD_LETTER_DELIVERY_LIMIT
 from jobrail.settings import Settings
+from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.topology import DEAD_LETTER_DELIVERY_LIMIT
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import AMQP_URL
 

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from jobrail.messaging.topology import Topology
-from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.settings import RabbitSettings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.transport.topology import Topology
 from tests.support.processes import ROOT, Process
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import free_port

@@ -8,8 +8,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail import JobRail
-from jobrail.persistence.tables import jobs, outbox
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs, outbox
 from tests.support.host_app import RenderReport, declare_jobs
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from jobrail import JobRail
 from jobrail.jobs.domain import Job
-from jobrail.jobs.use_cases import GetJob, GetJobQuery
+from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.settings import Settings
 from tests.support.host_app import RenderReport, declare_jobs

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import outbox
 from jobrail.settings import Settings
+from jobrail.store.tables import outbox
 from tests.support.fixtures import ApiClient, settings_from
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.ports import ClaimToken
-from jobrail.persistence.engine import create_sessionmaker
-from jobrail.persistence.jobs import SqlaJobRepository
-from jobrail.persistence.mapping import job_from_row
-from jobrail.persistence.tables import jobs
+from jobrail.store.engine import create_sessionmaker
+from jobrail.store.jobs import SqlaJobRepository
+from jobrail.store.mapping import job_from_row
+from jobrail.store.tables import jobs
 from tests.support.services import store_engine
 
 

@@ -20,9 +20,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from jobrail import JobRail
-from jobrail.persistence.admin import create_database_if_missing, drop_database
 from jobrail.settings import Settings
 from jobrail.sql import IncludeObject, exclude_jobrail_tables
+from jobrail.store.admin import create_database_if_missing, drop_database
 from tests.integration.test_platform_schema import HOST_JOBS_REVISION
 from tests.support.apps import REFERENCE
 from tests.support.host_chain import HOST_REVISION, host_config

@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from jobrail.api.server import uvicorn_options
+from jobrail.http.server import uvicorn_options
 from tests.support.apps import REFERENCE
 from tests.support.processes import BIN, Process, wait_until
 from tests.support.servers import free_port
@@ -405,8 +405,8 @@ def test_a_refused_body_keeps_the_keep_alive_connection_usable(
 @pytest.fixture
 def failing_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """The jobrail app with a route that raises, served as `jobrail api` serves it."""
-    from jobrail.api.app import create_app
     from jobrail.cli import migrate
+    from jobrail.runtime.app import create_app
     from tests.api.conftest import embedded_settings
 
     settings = embedded_settings(tmp_path)

@@ -11,8 +11,8 @@ import pytest
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.errors import InvalidInputError
-from jobrail.persistence.pg import PgJobIntake, PgOutboxMarks, _Intake, create_pool
 from jobrail.settings import DatabaseSettings
+from jobrail.store.pg import PgJobIntake, PgOutboxMarks, _Intake, create_pool
 from tests.fakes import START, make_job
 
 

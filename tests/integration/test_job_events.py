@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.jobs.feed import START, EventFilter
+from jobrail.events.feed import START, EventFilter
+from jobrail.events.persistence import SqlaJobEventLog
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.feed import SqlaJobEventLog
-from jobrail.persistence.tables import job_events, jobs
+from jobrail.store.tables import job_events, jobs
 from tests.support.services import store_engine
 
 
@@ -269,9 +269,9 @@ async def test_a_jobs_stream_waits_for_its_last_event_rather_than_say_it_ended(
 
     from starlette.requests import Request
 
-    from jobrail.api.events import job_events_response
+    from jobrail.events.api import job_events_response
+    from jobrail.events.use_cases import JobEvents
     from jobrail.jobs.domain import JobStatus
-    from jobrail.jobs.use_cases.feed import JobEvents
     from jobrail.kernel.ids import JobId
 
     tenant = f"t-{uuid.uuid4().hex[:8]}"

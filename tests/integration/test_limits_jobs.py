@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs as jobs_table
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs as jobs_table
 from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail import JobRail
 from jobrail.jobs.ports import EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import jobs as jobs_table
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs as jobs_table
 from tests.support.bucket_starts import CAPACITY, PER_SECOND, module, starts
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.redis_cluster import REDIS_KINDS, redis_env

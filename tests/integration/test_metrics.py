@@ -19,12 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import create_app, runtime_of
 from jobrail.cli import migrate
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import jobs as jobs_table
+from jobrail.runtime.app import create_app, runtime_of
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs as jobs_table
 from tests.support.apps import test_jobs
 from tests.support.fixtures import ApiClient, settings_from
 from tests.support.recorder import Recorder

@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from contexts.schema import SCHEMA
 from contexts.schema import metadata as contexts_metadata
 from jobrail.cli import migrate
-from jobrail.persistence.admin import create_database_if_missing, drop_database
-from jobrail.persistence.schema import PLATFORM, MigrationChain, alembic_config
-from jobrail.persistence.tables import metadata
 from jobrail.settings import Settings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.store.schema import PLATFORM, MigrationChain, alembic_config
+from jobrail.store.tables import metadata
 from tests.support.apps import REFERENCE
 from tests.support.schema import PLATFORM_TABLES, differences, tables
 from tests.support.services import PG_SERVER, require

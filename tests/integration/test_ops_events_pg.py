@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import runtime_of
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.ports import EnqueueJobCommand
-from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import jobs
+from jobrail.runtime.app import runtime_of
 from jobrail.settings import Settings
+from jobrail.store.tables import jobs
 from tests.support.job_story import check_both_views_fold_its_progress, run_with_progress
 from tests.support.ops_pages import rows, texts
 from tests.support.rabbit import RabbitProbe

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from jobrail.api.app import runtime_of
+from jobrail.runtime.app import runtime_of
 from jobrail.settings import AuthSettings, Settings
 from jobrail.tenants.use_cases import CreateTenant, RevokeApiKey
 from tests.support.fixtures import ApiClient

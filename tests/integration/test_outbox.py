@@ -12,14 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
-from jobrail.messaging.codec import Envelope, encode, publish_side_by_side
-from jobrail.persistence.outbox import (
+from jobrail.outbox.relay import (
     OutboxPublisher,
     OutboxRelay,
     SqlaOutboxMarks,
     insert_outbox_rows,
 )
-from jobrail.persistence.tables import outbox
+from jobrail.store.tables import outbox
+from jobrail.transport.codec import Envelope, encode, publish_side_by_side
 from tests.fakes import NO_TYPES, START, FixedClock, make_job
 
 
@@ -215,8 +215,8 @@ async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone
 ) -> None:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from jobrail.persistence.jobs import SqlaJobRepository, SqlaJobStore
-    from jobrail.persistence.tables import jobs
+    from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
+    from jobrail.store.tables import jobs
     from tests.fakes import make_job
 
     lost, healthy = make_job(), make_job()

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs, outbox
+from jobrail.store.tables import jobs, outbox
 from tests.support.fixtures import ApiClient
 from tests.support.rabbit import RabbitProbe
 
@@ -184,7 +184,7 @@ async def test_an_enqueue_encodes_its_message_once_for_its_row_and_its_publish(
     outbox row is the one published."""
     import asyncio
 
-    from jobrail.messaging import codec
+    from jobrail.transport import codec
 
     encoded: list[str] = []
     encode = codec.encode

@@ -25,11 +25,11 @@ from contexts.schema import metadata as contexts_metadata
 from jobrail import JobRail
 from jobrail.cli import migrate
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.admin import create_database_if_missing, drop_database
-from jobrail.persistence.engine import create_engine
-from jobrail.persistence.schema import PLATFORM, MigrationError
-from jobrail.persistence.tables import metadata
 from jobrail.settings import DatabaseSettings, Settings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.store.engine import create_engine
+from jobrail.store.schema import PLATFORM, MigrationError
+from jobrail.store.tables import metadata
 from jobrail.tenants.use_cases import CreateTenant
 from tests.support.apps import REFERENCE
 from tests.support.host_app import RenderReport, declare_jobs

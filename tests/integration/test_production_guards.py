@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import create_app, runtime_of
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.tables import api_keys, tenants
+from jobrail.runtime.app import create_app, runtime_of
 from jobrail.settings import MetricsSettings, Settings
+from jobrail.store.tables import api_keys, tenants
 from jobrail.tenants.use_cases import CreateTenant, IssueApiKey
 from tests.support.apps import REFERENCE
 from tests.support.rabbit import RabbitProbe

@@ -10,8 +10,8 @@ import time
 import aio_pika
 import pytest
 
-from jobrail.messaging.reconnects import ConnectionWatch
 from jobrail.telemetry.logging import ExpectedReconnectFilter
+from jobrail.transport.reconnects import ConnectionWatch
 from tests.support.services import require
 from tests.support.tcp_proxy import TcpProxy
 

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 from redis.asyncio import RedisCluster as ClusterClient
 
-from jobrail.bootstrap import build_runtime
-from jobrail.ioc import redis_client
 from jobrail.limits.model import (
     Acquire,
     Concurrency,
@@ -21,7 +19,9 @@ from jobrail.limits.model import (
     TokenBucket,
 )
 from jobrail.limits.redis import CrossSlotError, RedisLimits
-from jobrail.scheduling.leadership import Leadership
+from jobrail.runtime.bootstrap import build_runtime
+from jobrail.runtime.container import redis_client
+from jobrail.scheduler.leadership import Leadership
 from jobrail.settings import RedisSettings, Settings
 from tests.support.apps import cluster_split, reference_and_test_jobs
 from tests.support.processes import BIN, Process
@@ -34,7 +34,8 @@ LOCK = Lock(key="account:{tenant_id}:{account_id}", ttl_s=30)
 
 
 def _limits(cluster: RedisCluster, window_s: float = 0.0) -> RedisLimits:
-    """The backend with the client the processes make (no retries; see jobrail.ioc)."""
+    """The backend with the client the processes make (no retries; see
+    jobrail.runtime.container)."""
     client = redis_client(RedisSettings(url=cluster.url, cluster=True))  # type: ignore[arg-type]
     return RedisLimits(client, key_prefix=f"t{uuid.uuid4().hex[:8]}.jobrail:", window_s=window_s)
 

@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from contexts.notifications.adapters.persistence import SqlaNotificationsUnitOfWork
 from contexts.notifications.application.use_cases import SendReceipt, SendReceiptCommand
+from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.domain import JobStatus
-from jobrail.jobs.events import EventCatalog
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.ids import TenantId
 from jobrail.maintenance.persistence import (
@@ -24,10 +24,10 @@ from jobrail.maintenance.persistence import (
     SqlaPublishedOutbox,
 )
 from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
-from jobrail.persistence.engine import create_sessionmaker
-from jobrail.persistence.inbox import SqlaInbox
-from jobrail.persistence.tables import flows, inbox, jobs, outbox
-from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.outbox.inbox import SqlaInbox
+from jobrail.store.engine import create_sessionmaker
+from jobrail.store.tables import flows, inbox, jobs, outbox
+from jobrail.store.uow import UnitOfWorkFactory
 from tests.contexts.fakes import FakeEmailSender
 from tests.fakes import START, FakeDispatcher, FixedClock
 from tests.support.services import store_engine

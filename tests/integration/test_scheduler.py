@@ -13,15 +13,15 @@ import pytest
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.api.app import runtime_of
 from jobrail.jobs.domain import JobStatus
 from jobrail.kernel.clock import SystemClock
 from jobrail.maintenance.persistence import SqlaFinishedJobs
 from jobrail.maintenance.use_cases import CheckOutboxLag, PruneFinishedJobs, ReportDeadLetters
-from jobrail.persistence.mapping import job_row
-from jobrail.persistence.ops import SqlaOpsReadModel
-from jobrail.persistence.tables import jobs, outbox
-from jobrail.scheduling import SYSTEM_TENANT, Schedule
+from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.runtime.app import runtime_of
+from jobrail.scheduler import SYSTEM_TENANT, Schedule
+from jobrail.store.mapping import job_row
+from jobrail.store.tables import jobs, outbox
 from tests.fakes import make_job
 from tests.support.fixtures import ApiClient
 from tests.support.processes import BIN, Process

@@ -18,16 +18,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from contexts.schema import metadata as contexts_metadata
 from jobrail.cli import migrate
-from jobrail.persistence.admin import create_database_if_missing, drop_database
-from jobrail.persistence.schema import (
+from jobrail.settings import DatabaseSettings, Settings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.store.schema import (
     LEGACY_VERSION_TABLE,
     PLATFORM,
     MigrationChain,
     alembic_config,
     upgrade,
 )
-from jobrail.persistence.tables import metadata
-from jobrail.settings import DatabaseSettings, Settings
+from jobrail.store.tables import metadata
 from tests.support.apps import REFERENCE
 from tests.support.host_chain import host_config
 from tests.support.schema import (

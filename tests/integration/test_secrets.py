@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs, outbox
+from jobrail.store.tables import jobs, outbox
 from tests.support.processes import BIN, ROOT, Process, start_worker
 from tests.support.rabbit import RabbitProbe
 from tests.support.servers import free_port, sandbox_vendor, smtp_server

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import jobrail
-from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.store.admin import create_database_if_missing, drop_database
 from tests.support.schema import PLATFORM_TABLES, tables
 from tests.support.services import PG_SERVER, require
 from tests.support.wheel import outside_env, run
@@ -46,7 +46,7 @@ def test_jobrail_migrate_from_the_installed_wheel(
     where = run(
         installed / "python",
         "-c",
-        "import jobrail.persistence.schema as s; print(s.PLATFORM.location)",
+        "import jobrail.store.schema as s; print(s.PLATFORM.location)",
         cwd=tmp_path,
         env=_env(database_url),
     ).strip()
@@ -84,10 +84,10 @@ def test_the_built_wheel_carries_the_platform_chain(installed: Path) -> None:
     (wheel,) = (installed.parents[1] / "dist").glob("jobrail-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
 
-    assert "jobrail/persistence/migrations/env.py" in names
+    assert "jobrail/store/migrations/env.py" in names
     chain = ROOT / "src" / "jobrail" / "persistence" / "migrations" / "versions"
     for revision in chain.glob("*.py"):
-        assert f"jobrail/persistence/migrations/versions/{revision.name}" in names
+        assert f"jobrail/store/migrations/versions/{revision.name}" in names
     assert not any(name.startswith("migrations/") for name in names)
 
 

@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from jobrail.api.app import create_app
 from jobrail.cli import migrate
-from jobrail.messaging.topology import Topology
 from jobrail.modules import Module
-from jobrail.persistence.admin import create_database_if_missing, drop_database
+from jobrail.runtime.app import create_app
 from jobrail.settings import Settings, load_settings
+from jobrail.store.admin import create_database_if_missing, drop_database
+from jobrail.transport.topology import Topology
 from tests.support.apps import REFERENCE
 from tests.support.processes import Process, start_worker
 from tests.support.rabbit import RabbitProbe
@@ -113,9 +113,9 @@ class ApiClient(httpx.AsyncClient):
 
     async def key_for(self, tenant: str, *, admin: bool = False) -> str:
         """A fresh API key of `tenant`, creating the tenant the first time."""
-        from jobrail.api.app import runtime_of
         from jobrail.kernel.errors import ConflictError
         from jobrail.kernel.ids import TenantId
+        from jobrail.runtime.app import runtime_of
         from jobrail.tenants.use_cases import CreateTenant, IssueApiKey
 
         container = runtime_of(self.app).container
@@ -144,9 +144,9 @@ class ApiClient(httpx.AsyncClient):
         self, job_type: str, payload: dict[str, Any], tenant: str | None = None
     ) -> str:
         """Enqueue any job type through the EnqueueJob use case of the running app."""
-        from jobrail.api.app import runtime_of
-        from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
+        from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
         from jobrail.kernel.ids import TenantId
+        from jobrail.runtime.app import runtime_of
 
         async with runtime_of(self.app).container() as request:
             enqueue = await request.get(EnqueueJob)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs
+from jobrail.store.tables import jobs
 from tests.support.fixtures import ApiClient
 from tests.support.ops_pages import texts
 

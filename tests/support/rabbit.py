@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import aio_pika
 
-from jobrail.messaging.topology import Topology
+from jobrail.transport.topology import Topology
 from tests.support.services import AMQP_URL
 
 # A probe's teardown never waits longer than this on RabbitMQ (a connection that

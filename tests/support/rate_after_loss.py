@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.persistence.tables import jobs as jobs_table
+from jobrail.store.tables import jobs as jobs_table
 from tests.support.fixtures import ApiClient
 from tests.support.recorder import Call, Recorder
 from tests.support.services import wait_for

@@ -57,7 +57,7 @@ def tables(url: str) -> set[str]:
 
 def platform_head() -> str:
     """The revision the platform's chain ends at, in this code."""
-    from jobrail.persistence.schema import PLATFORM
+    from jobrail.store.schema import PLATFORM
 
     return _head(PLATFORM.location)
 

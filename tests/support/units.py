@@ -10,11 +10,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrail.cli import migrate
 from jobrail.demo.jobs import echo
-from jobrail.jobs.events import EventCatalog
+from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.registry import JobRegistry, JobSpec
-from jobrail.persistence.engine import create_sessionmaker
-from jobrail.persistence.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
+from jobrail.store.engine import create_sessionmaker
+from jobrail.store.uow import UnitOfWorkFactory
 from tests.fakes import FakeDispatcher, FixedClock
 from tests.support.apps import REFERENCE
 

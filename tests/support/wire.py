@@ -9,7 +9,7 @@ from typing import Any
 
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.codec import Envelope, decode, encode
+from jobrail.transport.codec import Envelope, decode, encode
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""The attempt's middleware chain (jobrail.jobs.middleware) as the runner runs it, and the
-limits-and-lock middleware (jobrail.jobs.admission) on its own over a scripted gate."""
+"""The attempt's middleware chain (jobrail.worker.middleware) as the runner runs it, and the
+limits-and-lock middleware (jobrail.worker.admission) on its own over a scripted gate."""
 
 import json
 from collections.abc import Mapping, Sequence
@@ -7,18 +7,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from jobrail.jobs.admission import Held, LimitsAndLock
-from jobrail.jobs.attempt import Attempt, JobRun
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.gating import Deferred, job_owner
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRunner, RunnerConfig
-from jobrail.jobs.wait_notes import WaitNotes
-from jobrail.jobs.watchdog import Kept
 from jobrail.limits.model import JobLimits, Lock, TokenBucket
+from jobrail.worker.admission import Held, LimitsAndLock
+from jobrail.worker.attempt import Attempt, JobRun
+from jobrail.worker.context import JobContext
+from jobrail.worker.gating import Deferred, job_owner
+from jobrail.worker.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
+from jobrail.worker.runner import JobRunner, RunnerConfig
+from jobrail.worker.wait_notes import WaitNotes
+from jobrail.worker.watchdog import Kept
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)

@@ -8,8 +8,8 @@ import aiormq
 import pytest
 from aio_pika.exceptions import ChannelInvalidStateError, MessageProcessError
 
-from jobrail.messaging.brokers import AmqpJobBroker
 from jobrail.settings import RabbitSettings
+from jobrail.transport.brokers import AmqpJobBroker
 
 
 class Channel:

@@ -16,9 +16,10 @@ from taskiq import AckableMessage
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.ids import JobId, new_id
-from jobrail.messaging import consuming
-from jobrail.messaging.brokers import EmbeddedJobBroker
-from jobrail.messaging.codec import (
+from jobrail.settings import RabbitSettings
+from jobrail.transport import consuming
+from jobrail.transport.brokers import EmbeddedJobBroker
+from jobrail.transport.codec import (
     HEADER_REASON,
     HEADER_SOURCE_QUEUE,
     UNKNOWN_TYPE_LABEL,
@@ -27,13 +28,12 @@ from jobrail.messaging.codec import (
     decode,
     encode,
 )
-from jobrail.messaging.consuming import AmqpConsumer, Deliveries
-from jobrail.messaging.dead_letters import MemoryDeadLetters
-from jobrail.messaging.publishing import AmqpPublisher, MemoryPublisher, route
-from jobrail.messaging.reconnects import ConnectionWatch
-from jobrail.messaging.screening import Refuse, Run, screen
-from jobrail.messaging.topology import DELAY_HEADER, Topology
-from jobrail.settings import RabbitSettings
+from jobrail.transport.consuming import AmqpConsumer, Deliveries
+from jobrail.transport.dead_letters import MemoryDeadLetters
+from jobrail.transport.publishing import AmqpPublisher, MemoryPublisher, route
+from jobrail.transport.reconnects import ConnectionWatch
+from jobrail.transport.screening import Refuse, Run, screen
+from jobrail.transport.topology import DELAY_HEADER, Topology
 from tests.fakes import FixedClock
 
 TOPOLOGY = Topology.from_settings(RabbitSettings(prefix="t."))
@@ -122,7 +122,7 @@ def test_a_dead_letter_is_routed_to_the_dead_letter_queue_and_an_unknown_queue_n
 
 
 def test_aiormq_still_publishes_without_waiting_for_the_socket_write() -> None:
-    """jobrail.messaging.publishing.publish_confirmed passes aiormq's `wait=False` and its
+    """jobrail.transport.publishing.publish_confirmed passes aiormq's `wait=False` and its
     `timeout` (the publish's only deadline)."""
     parameters = inspect.signature(aiormq.Channel.basic_publish).parameters
 

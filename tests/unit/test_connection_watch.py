@@ -11,7 +11,7 @@ import pytest
 from aiormq.exceptions import AMQPConnectionError, ProbableAuthenticationError
 from yarl import URL
 
-from jobrail.messaging.reconnects import ConnectionWatch
+from jobrail.transport.reconnects import ConnectionWatch
 
 PASSWORD = "s3cret-rotated"
 

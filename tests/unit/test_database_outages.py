@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from jobrail.jobs.ports import StoreUnavailableError
-from jobrail.persistence.errors import database_errors, is_unavailable, summary
+from jobrail.store.errors import database_errors, is_unavailable, summary
 
 
 def as_sqlalchemy_raises(driver_error: Exception, kind: type[sa_exc.DBAPIError]) -> Exception:

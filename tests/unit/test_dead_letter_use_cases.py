@@ -9,20 +9,18 @@ import pytest
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage
-from jobrail.jobs.use_cases import (
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import JobId
+from jobrail.ops.dead_letters import (
     PurgeDeadLetters,
     PurgeDeadLettersCommand,
     RedriveDeadLetters,
     RedriveDeadLettersCommand,
-    RedriveJob,
-    RedriveJobCommand,
 )
-from jobrail.jobs.use_cases.redrive import CLEAN_UP_LIMIT, NOT_SCANNED
-from jobrail.kernel.errors import InvalidInputError
-from jobrail.kernel.ids import JobId
-from jobrail.messaging.brokers import EmbeddedJobBroker
-from jobrail.messaging.codec import Envelope, dead_letter, encode
+from jobrail.ops.redrive import CLEAN_UP_LIMIT, NOT_SCANNED, RedriveJob, RedriveJobCommand
 from jobrail.settings import RabbitSettings
+from jobrail.transport.brokers import EmbeddedJobBroker
+from jobrail.transport.codec import Envelope, dead_letter, encode
 from tests.fakes import NO_TYPES, FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
 
 

@@ -1,5 +1,5 @@
 """A job the limits defer says what it waits for and until when (``Job.waiting``, noted in
-batches by jobrail.jobs.wait_notes), and a job type may cap how long a job waits."""
+batches by jobrail.worker.wait_notes), and a job type may cap how long a job waits."""
 
 import asyncio
 from collections.abc import Mapping
@@ -7,15 +7,15 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from jobrail.jobs.admission import LimitsAndLock
-from jobrail.jobs.attempt import JobRun
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import JobStatus, Wait, WaitsOn
-from jobrail.jobs.gating import Deferred
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.middleware import Defer, GiveUp
-from jobrail.jobs.wait_notes import WaitNotes
 from jobrail.limits.model import JobLimits, Lock
+from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.attempt import JobRun
+from jobrail.worker.context import JobContext
+from jobrail.worker.gating import Deferred
+from jobrail.worker.middleware import Defer, GiveUp
+from jobrail.worker.wait_notes import WaitNotes
 from tests.fakes import FakeJobStore, FixedClock, make_job
 from tests.unit.test_attempt_chain import ScriptedGate, _attempt
 from tests.unit.test_attempt_chain import Worker as ChainWorker

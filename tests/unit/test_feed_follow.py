@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from jobrail.events.feed import START, EventCursor, EventFilter, JobEvent
+from jobrail.events.use_cases import JobEvents
 from jobrail.jobs.domain import JobStatus
-from jobrail.jobs.feed import START, EventCursor, EventFilter, JobEvent
 from jobrail.jobs.ports import StoreUnavailableError
-from jobrail.jobs.use_cases.feed import JobEvents
 from jobrail.kernel.ids import JobId, TenantId
 
 INTERVAL = 0.02

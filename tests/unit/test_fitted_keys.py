@@ -3,9 +3,9 @@
 import pytest
 from pydantic import BaseModel
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.kernel.keys import MAX_KEY_LENGTH, fitted
+from jobrail.worker.context import JobContext
 from tests.fakes import make_job
 
 

@@ -7,11 +7,14 @@ import pytest
 from pydantic import BaseModel
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
-from jobrail.jobs.flow import FlowStatus
-from jobrail.jobs.flow_recording import FlowRecordingStore
 from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.jobs.use_cases.flows import (
+from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
+from jobrail.workflows.model import FlowStatus
+from jobrail.workflows.recording import FlowRecordingStore
+from jobrail.workflows.use_cases import (
     BatchCommand,
     ChainCommand,
     FlowJob,
@@ -19,9 +22,6 @@ from jobrail.jobs.use_cases.flows import (
     FlowStarted,
     Workflows,
 )
-from jobrail.jobs.use_cases.redrive import RedriveJob, RedriveJobCommand
-from jobrail.kernel.errors import ConflictError, InvalidInputError
-from jobrail.kernel.ids import JobId, TenantId
 from tests.fakes import FakeDeadLetterQueue, FakeJobStore, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")

@@ -12,14 +12,14 @@ from pydantic import BaseModel
 from sqlalchemy import Column, Index, Integer, MetaData, String, Table
 
 from jobrail import JobContext, JobRail
-from jobrail.bootstrap import seeds_demo_tenant
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.outcomes import Next, Verdict, conclude
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.limits.model import JobLimits
 from jobrail.modules import with_default_modules
-from jobrail.persistence.schema import PLATFORM, IncludeObject, MigrationChain, exclude_chains
+from jobrail.runtime.bootstrap import seeds_demo_tenant
 from jobrail.settings import Settings, load_settings
+from jobrail.store.schema import PLATFORM, IncludeObject, MigrationChain, exclude_chains
+from jobrail.worker.outcomes import Next, Verdict, conclude
 from tests.fakes import START, make_job
 
 

@@ -18,20 +18,20 @@ from pydantic import BaseModel
 from taskiq import AckableMessage, InMemoryBroker, TaskiqMessage
 from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
 
-from jobrail.batching import Coalescer
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity
 from jobrail.jobs.registry import JobRegistry, job
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRunner, RunnerConfig
-from jobrail.messaging.codec import encode
-from jobrail.messaging.receiver import JobReceiver
-from jobrail.messaging.tasks import JobRoutes, register_job_tasks
+from jobrail.kernel.batching import Coalescer
 from jobrail.settings import TelemetrySettings
 from jobrail.telemetry.propagation import current_trace_context
 from jobrail.telemetry.tracing import configure_tracing, use_tracer_provider
+from jobrail.transport.codec import encode
+from jobrail.transport.receiver import JobReceiver
+from jobrail.transport.tasks import JobRoutes, register_job_tasks
+from jobrail.worker.context import JobContext
+from jobrail.worker.runner import JobRunner, RunnerConfig
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 
@@ -327,7 +327,7 @@ async def test_a_message_that_is_not_a_job_message_takes_taskiqs_path() -> None:
 
 
 async def test_a_delivery_the_consumer_decoded_is_not_decoded_again() -> None:
-    from jobrail.messaging.screening import ScreenedMessage
+    from jobrail.transport.screening import ScreenedMessage
 
     events: list[str] = []
     store = BatchCountingStore(events)

@@ -4,26 +4,19 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
+from jobrail.jobs.cancel import CancelJob, CancelJobCommand
 from jobrail.jobs.domain import JobStatus
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.get import GetJob, GetJobQuery
+from jobrail.jobs.listing import ListJobs, ListJobsQuery
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.jobs.transactional import intake_units
-from jobrail.jobs.use_cases import (
-    CancelJob,
-    CancelJobCommand,
-    EnqueueJob,
-    EnqueueJobCommand,
-    GetJob,
-    GetJobQuery,
-    ListJobs,
-    ListJobsQuery,
-    RedriveJob,
-    RedriveJobCommand,
-)
-from jobrail.jobs.use_cases.flows import Workflows
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
-from jobrail.messaging.brokers import EmbeddedJobBroker
+from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
+from jobrail.outbox.transactional import intake_units
 from jobrail.settings import RabbitSettings
+from jobrail.transport.brokers import EmbeddedJobBroker
+from jobrail.workflows.use_cases import Workflows
 from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")

@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.admission import LimitsAndLock
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.gating import Deferred
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.ids import JobId
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import GateConfig, JobGate, reservation, reservations
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
     Acquire,
@@ -31,7 +26,12 @@ from jobrail.limits.model import (
     LimitsUnavailableError,
     TokenBucket,
 )
-from jobrail.messaging.codec import Envelope, MalformedMessageError, encode
+from jobrail.transport.codec import Envelope, MalformedMessageError, encode
+from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.context import JobContext
+from jobrail.worker.gate import GateConfig, JobGate, reservation, reservations
+from jobrail.worker.gating import Deferred
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 from tests.support.wire import parse_job_message
 
@@ -117,7 +117,7 @@ def first_delivery(job: Job) -> JobMessage:
 
 
 def redelivered(message: Envelope) -> JobMessage:
-    """What the worker makes of a job message it receives (jobrail.messaging.tasks)."""
+    """What the worker makes of a job message it receives (jobrail.transport.tasks)."""
     body = json.loads(message.body)
     labels = body["labels"]
     not_before = labels.get("not_before")

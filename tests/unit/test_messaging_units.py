@@ -10,8 +10,8 @@ from taskiq import InMemoryBroker
 
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.ids import JobId, new_id, random_bytes, random_hex
-from jobrail.messaging.codec import MalformedMessageError
-from jobrail.messaging.topology import pick_tier
+from jobrail.transport.codec import MalformedMessageError
+from jobrail.transport.topology import pick_tier
 from tests.support.wire import job_envelope, parse_job_message
 
 TIERS = [250, 1_000, 5_000, 30_000, 120_000, 600_000, 3_600_000]
@@ -136,7 +136,7 @@ def test_a_surrogate_pair_escape_is_text_and_read() -> None:
     body = _with_labels({"tenant_id": "\U0001f600"})  # json.dumps writes \ud83d\ude00
     assert b"\\ud83d" in body
 
-    from jobrail.messaging.codec import decode
+    from jobrail.transport.codec import decode
 
     assert decode(body).tenant_id == "\U0001f600"
 
@@ -189,7 +189,7 @@ def test_the_time_a_job_started_waiting_rides_with_its_message() -> None:
     from datetime import UTC, datetime
 
     from jobrail.jobs.messages import JobMessage
-    from jobrail.messaging.codec import decode, encode
+    from jobrail.transport.codec import decode, encode
 
     since = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
     message = JobMessage(JobId(uuid.uuid4()), "a.b", "jobs.default", "acme")
@@ -207,7 +207,7 @@ def test_recent_encodings_encode_a_message_once_for_its_row_and_its_publish() ->
     from dataclasses import replace
 
     from jobrail.jobs.messages import JobMessage
-    from jobrail.messaging import codec
+    from jobrail.transport import codec
     from tests.fakes import make_job
 
     encodings = codec.RecentEncodings()
@@ -227,7 +227,7 @@ def test_recent_encodings_encode_a_message_once_for_its_row_and_its_publish() ->
 
 def test_recent_encodings_keep_at_most_their_size_dropping_the_oldest() -> None:
     from jobrail.jobs.messages import JobMessage
-    from jobrail.messaging import codec
+    from jobrail.transport import codec
     from tests.fakes import make_job
 
     encodings = codec.RecentEncodings(size=2)

@@ -10,15 +10,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
-from jobrail.jobs.transactional import intake_units
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
+from jobrail.outbox.transactional import intake_units
 from jobrail.settings import MetricsSettings
 from jobrail.telemetry.metrics import (
     Backlog,
@@ -28,6 +26,8 @@ from jobrail.telemetry.metrics import (
     metrics_token,
     worker_index,
 )
+from jobrail.worker.context import JobContext
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 from tests.fakes import (
     START,
     FakeDispatcher,

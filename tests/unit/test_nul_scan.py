@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from jobrail.api.nul_guard import json_has_nul
+from jobrail.http.nul_guard import json_has_nul
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_every_split_of_the_backslashes_agrees_with_a_parse() -> None:
 
 def test_a_job_message_holding_a_nul_is_malformed() -> None:
     from jobrail.kernel.ids import new_id
-    from jobrail.messaging.codec import MalformedMessageError
+    from jobrail.transport.codec import MalformedMessageError
     from tests.support.wire import job_envelope, parse_job_message
 
     good = job_envelope(

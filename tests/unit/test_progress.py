@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import JobProgress, JobStatus
 from jobrail.jobs.ports import ClaimToken
-from jobrail.jobs.progress import ProgressReporter
 from jobrail.kernel.errors import TransientError
 from jobrail.kernel.ids import JobId
+from jobrail.worker.context import JobContext
+from jobrail.worker.progress import ProgressReporter
 from tests.fakes import START, FakeJobStore, FixedClock, make_job
 from tests.unit.test_runner import Harness
 

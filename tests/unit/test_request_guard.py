@@ -3,7 +3,7 @@
 import json
 from typing import Any
 
-from jobrail.api.guard import RequestGuard
+from jobrail.http.guard import RequestGuard
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:

@@ -7,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.admission import LimitsAndLock
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.gating import job_owner
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
 from jobrail.kernel.errors import PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import GateConfig, JobGate, Pass
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import (
     Acquire,
@@ -26,7 +21,12 @@ from jobrail.limits.model import (
     Lock,
     TokenBucket,
 )
-from jobrail.messaging.codec import HEADER_REASON, encode
+from jobrail.transport.codec import HEADER_REASON, encode
+from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.context import JobContext
+from jobrail.worker.gate import GateConfig, JobGate, Pass
+from jobrail.worker.gating import job_owner
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 from tests.fakes import START, FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)
@@ -704,8 +704,8 @@ async def test_a_message_carrying_its_limit_keys_is_gated_without_reading_the_jo
 def test_enqueued_messages_carry_their_limit_keys() -> None:
     from pydantic import BaseModel
 
+    from jobrail.jobs.enqueue import message_for
     from jobrail.jobs.registry import JobRegistry, job
-    from jobrail.jobs.use_cases.enqueue import message_for
 
     class Account(BaseModel):
         account_id: str

@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.context import JobCancelledError
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage
-from jobrail.jobs.outcomes import Next, Verdict, classify, conclude, retry_limit, stored_result
 from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.registry import JobSpec
-from jobrail.jobs.rerouting import (
+from jobrail.jobs.retry import RetryPolicy, backoff
+from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
+from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
+from jobrail.worker.context import JobCancelledError
+from jobrail.worker.outcomes import Next, Verdict, classify, conclude, retry_limit, stored_result
+from jobrail.worker.rerouting import (
     ComeBack,
     Done,
     Refuse,
@@ -24,11 +27,8 @@ from jobrail.jobs.rerouting import (
     unclaimed,
     when_due,
 )
-from jobrail.jobs.retry import RetryPolicy, backoff
-from jobrail.jobs.takeover import HOLD_LEASES, wait_out_lease
-from jobrail.jobs.watchdog import LeaseLostError, Watchdog
-from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
-from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
+from jobrail.worker.takeover import HOLD_LEASES, wait_out_lease
+from jobrail.worker.watchdog import LeaseLostError, Watchdog
 from tests.fakes import START, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)

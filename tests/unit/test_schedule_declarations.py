@@ -6,8 +6,8 @@ from pydantic import BaseModel
 
 from jobrail.jobs.registry import JobRegistry, job
 from jobrail.modules import Module, load_modules
-from jobrail.scheduling import Schedule
-from jobrail.scheduling.process import ScheduleConfigError, resolve_schedules
+from jobrail.runtime.scheduler_process import ScheduleConfigError, resolve_schedules
+from jobrail.scheduler import Schedule
 from jobrail.settings import SchedulerSettings, Settings, load_settings
 from tests.support.apps import REFERENCE
 

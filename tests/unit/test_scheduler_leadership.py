@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobrail.scheduling.leadership import Leadership
+from jobrail.scheduler.leadership import Leadership
 from tests.unit.scheduling_support import FlakyLimits, Timeline
 
 TTL = timedelta(seconds=8)

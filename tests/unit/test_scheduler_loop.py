@@ -9,15 +9,15 @@ import pytest
 from pydantic import BaseModel
 
 from jobrail.jobs.domain import Job
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.jobs.transactional import intake_units
-from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.ids import JobId
-from jobrail.messaging.codec import Envelope
-from jobrail.scheduling import SYSTEM_TENANT, Schedule
-from jobrail.scheduling.leadership import Leadership
-from jobrail.scheduling.scheduler import Fired, Scheduler
+from jobrail.outbox.transactional import intake_units
+from jobrail.scheduler import SYSTEM_TENANT, Schedule
+from jobrail.scheduler.leadership import Leadership
+from jobrail.scheduler.loop import Fired, Scheduler
+from jobrail.transport.codec import Envelope
 from tests.fakes import FakeDispatcher, FakeJobIntake
 from tests.unit.scheduling_support import T0, FlakyLimits, Timeline
 

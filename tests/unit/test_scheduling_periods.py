@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobrail.scheduling import SYSTEM_TENANT, Schedule
-from jobrail.scheduling.cron import Cron
+from jobrail.scheduler import SYSTEM_TENANT, Schedule
+from jobrail.scheduler.cron import Cron
 from jobrail.tenants.domain import TENANT_NAME
 
 NOV_30 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

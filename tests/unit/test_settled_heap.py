@@ -1,4 +1,4 @@
-"""jobrail's own processes settle their heap once started (jobrail.bootstrap.settle_heap):
+"""jobrail's own processes settle their heap once started (jobrail.runtime.bootstrap.settle_heap):
 start-up's objects frozen out of the cyclic collector, young collections less often."""
 
 import json
@@ -11,11 +11,11 @@ import pytest
 from fastapi import FastAPI
 
 from jobrail import cli
-from jobrail.bootstrap import YOUNG_GC_THRESHOLD
+from jobrail.runtime.bootstrap import YOUNG_GC_THRESHOLD
 
 SETTLE = """
 import gc, json, weakref
-from jobrail.bootstrap import settle_heap
+from jobrail.runtime.bootstrap import settle_heap
 class Node:
     pass
 gc.disable()  # nothing collects the cycle below but settle_heap itself
@@ -54,7 +54,7 @@ async def test_jobrail_api_settles_the_heap_once_the_lifespan_has_started(
         yield
         events.append("stopped")
 
-    monkeypatch.setattr("jobrail.bootstrap.settle_heap", lambda: events.append("settled"))
+    monkeypatch.setattr("jobrail.runtime.bootstrap.settle_heap", lambda: events.append("settled"))
     app = FastAPI(lifespan=lifespan)
     cli._settle_heap_once_started(app)
 

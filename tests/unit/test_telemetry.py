@@ -16,21 +16,21 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from jobrail.demo.jobs import echo
-from jobrail.jobs.gating import Deferred
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.jobs.registry import JobRegistry
-from jobrail.jobs.transactional import intake_units
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.limits.counters import LimitCounters
-from jobrail.limits.gate import GateConfig, JobGate, Pass
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import JobLimits, Lock
+from jobrail.outbox.transactional import intake_units
 from jobrail.settings import TelemetrySettings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.logging import JsonFormatter, LogContextFilter, log_context
 from jobrail.telemetry.propagation import context_from_labels, current_trace_context
 from jobrail.telemetry.tracing import configure_tracing, traces_url, use_tracer_provider
 from jobrail.tenants.domain import Principal
+from jobrail.worker.gate import GateConfig, JobGate, Pass
+from jobrail.worker.gating import Deferred
 from tests.fakes import FakeDispatcher, FakeJobIntake, FixedClock
 from tests.support.wire import parse_job_message
 
@@ -169,7 +169,7 @@ def api_app() -> FastAPI:
     app = FastAPI(telemetry={"tracing": False})
     log = logging.getLogger("tests.telemetry")
 
-    async def signed_in(request: Request) -> None:  # what jobrail.api.auth leaves behind
+    async def signed_in(request: Request) -> None:  # what jobrail.http.auth leaves behind
         request.state.principal = Principal(TenantId("acme"), admin=False, key_id=uuid.uuid4())
 
     @app.get("/things/{thing_id}", dependencies=[Depends(signed_in)])

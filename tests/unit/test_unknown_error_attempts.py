@@ -6,17 +6,17 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.enqueue import new_job
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.outcomes import classify, retry_limit
 from jobrail.jobs.ports import EnqueueJobCommand
 from jobrail.jobs.registry import JobRegistry, JobSpec, job
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.runner import JobRun, JobRunner, RunnerConfig
-from jobrail.jobs.use_cases.enqueue import new_job
 from jobrail.kernel.errors import TransientError
 from jobrail.kernel.ids import TenantId
+from jobrail.worker.context import JobContext
+from jobrail.worker.outcomes import classify, retry_limit
+from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock
 
 DEFAULT_MAX_ATTEMPTS = 5  # JOBRAIL_RETRY__MAX_ATTEMPTS
@@ -44,7 +44,7 @@ REGISTRY = JobRegistry(
 
 
 def policy_of(registry: JobRegistry) -> RetryPolicy:
-    """The retry policy as the composition root makes it (jobrail.ioc)."""
+    """The retry policy as the composition root makes it (jobrail.runtime.container)."""
     return RetryPolicy(
         base_s=1,
         cap_s=60,

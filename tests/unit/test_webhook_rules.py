@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.feed import EventCursor
+from jobrail.events.feed import EventCursor
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.kernel.ids import TenantId
 from jobrail.webhooks.domain import Webhook, check_url, is_private, sign

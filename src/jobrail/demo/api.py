@@ -4,20 +4,20 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Request, Response
 from pydantic import Field
 
-from jobrail.api.errors import ERROR_RESPONSES
-from jobrail.api.rate_limits import EnqueueTenant
-from jobrail.api.schemas import (
+from jobrail.demo.jobs import EchoPayload, batch_sum
+from jobrail.demo.jobs import echo as echo_job
+from jobrail.http.errors import ERROR_RESPONSES
+from jobrail.http.rate_limits import EnqueueTenant
+from jobrail.http.schemas import (
     IDEMPOTENCY_KEY_OPENAPI,
     JobAccepted,
     RequestModel,
     accepted,
     idempotency_key,
 )
-from jobrail.demo.jobs import EchoPayload, batch_sum
-from jobrail.demo.jobs import echo as echo_job
 from jobrail.jobs.domain import FlowRole
-from jobrail.jobs.use_cases import EnqueueJob, EnqueueJobCommand
-from jobrail.jobs.use_cases.flows import BatchCommand, FlowJob, FlowService
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES

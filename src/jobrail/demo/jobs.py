@@ -2,15 +2,15 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.worker.context import JobContext
 
 CHECKPOINT_EVERY_MS = 250
 
 
 class EchoPayload(BaseModel):
-    # Strict like every request body (jobrail.api.schemas.RequestModel): "yes" is no boolean.
+    # Strict like every request body (jobrail.http.schemas.RequestModel): "yes" is no boolean.
     model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str = Field(max_length=10_000)

@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
 from jobrail.jobs.messages import Outgoing
-from jobrail.jobs.transactional import AfterCommit, TransactionIntake
 from jobrail.kernel.clock import Clock
-from jobrail.persistence.jobs import SqlaJobRepository
-from jobrail.persistence.outbox import SqlaOutbox
+from jobrail.outbox.relay import SqlaOutbox
+from jobrail.outbox.transactional import AfterCommit, TransactionIntake
+from jobrail.store.jobs import SqlaJobRepository
 
 _KEY = "jobrail.after_commit"
 

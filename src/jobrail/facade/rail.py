@@ -1,8 +1,8 @@
 """``JobRail``: jobrail inside a host's own FastAPI app.
 
 A thin facade over what ``jobrail api`` and ``jobrail worker`` build
-(``jobrail.bootstrap.build_runtime``: the job registry, the broker, the dishka
-container of ``jobrail.ioc``): job types declared in code, enqueued through
+(``jobrail.runtime.bootstrap.build_runtime``: the job registry, the broker, the dishka
+container of ``jobrail.runtime.container``): job types declared in code, enqueued through
 ``EnqueueJob`` (on their own, or in the host's own session), the runtime's start and
 stop in the host's lifespan, and the jobs routes scoped by the host's own tenant.
 
@@ -22,20 +22,21 @@ from fastapi import APIRouter, FastAPI
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from jobrail.api.auth import ApiServices
-from jobrail.bootstrap import Runtime, build_runtime, serving
 from jobrail.facade.handle import JobHandle
 from jobrail.facade.host_session import HostSessionUnit, SessionHooks
 from jobrail.facade.routes import jobs_router
+from jobrail.http.auth import ApiServices
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import HandlerFunc, JobSpec, job
-from jobrail.jobs.transactional import AfterCommit
-from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import Lock, RateOrSlots
 from jobrail.modules import Module, load_modules, with_default_modules
-from jobrail.persistence.schema import (
+from jobrail.outbox.transactional import AfterCommit
+from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
+from jobrail.settings import Settings, load_settings
+from jobrail.store.schema import (
     MigrationChain,
     MigrationError,
     SchemaNotMigratedError,
@@ -43,7 +44,6 @@ from jobrail.persistence.schema import (
     sqlite_path,
     upgrade,
 )
-from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
 
@@ -296,7 +296,7 @@ class JobRail:
         """jobrail's own API (``jobrail api --app``) on this rail's runtime: the jobs,
         admin and ops routes, the routes of the modules, jobrail's API keys; its
         lifespan is the rail's."""
-        from jobrail.api.app import create_app
+        from jobrail.runtime.app import create_app
 
         self._app_made = True
         return create_app(self.settings, runtime=self.build(), serve=self.lifespan)

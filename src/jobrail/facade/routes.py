@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from jobrail.api.auth import BearerCredentials, authenticated
-from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.api.events import (
+from jobrail.events.api import (
     STREAM_RESPONSES,
     After,
     LastEventId,
@@ -23,16 +21,14 @@ from jobrail.api.events import (
     event_cursor,
     job_events_response,
 )
-from jobrail.api.rate_limits import Group, apply_rate_limit
-from jobrail.api.schemas import JobFilterQuery, JobList, JobOut, jobs_page
-from jobrail.jobs.use_cases import (
-    CancelJob,
-    CancelJobCommand,
-    GetJob,
-    GetJobQuery,
-    ListJobs,
-)
-from jobrail.jobs.use_cases.feed import JobEvents
+from jobrail.events.use_cases import JobEvents
+from jobrail.http.auth import BearerCredentials, authenticated
+from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.http.rate_limits import Group, apply_rate_limit
+from jobrail.http.schemas import JobFilterQuery, JobList, JobOut, jobs_page
+from jobrail.jobs.cancel import CancelJob, CancelJobCommand
+from jobrail.jobs.get import GetJob, GetJobQuery
+from jobrail.jobs.listing import ListJobs
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.limits.api import ApiRateLimiter
 

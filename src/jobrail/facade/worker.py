@@ -4,16 +4,16 @@ pkg.module:rail``, for the app's ``JobRail`` too (its module is imported, which 
 its job types). Without an app, ``JOBRAIL_MODULES`` unset is jobrail's sandbox default
 (the demo), as for ``jobrail api`` without one. Worker processes end without running
 ``atexit`` hooks, so the spans still in the batch are flushed at worker shutdown. Once
-started, a worker process settles its heap (``jobrail.bootstrap.settle_heap``)."""
+started, a worker process settles its heap (``jobrail.runtime.bootstrap.settle_heap``)."""
 
 import asyncio
 import os
 
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
-from jobrail.bootstrap import install_worker_lifecycle, settle_heap
 from jobrail.facade.loading import APP_ENV, load_rail
 from jobrail.facade.rail import JobRail
+from jobrail.runtime.bootstrap import install_worker_lifecycle, settle_heap
 from jobrail.settings import SANDBOX_MODULES
 from jobrail.telemetry.logging import configure_logging
 from jobrail.telemetry.tracing import shutdown_tracing

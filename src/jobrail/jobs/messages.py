@@ -8,7 +8,7 @@ of its enqueue. The job row holds the payload.
 
 `JobMessage.of` is the one place a message is made from a job. How a message looks
 on the wire (a Taskiq message, the dead-letter headers) is the business of one codec
-adapter, ``jobrail.messaging.codec``; nothing in the job core knows it.
+adapter, ``jobrail.transport.codec``; nothing in the job core knows it.
 """
 
 import uuid

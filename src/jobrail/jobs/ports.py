@@ -1,4 +1,4 @@
-"""Ports of the jobs application layer. Adapters live in persistence/ and messaging/."""
+"""Ports of the jobs application layer. Adapters live in store/, outbox/ and transport/."""
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, Self
 
 from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
-from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.workflows.model import Flow, FlowId
 
 
 class StoreUnavailableError(Exception):
@@ -85,7 +85,7 @@ class JobRepository(Protocol):
 
 
 class FlowRepository(Protocol):
-    """Batches and chains (jobrail.jobs.flow), and their jobs, in a unit of work.
+    """Batches and chains (jobrail.workflows.model), and their jobs, in a unit of work.
     Whoever locks a flow's row locks it before any of its jobs' rows."""
 
     async def add(self, flow: Flow) -> Flow:

@@ -189,7 +189,7 @@ class LimitsBackend(Protocol):
         reported as `Decision.own` when they deny; with `take_over` they are taken
         from those holders instead (the lock's fence grows, so their fenced writes are
         refused). Only a caller that knows none of them is alive may take over: the job
-        runner does so after its database claim of the job (see ``jobrail.jobs.runner``)."""
+        runner does so after its database claim of the job (see ``jobrail.worker.runner``)."""
         ...
 
     async def release(

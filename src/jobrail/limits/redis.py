@@ -64,7 +64,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jobrail.batching import Coalescer
+from jobrail.kernel.batching import Coalescer
 from jobrail.limits import scripts
 from jobrail.limits.kind import LimitKind, num
 from jobrail.limits.kinds.lock import FENCE_TTL_MS
@@ -220,7 +220,7 @@ class RedisLimits:
         # A node failed (or the cluster is changing): read its layout again, or the
         # pipelines would go on to a dead master after its replica took over. A single
         # command makes redis-py do this itself; a pipeline only when it retries, and
-        # the limits' client never retries (see jobrail.ioc). Not `aclose()`, which is
+        # the limits' client never retries (see jobrail.runtime.container). Not `aclose()`, which is
         # what redis-py's retry does: that would also cut the connections the other
         # nodes' batches are using. The nodes manager keeps them, and runs one refresh
         # for callers that fail at the same time.

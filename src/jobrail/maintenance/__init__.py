@@ -15,7 +15,7 @@ from jobrail.maintenance.jobs import (
     report_dead_letters,
 )
 from jobrail.modules import Module
-from jobrail.scheduling import Schedule
+from jobrail.scheduler import Schedule
 
 module = Module(
     name="maintenance",

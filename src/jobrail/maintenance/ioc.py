@@ -3,6 +3,7 @@ from datetime import timedelta
 from dishka import Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.events.persistence import SqlaJobEventLog
 from jobrail.jobs.ports import OpsReadModel
 from jobrail.kernel.clock import Clock
 from jobrail.maintenance.persistence import (
@@ -17,9 +18,8 @@ from jobrail.maintenance.use_cases import (
     PruneMessages,
     ReportDeadLetters,
 )
-from jobrail.messaging.brokers import JobBroker
-from jobrail.persistence.feed import SqlaJobEventLog
 from jobrail.settings import Settings
+from jobrail.transport.brokers import JobBroker
 
 
 class MaintenanceProvider(Provider):

@@ -4,7 +4,6 @@ a worker runs them like any other job."""
 from dishka import FromDishka
 from pydantic import BaseModel, ConfigDict
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.maintenance.use_cases import (
     CheckOutboxLag,
@@ -12,6 +11,7 @@ from jobrail.maintenance.use_cases import (
     PruneMessages,
     ReportDeadLetters,
 )
+from jobrail.worker.context import JobContext
 
 
 class NoPayload(BaseModel):

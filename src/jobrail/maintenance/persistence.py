@@ -1,6 +1,6 @@
 """Housekeeping's SQL: platform-wide statements over the jobs, flows, outbox and inbox
 tables.
-(The outbox lag check reads the operators' read model, jobrail.persistence.ops.)
+(The outbox lag check reads the operators' read model, jobrail.ops.persistence.)
 
 Each delete takes one batch of ids and deletes them in one short transaction; rows
 another transaction holds are skipped (SKIP LOCKED, on Postgres) and go next time.
@@ -12,8 +12,8 @@ from sqlalchemy import Delete, Select, delete, exists, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import TERMINAL_STATUSES
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.tables import flows, inbox, jobs, outbox
+from jobrail.store.errors import database_errors
+from jobrail.store.tables import flows, inbox, jobs, outbox
 
 
 class SqlaFinishedJobs:

@@ -8,7 +8,7 @@ caller's trace continues through the API into the workers.
 The span holds the method, the route template, the path and the status, never
 headers, the query string or the body: keys and payloads stay out of traces. The
 tenant is added to logs and span once authentication has put the principal in the
-request state (``jobrail.api.auth``).
+request state (``jobrail.http.auth``).
 """
 
 import logging

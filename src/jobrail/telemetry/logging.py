@@ -84,7 +84,7 @@ class ExpectedReconnectFilter(logging.Filter):
     refused or reset, or closed by the broker before the handshake: `is_broker_away`),
     and a closed channel's close callback failing on its closed connection. jobrail's
     broker says once, at WARNING, that the connection was lost, and every minute while
-    it stays lost with the last attempt's error (``jobrail.messaging.reconnects``); at
+    it stays lost with the last attempt's error (``jobrail.transport.reconnects``); at
     ERROR these would each look like a fault.
 
     An attempt that failed for any other reason keeps its level: a refused login

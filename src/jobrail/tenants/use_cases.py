@@ -103,7 +103,7 @@ class Authenticate:
     that time. Live keys and unknown ones are kept apart, each bounded: a flood of
     random keys fills only the cache of unknown keys and never evicts a live key (which
     would turn every request of a real client back into a lookup). Callers throttle
-    lookups of keys not known to be live (``jobrail.api.auth``); ``live`` is the check
+    lookups of keys not known to be live (``jobrail.http.auth``); ``live`` is the check
     that needs no lookup.
 
     Separately, the digests of keys found live are remembered for ``seen_live_s``

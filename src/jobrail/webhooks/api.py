@@ -8,11 +8,11 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from jobrail.api.auth import CurrentTenant
-from jobrail.api.errors import ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.api.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.api.schemas import RequestModel
-from jobrail.jobs.feed import EVENT_NAMES
+from jobrail.events.feed import EVENT_NAMES
+from jobrail.http.auth import CurrentTenant
+from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.http.schemas import RequestModel
 from jobrail.webhooks.domain import DEFAULT_EVENTS, MAX_URL_LENGTH, Webhook
 from jobrail.webhooks.use_cases import RegisterWebhookCommand, Webhooks
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from jobrail.jobs.feed import EventCursor
+from jobrail.events.feed import EventCursor
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 from jobrail.webhooks.special_addresses import special_purpose_block

@@ -3,12 +3,12 @@ from collections.abc import AsyncIterator
 from dishka import Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.jobs.use_cases import EnqueueJob
+from jobrail.events.persistence import SqlaJobEventLog
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.kernel.clock import Clock
-from jobrail.persistence.feed import SqlaJobEventLog
-from jobrail.persistence.ops import SqlaWebhookOpsReads
-from jobrail.persistence.uow import UnitOfWorkFactory
+from jobrail.ops.persistence import SqlaWebhookOpsReads
 from jobrail.settings import Settings
+from jobrail.store.uow import UnitOfWorkFactory
 from jobrail.webhooks.persistence import SqlaWebhookStore, WebhookRelay
 from jobrail.webhooks.resolving import GetaddrinfoResolver
 from jobrail.webhooks.sending import HttpxWebhookSender

@@ -7,10 +7,10 @@ import uuid
 from dishka import FromDishka
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobrail.jobs.context import JobContext
 from jobrail.jobs.registry import job
 from jobrail.limits.model import TokenBucket
 from jobrail.webhooks.use_cases import DeliverWebhook
+from jobrail.worker.context import JobContext
 
 
 class Delivery(BaseModel):

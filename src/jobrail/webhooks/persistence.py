@@ -12,17 +12,17 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from jobrail.jobs.feed import EventCursor, EventFilter
+from jobrail.events.feed import EventCursor, EventFilter
+from jobrail.events.persistence import SqlaJobEventLog
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.ports import EnqueueJobCommand, StoreUnavailableError
-from jobrail.jobs.use_cases import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import TenantId
-from jobrail.persistence.engine import reading
-from jobrail.persistence.errors import database_errors
-from jobrail.persistence.feed import SqlaJobEventLog
-from jobrail.persistence.tables import webhook_relay, webhooks
-from jobrail.persistence.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.store.engine import reading
+from jobrail.store.errors import database_errors
+from jobrail.store.tables import webhook_relay, webhooks
+from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.webhooks.domain import Webhook
 
 log = logging.getLogger("jobrail.webhooks")

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from jobrail.events.feed import EVENT_NAMES, EventCursor, EventFilter, JobEventLog, event_document
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.feed import EVENT_NAMES, EventCursor, EventFilter, JobEventLog, event_document
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, NotFoundError
 from jobrail.kernel.ids import TenantId

@@ -5,7 +5,7 @@ tests/integration/test_schema_chains.py)."""
 from alembic import context
 
 from contexts.schema import metadata as contexts_metadata
-from jobrail.persistence.schema import LEGACY_VERSION_TABLE, run_environment
-from jobrail.persistence.tables import metadata
+from jobrail.store.schema import LEGACY_VERSION_TABLE, run_environment
+from jobrail.store.tables import metadata
 
 run_environment(context, [metadata, contexts_metadata], LEGACY_VERSION_TABLE)

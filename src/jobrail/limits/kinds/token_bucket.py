@@ -18,7 +18,7 @@ every reserved token have room of their own (a reserved one ``(capacity - cost) 
 per_second``); the first token a full bucket gives, and every token of a bucket whose
 capacity is its cost, has only the tolerance: the time a job takes from its admission to
 its handler (its claim, a delivery back from a delay queue). A job that starts later
-competes for a token again (``jobrail.jobs.admission``).
+competes for a token again (``jobrail.worker.admission``).
 
 A reservation carries its moment (`Acquire.prepaid` is ``<epoch>@<until>``): brought
 back after it, it is not honoured and the job competes again; brought back before its

@@ -1,4 +1,4 @@
-"""the ops page's sign-in sessions, kept on the server (see jobrail.api.ops)
+"""the ops page's sign-in sessions, kept on the server (see jobrail.ops.console)
 
 Revision ID: 0007
 Revises: 0006

@@ -1,1 +1,0 @@
-"""The HTTP API: app factory, error mapping, health, jobs routes, tenancy."""

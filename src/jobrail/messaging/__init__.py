@@ -1,1 +1,0 @@
-"""Moving messages: envelopes, the outbox, the Taskiq brokers and the queue topology."""

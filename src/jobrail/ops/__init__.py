@@ -1,0 +1,1 @@
+"""What operators see and do: the admin API, the console, dead letters, redrives, limits."""

@@ -1,0 +1,91 @@
+"""What the ops page shows of batches and chains and of one job: every tenant's, for
+operators (the overview is jobrail.ops.overview)."""
+
+from dataclasses import dataclass
+
+from jobrail.events.feed import EventFilter, JobEventLog, StoryLine
+from jobrail.jobs.domain import FlowRole, Job
+from jobrail.jobs.ports import JobsUnitOfWork, OpsReadModel
+from jobrail.kernel.errors import NotFoundError
+from jobrail.kernel.ids import JobId
+from jobrail.workflows.model import Flow, FlowCounts, FlowId
+from jobrail.workflows.use_cases import FlowView
+
+
+@dataclass(frozen=True, slots=True)
+class OpsFlow:
+    view: FlowView
+    callbacks: dict[FlowRole, Job]
+    """The callback jobs there are, by role."""
+    members: list[Job]
+    """Its first members, in their order (a chain's steps in order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpsJob:
+    job: Job
+    flow: Flow | None
+    """Its batch or chain; None when it has none (or the flow's row is gone)."""
+    events: list[StoryLine]
+    """The first lines of its story (its events, progress folded), in feed order."""
+    more_events: bool
+    """Whether its story goes on after these."""
+
+
+class ListOpsFlows:
+    """The most recent batches and chains of every tenant, the newest first, each with
+    its counts as `GET /batches/{id}` derives them (its members by state, now)."""
+
+    def __init__(self, reads: OpsReadModel) -> None:
+        self._reads = reads
+
+    async def __call__(self, limit: int = 20) -> list[FlowView]:
+        return [
+            FlowView(flow, FlowCounts.of(by_status))
+            for flow, by_status in await self._reads.recent_flows(limit)
+        ]
+
+
+class GetOpsFlow:
+    """A batch or chain of any tenant: its counts (as `GET /batches/{id}` has them), its
+    callbacks and its first `members` members, in their order."""
+
+    def __init__(self, uow: JobsUnitOfWork) -> None:
+        self._uow = uow
+
+    async def __call__(self, flow_id: FlowId, members: int = 100) -> OpsFlow:
+        async with self._uow:
+            flow = await self._uow.flows.get(flow_id)
+            if flow is None:
+                raise NotFoundError(f"batch or chain {flow_id} not found")
+            counts = FlowCounts.of(await self._uow.flows.counts(flow_id))
+            callbacks = {
+                role: job
+                for role, job_id in flow.callbacks.items()
+                if (job := await self._uow.jobs.get(JobId(job_id))) is not None
+            }
+            shown = await self._uow.flows.jobs(flow_id, roles=[FlowRole.MEMBER], limit=members)
+        return OpsFlow(FlowView(flow, counts), callbacks, shown)
+
+
+class GetOpsJob:
+    """A job of any tenant, with its batch or chain when it has one and the first
+    `events` lines of its story (jobrail.events.feed.StoryLine; fewer once retention pruned
+    its events): the lines `GET /jobs/{id}/events` answers, so that both views of a job
+    agree, and its lifecycle stays in view however often it reports progress. Every
+    event written is read, those the feed holds back yet too: this is a look, not a
+    page to read on from."""
+
+    def __init__(self, uow: JobsUnitOfWork, events: JobEventLog) -> None:
+        self._uow = uow
+        self._events = events
+
+    async def __call__(self, job_id: JobId, events: int = 100) -> OpsJob:
+        async with self._uow:
+            job = await self._uow.jobs.get(job_id)
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            flow = await self._uow.flows.get(job.flow.flow_id) if job.flow else None
+        which = EventFilter(None, job_id=job_id)
+        found = list(await self._events.story(which, events + 1, held_back_too=True))
+        return OpsJob(job, flow, found[:events], more_events=len(found) > events)

@@ -1,1 +1,0 @@
-"""SQLAlchemy (asyncio) persistence: engine, tables, unit of work and the job store."""

@@ -1,0 +1,1 @@
+"""Composition: building a process (its modules, registry, broker and container) from settings."""

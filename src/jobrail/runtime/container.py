@@ -1,0 +1,454 @@
+"""The composition root shared by the API and the workers (dishka providers).
+
+APP scope: settings, clock, engine, broker, registry, runner.
+REQUEST scope (one per HTTP request and one per task): unit of work and use cases.
+"""
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from enum import Enum
+from typing import Any
+
+from dishka import AnyOf, Provider, Scope, from_context, provide
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from jobrail.events.catalog import EventCatalog
+from jobrail.events.persistence import SqlaJobEventLog
+from jobrail.events.use_cases import JobEvents
+from jobrail.jobs.cancel import CancelJob
+from jobrail.jobs.enqueue import EnqueueJob
+from jobrail.jobs.get import GetJob
+from jobrail.jobs.listing import ListJobs
+from jobrail.jobs.ports import (
+    DeadLetterQueue,
+    JobCatalog,
+    JobIntake,
+    JobStore,
+    JobsUnitOfWork,
+    OpsReadModel,
+    OutboxDispatcher,
+    OutboxMarks,
+    Publisher,
+    QueueStats,
+)
+from jobrail.jobs.registry import JobRegistry
+from jobrail.jobs.retry import RetryPolicy
+from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.limits.api import ApiRateLimiter
+from jobrail.limits.counters import LimitCounters
+from jobrail.limits.memory import MemoryLimits
+from jobrail.limits.model import LimitsBackend
+from jobrail.limits.redis import RedisLimits
+from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
+from jobrail.ops.limits import LimitsAdmin
+from jobrail.ops.overview import GetOpsOverview
+from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.ops.redrive import RedriveJob
+from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
+from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
+from jobrail.outbox.transactional import AfterCommit, DetachedDispatch, IntakeUnitOfWork
+from jobrail.settings import RedisSettings, Settings
+from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
+from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
+from jobrail.store.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
+from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.telemetry.metrics import Backlog, Metrics
+from jobrail.tenants.persistence import SqlaTenantDirectory
+from jobrail.tenants.ports import TenantDirectory
+from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
+from jobrail.transport.brokers import JobBroker
+from jobrail.transport.codec import MessagePublisher, RecentEncodings
+from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.gate import GateConfig, JobGate
+from jobrail.worker.runner import JobRunner, RunnerConfig
+from jobrail.worker.wait_notes import WaitNotes
+from jobrail.workflows.recording import FlowRecordingStore
+from jobrail.workflows.use_cases import FlowService, Workflows
+
+
+class ProcessRole(Enum):
+    """Which kind of process the container serves: the API batches nothing (latency
+    first), workers gather calls for a moment (throughput first)."""
+
+    API = "api"
+    WORKER = "worker"
+
+
+def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
+    """The limits' Redis client: one server, or a Redis Cluster found from one node.
+
+    A dead connection fails the command, which the limits treat as "Redis is away"
+    (limited work waits and comes back); no ping before commands, no silent retries.
+    On a cluster, a failed node also makes the client read the cluster's layout again
+    before its next command (redis-py does that itself), and MOVED/ASK redirections
+    are followed as part of the command, not retried."""
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "health_check_interval": 0,
+    }
+    url = settings.url.get_secret_value()
+    if settings.cluster:
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+    return Redis.from_url(url, retry=None, **options)
+
+
+class PlatformProvider(Provider):
+    settings = from_context(provides=Settings, scope=Scope.APP)
+    registry = from_context(provides=JobRegistry, scope=Scope.APP)
+    event_catalog = from_context(provides=EventCatalog, scope=Scope.APP)
+    role = from_context(provides=ProcessRole, scope=Scope.APP)
+    broker = from_context(provides=JobBroker, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def clock(self) -> Clock:
+        return SystemClock()
+
+    @provide(scope=Scope.APP)
+    async def engine(self, settings: Settings) -> AsyncIterator[AsyncEngine]:
+        engine = create_engine(settings.database)
+        yield engine
+        await close_engine(engine)
+
+    @provide(scope=Scope.APP)
+    def sessionmaker(self, engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+        return create_sessionmaker(engine)
+
+    @provide(scope=Scope.APP)
+    def catalog(self, registry: JobRegistry) -> JobCatalog:
+        return registry
+
+    @provide(scope=Scope.APP)
+    def publisher(self, broker: JobBroker) -> Publisher:
+        return MessagePublisher(broker)
+
+    @provide(scope=Scope.APP)
+    async def pg_pool(self, settings: Settings) -> AsyncIterator[PgPool | None]:
+        """asyncpg's own pool for the hot paths on Postgres (None on SQLite)."""
+        if settings.database.is_sqlite:
+            yield None
+            return
+        pool = await create_pool(settings.database)
+        yield pool
+        await pool.close()
+
+    @provide(scope=Scope.APP)
+    async def pg_outbox_marks(
+        self, pool: PgPool | None, settings: Settings
+    ) -> AsyncIterator[PgOutboxMarks | None]:
+        """Marks that ride along with the next enqueue statement (None on SQLite)."""
+        if pool is None:
+            yield None
+            return
+        marks = PgOutboxMarks(pool, delay_s=settings.outbox.mark_delay_s)
+        yield marks
+        await marks.close()  # before the pool closes
+
+    @provide(scope=Scope.APP)
+    def outbox_marks(self, pg_marks: PgOutboxMarks | None, engine: AsyncEngine) -> OutboxMarks:
+        return pg_marks if pg_marks is not None else SqlaOutboxMarks(engine)
+
+    @provide(scope=Scope.APP)
+    def recent_encodings(self) -> RecentEncodings:
+        """Shared by the intake and the fast path: a message is encoded once."""
+        return RecentEncodings()
+
+    @provide(scope=Scope.APP)
+    def job_intake(
+        self,
+        pool: PgPool | None,
+        pg_marks: PgOutboxMarks | None,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        encodings: RecentEncodings,
+    ) -> JobIntake:
+        """The store EnqueueJob's own transactions write to: one statement each."""
+        if pool is not None:
+            return PgJobIntake(pool, marks=pg_marks, encode=encodings)
+        return SqlaJobIntake(sessionmaker)
+
+    @provide(scope=Scope.APP)
+    async def after_commit(
+        self, dispatcher: OutboxDispatcher, metrics: Metrics
+    ) -> AsyncIterator[AfterCommit]:
+        """What follows every commit that enqueued: the fast path, detached (a 202 does
+        not wait for the broker's confirms), and the count. Closing waits for the
+        publishes under way, before the broker they use closes."""
+        detached = DetachedDispatch(dispatcher)
+        yield AfterCommit(detached, metrics.jobs)
+        await detached.drain()
+
+    @provide(scope=Scope.APP)
+    def metrics(
+        self,
+        registry: JobRegistry,
+        counters: LimitCounters,
+        broker: JobBroker,
+        reads: OpsReadModel,
+        clock: Clock,
+        settings: Settings,
+    ) -> Metrics:
+        backlog = Backlog(
+            broker,
+            reads,
+            clock,
+            settings.rabbit.dead_letter_queue,
+            ttl_s=settings.metrics.lookup_ttl_s,
+            timeout_s=settings.metrics.lookup_timeout_s,
+        )
+        return Metrics((spec.name for spec in registry), counters, backlog)
+
+    @provide(scope=Scope.APP)
+    def dispatcher(
+        self,
+        marks: OutboxMarks,
+        broker: JobBroker,
+        clock: Clock,
+        settings: Settings,
+        encodings: RecentEncodings,
+    ) -> OutboxDispatcher:
+        return OutboxPublisher(
+            marks,
+            broker,
+            clock,
+            timedelta(seconds=settings.outbox.fast_path_timeout_s),
+            encode=encodings,
+        )
+
+    @provide(scope=Scope.APP)
+    def relay(
+        self,
+        engine: AsyncEngine,
+        broker: JobBroker,
+        clock: Clock,
+        catalog: JobCatalog,
+        settings: Settings,
+    ) -> OutboxRelay:
+        return OutboxRelay(
+            engine,
+            broker,
+            clock,
+            catalog,
+            batch=settings.outbox.relay_batch,
+            min_age=timedelta(seconds=settings.outbox.relay_min_age_s),
+            interval=timedelta(seconds=settings.outbox.relay_interval_s),
+        )
+
+    @provide(scope=Scope.APP)
+    def retry_policy(self, settings: Settings, registry: JobRegistry) -> RetryPolicy:
+        return RetryPolicy(
+            base_s=settings.retry.base_s,
+            cap_s=settings.retry.cap_s,
+            jitter=settings.retry.jitter == "full",
+            max_attempts_unknown=settings.retry.max_attempts_unknown,
+            own_max_attempts=registry.own_max_attempts(),
+        )
+
+    @provide(scope=Scope.APP)
+    async def limits_backend(
+        self, settings: Settings, role: ProcessRole
+    ) -> AsyncIterator[LimitsBackend]:
+        """Redis in stack mode, process memory in embedded mode."""
+        if settings.embedded:
+            yield MemoryLimits()
+            return
+        redis = redis_client(settings.redis)
+        window = settings.worker.batch_window_ms / 1000 if role is ProcessRole.WORKER else 0.0
+        backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix, window_s=window)
+        yield backend
+        await backend.close()
+
+    @provide(scope=Scope.APP)
+    def limit_counters(self) -> LimitCounters:
+        return LimitCounters()
+
+    @provide(scope=Scope.APP)
+    def job_gate(
+        self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
+    ) -> JobGate:
+        config = GateConfig(
+            contention_retry=timedelta(seconds=settings.limits.contention_retry_s),
+            jitter=settings.limits.deferral_jitter,
+            unavailable_retry_max=timedelta(seconds=settings.limits.unavailable_retry_max_s),
+        )
+        return JobGate(backend, counters, config)
+
+    @provide(scope=Scope.APP)
+    def api_rate_limiter(
+        self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
+    ) -> ApiRateLimiter:
+        return ApiRateLimiter(backend, settings.api_limits, counters)
+
+    @provide(scope=Scope.APP)
+    def limits_admin(self, registry: JobRegistry, backend: LimitsBackend) -> LimitsAdmin:
+        return LimitsAdmin(registry, backend)
+
+    @provide(scope=Scope.APP)
+    def tenant_directory(self, engine: AsyncEngine) -> TenantDirectory:
+        return SqlaTenantDirectory(engine)
+
+    @provide(scope=Scope.APP)
+    def authenticate(self, directory: TenantDirectory, settings: Settings) -> Authenticate:
+        return Authenticate(
+            directory,
+            ttl_s=settings.auth.key_cache_ttl_s,
+            seen_live_s=settings.auth.seen_live_s,
+        )
+
+    create_tenant = provide(CreateTenant, scope=Scope.APP)
+    issue_api_key = provide(IssueApiKey, scope=Scope.APP)
+    revoke_api_key = provide(RevokeApiKey, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def job_store(
+        self,
+        pool: PgPool | None,
+        engine: AsyncEngine,
+        settings: Settings,
+        factory: UnitOfWorkFactory,
+    ) -> JobStore:
+        store: JobStore = (
+            SqlaJobStore(engine)
+            if pool is None
+            else PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
+        )
+        # The end of a batch's or chain's member is recorded with what it does to the rest.
+        return FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
+
+    @provide(scope=Scope.APP)
+    async def runner(
+        self,
+        store: JobStore,
+        dispatcher: OutboxDispatcher,
+        publisher: Publisher,
+        clock: Clock,
+        retry: RetryPolicy,
+        gate: JobGate,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> AsyncIterator[JobRunner]:
+        config = RunnerConfig(
+            dead_letter_queue=settings.rabbit.dead_letter_queue,
+            lease_grace=timedelta(seconds=settings.jobs.lease_grace_s),
+            store_retry_max=timedelta(seconds=settings.jobs.store_retry_max_s),
+            lease=timedelta(seconds=settings.jobs.lease_s),
+            max_result_bytes=settings.jobs.max_result_bytes,
+            progress_interval=timedelta(milliseconds=settings.jobs.progress_interval_ms),
+        )
+        # The attempt's middleware, in order: each lets the delivery in before the claim
+        # after those before it, and is told the attempt is over before them.
+        middleware = (LimitsAndLock(gate, clock),)
+        wait_notes = WaitNotes(store)
+        yield JobRunner(
+            store,
+            dispatcher,
+            publisher,
+            clock,
+            retry,
+            config,
+            middleware,
+            observer=metrics.jobs,
+            wait_notes=wait_notes,
+        )
+        await wait_notes.close()  # before the store's connections close
+
+    @provide(scope=Scope.APP)
+    def uow_factory(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        dispatcher: OutboxDispatcher,
+        clock: Clock,
+        events: EventCatalog,
+        catalog: JobCatalog,
+        settings: Settings,
+        metrics: Metrics,
+        after_commit: AfterCommit,
+    ) -> UnitOfWorkFactory:
+        return UnitOfWorkFactory(
+            sessionmaker,
+            dispatcher,
+            clock,
+            events,
+            catalog,
+            settings.retry.max_attempts,
+            enqueued=metrics.jobs,
+            after_commit=after_commit,
+        )
+
+    @provide(scope=Scope.REQUEST)
+    def unit_of_work(self, factory: UnitOfWorkFactory) -> AnyOf[SqlaUnitOfWork, JobsUnitOfWork]:
+        return factory(SqlaUnitOfWork)
+
+    @provide(scope=Scope.APP)
+    def enqueue_job(
+        self,
+        intake: JobIntake,
+        after_commit: AfterCommit,
+        catalog: JobCatalog,
+        clock: Clock,
+        settings: Settings,
+    ) -> EnqueueJob:
+        return EnqueueJob(
+            lambda: IntakeUnitOfWork(intake, after_commit),
+            catalog,
+            clock,
+            settings.retry.max_attempts,
+        )
+
+    @provide(scope=Scope.APP)
+    def workflows(self, factory: UnitOfWorkFactory) -> Workflows:
+        return factory.workflows
+
+    @provide(scope=Scope.APP)
+    def flow_service(self, factory: UnitOfWorkFactory) -> FlowService:
+        return FlowService(lambda: factory(SqlaUnitOfWork), factory.workflows)
+
+    @provide(scope=Scope.APP)
+    def event_log(self, engine: AsyncEngine) -> SqlaJobEventLog:
+        return SqlaJobEventLog(engine)
+
+    @provide(scope=Scope.APP)
+    async def job_events(
+        self, log: SqlaJobEventLog, settings: Settings
+    ) -> AsyncIterator[JobEvents]:
+        feed = JobEvents(
+            log,
+            poll_interval_s=settings.events.poll_interval_ms / 1000,
+            max_streams_per_tenant=settings.events.max_streams_per_tenant,
+            # Half the pool at most: the other requests keep the rest.
+            max_reads=max(1, settings.database.pool_size // 2),
+        )
+        yield feed
+        await feed.close()  # its watch stops before the engine goes
+
+    get_job = provide(GetJob, scope=Scope.REQUEST)
+    list_jobs = provide(ListJobs, scope=Scope.REQUEST)
+    cancel_job = provide(CancelJob, scope=Scope.REQUEST)
+    redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
+
+    # -- operators ----------------------------------------------------------------------
+
+    @provide(scope=Scope.APP)
+    def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def queue_stats(self, broker: JobBroker) -> QueueStats:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def ops_reads(self, engine: AsyncEngine) -> OpsReadModel:
+        return SqlaOpsReadModel(engine)
+
+    ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+    ops_flows = provide(ListOpsFlows, scope=Scope.APP)
+    ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
+    list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
+    redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
+    purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
+
+    @provide(scope=Scope.REQUEST)
+    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
+        return GetOpsJob(uow, log)

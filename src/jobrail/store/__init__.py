@@ -1,0 +1,2 @@
+"""The job store: its tables, its SQL (asyncpg's hot path and SQLAlchemy's), the engine
+and the migrations."""

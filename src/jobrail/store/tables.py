@@ -1,0 +1,303 @@
+"""The platform's tables. Its Alembic chain (store/migrations) is the only way they change."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; use timezone-aware UTC datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Json: Any = JSON().with_variant(JSONB(), "postgresql")
+
+JOB_STATUSES = (
+    "pending",
+    "running",
+    "retrying",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "blocked",
+)
+
+# A query must say it the same way, with the literal and not a bound parameter, for the
+# planners to use the partial index on it (a generic plan, or SQLite, cannot otherwise).
+WEBHOOK_DELIVERIES = text("type = 'webhooks.deliver'")
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("type", String(128), nullable=False),
+    Column("queue", String(128), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("entity_id", String(255)),
+    Column("idempotency_key", String(255)),
+    Column("payload", Json, nullable=False),
+    Column("result", Json),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("last_error", Text),
+    Column("trace_context", Json, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime),
+    Column("finished_at", UtcDateTime),
+    Column("run_after", UtcDateTime),
+    Column("lease_until", UtcDateTime),
+    # What a job the limits defer waits for (jobrail.jobs.domain.Wait), or NULL.
+    Column("waiting", Json),
+    # {"current", "total", "message", "updated_at"}: the latest an attempt reported.
+    Column("progress", Json),
+    # The batch or chain the job belongs to (flows.id), its part in it and its place.
+    Column("flow_id", Uuid),
+    Column("flow_role", String(16)),
+    Column("flow_step", Integer),
+    CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
+    CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
+    # One job per tenant and idempotency key (NULL keys never collide).
+    Index("uq_jobs_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
+    Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+    Index("ix_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
+    Index("ix_jobs_tenant_entity_created", "tenant_id", "entity_id", "created_at"),
+    Index("ix_jobs_status_created", "status", "created_at"),
+    Index(
+        "ix_jobs_flow",
+        "flow_id",
+        "flow_step",
+        postgresql_where=text("flow_id IS NOT NULL"),
+        sqlite_where=text("flow_id IS NOT NULL"),
+    ),
+    # The ops page's webhook deliveries of the last day (jobrail.webhooks): the delivery
+    # jobs alone, so its refreshes read those and not every job of the day.
+    Index(
+        "ix_jobs_webhook_deliveries",
+        "created_at",
+        "tenant_id",
+        "status",
+        postgresql_where=WEBHOOK_DELIVERIES,
+        sqlite_where=WEBHOOK_DELIVERIES,
+    ),
+)
+
+FLOW_KINDS = ("batch", "chain")
+FLOW_STATUSES = ("running", "succeeded", "failed", "cancelled")
+
+# Batches and chains (jobrail.workflows.model): the counts of their members' ends, kept
+# exact by the transactions that record those ends (each locks the row first).
+flows = Table(
+    "flows",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("name", String(255)),
+    Column("idempotency_key", String(255)),
+    Column("total", Integer, nullable=False),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("cancelled", Integer, nullable=False, server_default=text("0")),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    # {"then": job id, "catch": ..., "finally": ...}
+    Column("callbacks", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    CheckConstraint("kind IN (" + ", ".join(f"'{k}'" for k in FLOW_KINDS) + ")", name="kind"),
+    CheckConstraint(
+        "status IN (" + ", ".join(f"'{s}'" for s in FLOW_STATUSES) + ")", name="status"
+    ),
+    CheckConstraint(
+        "succeeded >= 0 AND failed >= 0 AND cancelled >= 0 "
+        "AND succeeded + failed + cancelled <= total",
+        name="counts",
+    ),
+    Index("uq_flows_tenant_idempotency_key", "tenant_id", "idempotency_key", unique=True),
+    Index("ix_flows_tenant_created", "tenant_id", "created_at"),
+    Index("ix_flows_finished", "finished_at"),
+    # The ops page's list: every tenant's, the newest first.
+    Index("ix_flows_created", "created_at"),
+)
+
+# The job event feed (jobrail.events.feed): one row per change of a job that a client may
+# follow. Rows are written by triggers on `jobs` (migration 0013), never by jobrail's
+# code, so every path that changes a job (the worker's one-statement records, a host's
+# own session, a flow's releases) records its event in its own transaction, at no extra
+# round trip. `tx` is the writing transaction's id on Postgres (0 on SQLite, whose writers
+# are serial), or the job's previous event's if that is larger (a transaction that waited
+# for the job's row behind a younger one): a reader takes only rows whose `tx` is older
+# than every transaction still open, so ordered by (tx, id) the feed never gains a row
+# behind a cursor already handed out, and a job's events are in the order of its changes.
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("tx", BigInteger, nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("job_id", Uuid, nullable=False),
+    Column("job_type", String(128), nullable=False),
+    Column("name", String(16), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    # {"status", "attempts", "last_error", "run_after", "progress", "waiting", "flow_id"}
+    Column("data", Json, nullable=False),
+    Index("ix_job_events_tenant_tx_id", "tenant_id", "tx", "id"),
+    Index("ix_job_events_job_id", "job_id", "id"),
+    Index("ix_job_events_tx_id", "tx", "id"),
+    sqlite_autoincrement=True,
+)
+
+# Webhooks (jobrail.webhooks): where a tenant's job events are POSTed, signed with its
+# secret. The secret is stored as given: a signature needs it.
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("secret", String(128), nullable=False),
+    # The event names it receives.
+    Column("events", Json, nullable=False),
+    # The feed's head when it was made: it receives the events after it.
+    Column("start_tx", BigInteger, nullable=False),
+    Column("start_event_id", BigInteger, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("deleted_at", UtcDateTime),
+    Index("ix_webhooks_tenant_id", "tenant_id"),
+)
+
+# The webhook relay's position in the event feed: one row, locked by the relay that
+# turns events into deliveries, so two relays never enqueue the same event twice.
+webhook_relay = Table(
+    "webhook_relay",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tx", BigInteger, nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("queue", String(128), nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("headers", Json, nullable=False),
+    Column("not_before", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("published_at", UtcDateTime),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+    # The relay's access path: unpublished rows, oldest first.
+    Index(
+        "ix_outbox_unpublished_created",
+        "created_at",
+        postgresql_where=text("published_at IS NULL"),
+        sqlite_where=text("published_at IS NULL"),
+    ),
+    # Retention's access path: published rows, oldest first (jobrail.maintenance).
+    Index(
+        "ix_outbox_published",
+        "published_at",
+        postgresql_where=text("published_at IS NOT NULL"),
+        sqlite_where=text("published_at IS NOT NULL"),
+    ),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("consumer", String(128), primary_key=True),
+    Column("message_id", String(255), primary_key=True),
+    Column("processed_at", UtcDateTime, nullable=False),
+    Index("ix_inbox_processed", "processed_at"),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("admin", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    # SHA-256 of the key, hex: the key itself is never stored.
+    Column("digest", String(64), nullable=False),
+    Column("hint", String(16), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime),
+    Index("uq_api_keys_digest", "digest", unique=True),
+    Index("ix_api_keys_tenant_id", "tenant_id"),
+)
+
+# The ops page's sign-in sessions (jobrail.ops.console): one row per signed-in browser.
+ops_sessions = Table(
+    "ops_sessions",
+    metadata,
+    # SHA-256 of the session token, hex: the cookie holds the token, which is never stored,
+    # so reading this table (or api_keys) gives nothing a browser could present.
+    Column("digest", String(64), primary_key=True),
+    # Each request checks this key is still live and an admin's: revoking it ends the
+    # session at once.
+    Column("key_id", Uuid, ForeignKey("api_keys.id"), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Index("ix_ops_sessions_key_id", "key_id"),
+    Index("ix_ops_sessions_expires_at", "expires_at"),
+)

@@ -1,0 +1,120 @@
+from typing import Any, Self, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from jobrail.events.catalog import EventCatalog
+from jobrail.jobs.enqueue import EnqueueJob
+from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
+from jobrail.kernel.clock import Clock
+from jobrail.outbox.inbox import SqlaInbox
+from jobrail.outbox.relay import SqlaOutbox
+from jobrail.outbox.transactional import (
+    AfterCommit,
+    OutboxEventPublisher,
+    TransactionIntake,
+    TransactionJobQueue,
+    TransactionWorkflows,
+)
+from jobrail.store.errors import database_errors
+from jobrail.store.jobs import SqlaJobRepository
+from jobrail.workflows.persistence import SqlaFlowRepository
+from jobrail.workflows.use_cases import Workflows
+
+U = TypeVar("U", bound="SqlaUnitOfWork")
+
+
+class SqlaUnitOfWork:
+    """One session, one transaction. Rolls back unless `commit()` is called; after the
+    commit, AfterCommit dispatches the messages the transaction added to the outbox
+    and counts the jobs it created (every one its job repository inserted: enqueued,
+    delivering an event, or a batch's or chain's).
+
+    Contexts extend it with their repositories on the same session, so that their
+    changes, the jobs they enqueue and the events they publish commit together."""
+
+    jobs: SqlaJobRepository
+    outbox: SqlaOutbox
+    flows: SqlaFlowRepository
+    inbox: SqlaInbox
+    intake: TransactionIntake
+    queue: TransactionJobQueue
+    workflows: TransactionWorkflows
+    events: OutboxEventPublisher
+    session: AsyncSession
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        after_commit: AfterCommit,
+        clock: Clock,
+        event_catalog: EventCatalog,
+        enqueue: EnqueueJob,
+        workflows: Workflows,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._after_commit = after_commit
+        self._clock = clock
+        self._event_catalog = event_catalog
+        self._enqueue = enqueue
+        self._workflows = workflows
+        self.committed = False
+
+    async def __aenter__(self) -> Self:
+        self.session = self._sessionmaker()
+        self.jobs = SqlaJobRepository(self.session)
+        self.outbox = SqlaOutbox(self.session, self._clock)
+        self.flows = SqlaFlowRepository(self.session)
+        self.inbox = SqlaInbox(self.session, self._clock)
+        self.intake = TransactionIntake(self.jobs, self.outbox)
+        self.queue = TransactionJobQueue(self._enqueue, self)
+        self.workflows = TransactionWorkflows(self._workflows, self)
+        self.events = OutboxEventPublisher(self.queue, self._event_catalog)
+        self.committed = False
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            if not self.committed:
+                await self.session.rollback()
+        finally:
+            await self.session.close()
+
+    async def commit(self) -> None:
+        with database_errors():
+            await self.session.commit()
+        self.committed = True
+        pending, self.outbox.pending = self.outbox.pending, []
+        await self._after_commit(pending, self.jobs.take_created())
+
+
+class UnitOfWorkFactory:
+    """Makes units of work (the platform's or a context's subclass) with the shared
+    wiring: one AfterCommit, and an EnqueueJob whose own transactions are units of
+    work of this factory."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        dispatcher: OutboxDispatcher,
+        clock: Clock,
+        event_catalog: EventCatalog,
+        job_types: JobCatalog,
+        default_max_attempts: int,
+        enqueued: EnqueueCounter | None = None,
+        after_commit: AfterCommit | None = None,
+    ) -> None:
+        """`after_commit`: the process's one AfterCommit (the composition root's), else
+        one over `dispatcher` and `enqueued`."""
+        enqueue = EnqueueJob(lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts)
+        self.workflows = Workflows(job_types, clock, default_max_attempts)
+        self._args = (
+            sessionmaker,
+            after_commit or AfterCommit(dispatcher, enqueued),
+            clock,
+            event_catalog,
+            enqueue,
+            self.workflows,
+        )
+
+    def __call__(self, kind: type[U]) -> U:
+        return kind(*self._args)

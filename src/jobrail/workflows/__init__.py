@@ -1,0 +1,1 @@
+"""Batches and chains: jobs that run as one piece of work."""
