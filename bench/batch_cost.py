@@ -35,22 +35,22 @@ from bench.common import machine, unique
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.jobs.domain import FlowRole, Job
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.flow import FlowId
 from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import JobStore
 from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
 from jobrail.kernel.clock import SystemClock
 from jobrail.kernel.ids import TenantId
+from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.runtime.bootstrap import Runtime, build_runtime
 from jobrail.settings import DatabaseSettings
 from jobrail.store.admin import drop_database
 from jobrail.store.pg import PgJobStore, create_pool
 from jobrail.store.tables import flows, jobs
-from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.worker.context import JobContext
+from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
-from jobrail.workflows.model import FlowId
-from jobrail.workflows.recording import FlowRecordingStore
-from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
 
 COUNT = 1000
 AT_ONCE = 64

@@ -52,7 +52,7 @@ def migrate(settings: Settings, modules: Sequence[Module] = ()) -> None:
 
 def _chains(settings: Settings, modules: Sequence[Module]) -> list[MigrationChain]:
     """The Alembic chains the modules of the settings, then `modules`, name."""
-    from jobrail.modules import load_modules
+    from jobrail.runtime.modules import load_modules
 
     loaded = [*load_modules(settings.modules), *modules]
     return [chain for module in loaded for chain in module.migrations]
@@ -66,8 +66,8 @@ def _migrate_or_exit(
     of this code) is one line and exit 1."""
     from alembic.util import CommandError
 
-    from jobrail.jobs.ports import StoreUnavailableError
-    from jobrail.modules import ModuleLoadError
+    from jobrail.kernel.errors import StoreUnavailableError
+    from jobrail.runtime.modules import ModuleLoadError
     from jobrail.store.errors import database_errors
     from jobrail.store.schema import MigrationError
 
@@ -173,7 +173,7 @@ def _check_schedules(app: Any, settings: Settings) -> None:
     """The embedded mode fires the schedules itself: a mistake in them (an unknown name,
     a bad cron) stops it here with the reason, not with a traceback from its start-up."""
     from jobrail.runtime.app import runtime_of
-    from jobrail.runtime.scheduler_process import ScheduleConfigError, resolve_schedules
+    from jobrail.runtime.schedules import ScheduleConfigError, resolve_schedules
 
     runtime = runtime_of(app)
     try:
@@ -272,7 +272,7 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     from jobrail.kernel.errors import DomainError
     from jobrail.kernel.ids import TenantId
     from jobrail.store.engine import create_engine
-    from jobrail.tenants.persistence import SqlaTenantDirectory
+    from jobrail.store.tenants import SqlaTenantDirectory
     from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
 
     engine = create_engine(settings.database)
@@ -626,7 +626,7 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
 
 def _main(argv: list[str] | None) -> None:
     from jobrail.facade.loading import APP_ENV
-    from jobrail.modules import ModuleLoadError
+    from jobrail.runtime.modules import ModuleLoadError
     from jobrail.settings import SettingsError, load_settings
     from jobrail.version import __version__
 
@@ -672,7 +672,8 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
     elif args.command == "worker":
         run_worker(settings, args.taskiq_args, args.app, modules)
     elif args.command == "scheduler":
-        from jobrail.runtime.scheduler_process import ScheduleConfigError, run_scheduler
+        from jobrail.runtime.scheduler_process import run_scheduler
+        from jobrail.runtime.schedules import ScheduleConfigError
 
         _check_job_catalog(settings, modules)
         _check_schema_or_exit(settings, modules, args.app)
@@ -682,7 +683,7 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
     elif args.command == "tenants":
-        from jobrail.jobs.ports import StoreUnavailableError
+        from jobrail.kernel.errors import StoreUnavailableError
 
         _check_schema_or_exit(settings, modules, args.app)
         try:

@@ -21,8 +21,6 @@ The platform never imports a context itself.
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
 
 from dishka import Provider
 from fastapi import APIRouter
@@ -53,59 +51,4 @@ class Module:
         return [*self.routers, *(r for make in self.router_factories for r in make(settings))]
 
 
-class ModuleLoadError(Exception):
-    pass
-
-
-def with_default_modules(settings: Settings, names: Sequence[str]) -> Settings:
-    """`settings` whose installed modules are `names` where ``JOBRAIL_MODULES`` was not
-    given: an app's own default in place of jobrail's sandbox default (``SANDBOX_MODULES``).
-    Production loads only the modules it names (see Settings)."""
-    if "modules" in settings.model_fields_set or settings.environment == "production":
-        return settings
-    return settings.model_copy(update={"modules": list(names)})
-
-
-ENTRY_POINTS = "jobrail.modules"
 """The entry-point group an installed distribution names its modules in."""
-
-
-def installed_modules() -> dict[str, EntryPoint]:
-    return {point.name: point for point in entry_points(group=ENTRY_POINTS)}
-
-
-def load_modules(names: Sequence[str]) -> list[Module]:
-    """The platform's housekeeping and webhooks, then the installed modules `names` names."""
-    from jobrail.maintenance import module as housekeeping
-    from jobrail.webhooks import module as webhooks
-
-    installed = installed_modules()
-    modules = [housekeeping, webhooks]
-    for name in names:
-        point = installed.get(name)
-        if point is None:
-            known = ", ".join(sorted(installed)) or "none"
-            hint = (
-                " (an import path: give the Module to JobRail(modules=[...]) and run with "
-                "--app, or register it as an entry point)"
-                if "." in name or ":" in name
-                else ""
-            )
-            raise ModuleLoadError(
-                f"JOBRAIL_MODULES names {name!r}, which is no installed module{hint}; "
-                f"installed: {known}"
-            )
-        try:
-            module: Any = point.load()
-        except ImportError as exc:
-            raise ModuleLoadError(
-                f"module {name!r} ({point.value}) cannot be imported: {exc}"
-            ) from exc
-        except Exception as exc:  # the module's own code failed at import
-            raise ModuleLoadError(
-                f"module {name!r} ({point.value}): importing it failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(module, Module):
-            raise ModuleLoadError(f"module {name!r}: {point.value} is not a Module")
-        modules.append(module)
-    return modules

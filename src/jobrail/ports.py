@@ -19,6 +19,7 @@ jobrail implements them, which may move; this module is what stays.
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult, EventPublisher, Inbox, JobQueue
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowStarted
 from jobrail.limits.model import (
     Acquire,
     Admission,
@@ -28,7 +29,6 @@ from jobrail.limits.model import (
     LimitsBackend,
     LimitsUnavailableError,
 )
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowJob, FlowStarted
 
 __all__ = [
     "Acquire",

@@ -491,7 +491,7 @@ class WorkerSettings(BaseModel):
 
 
 class MetricsSettings(BaseModel):
-    """Prometheus metrics (see jobrail.telemetry.metrics and jobrail.http.metrics)."""
+    """Prometheus metrics (see jobrail.telemetry.metrics and jobrail.runtime.metrics_endpoint)."""
 
     api_enabled: bool = Field(default=True, description="Serve GET /metrics on the API.")
     token: SecretStr | None = Field(

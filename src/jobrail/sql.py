@@ -18,7 +18,8 @@
   database, the ``include_object`` that keeps jobrail's tables out of its autogenerate.
 """
 
-from jobrail.jobs.ports import StoreUnavailableError
+from jobrail.kernel.errors import StoreUnavailableError
+from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.store.dialects import upsert_insert
 from jobrail.store.errors import database_errors
 from jobrail.store.schema import (
@@ -28,7 +29,6 @@ from jobrail.store.schema import (
     run_environment,
 )
 from jobrail.store.tables import NAMING_CONVENTION, UtcDateTime
-from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "NAMING_CONVENTION",

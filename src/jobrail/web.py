@@ -13,7 +13,8 @@
 from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES
 from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.http.schemas import RequestModel, job_location
+from jobrail.http.schemas import RequestModel
+from jobrail.jobs.schemas import job_location
 
 __all__ = [
     "ERROR_RESPONSES",

@@ -13,9 +13,9 @@ from fastapi import FastAPI, Header
 
 from jobrail import JobRail
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import create_app, runtime_of
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowJob, FlowService
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient

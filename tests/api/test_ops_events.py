@@ -18,10 +18,10 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.jobs.workflows import ChainCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import jobs
-from jobrail.workflows.use_cases import ChainCommand, FlowJob, FlowService
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.feed import SSE, sse_events

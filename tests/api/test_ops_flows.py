@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import jobs
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowJob, FlowService
 from tests.support.fixtures import ApiClient
 from tests.support.ops_pages import fields, has_table, rows, texts
 from tests.support.services import wait_for

@@ -14,11 +14,11 @@ from contexts.sync.application.ports import VendorItem, VendorPage
 from contexts.sync.domain.account import Account
 from jobrail.jobs.domain import Job
 from jobrail.jobs.enqueue import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.flow import Flow, FlowKind
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowStarted
 from jobrail.kernel.errors import PermanentError
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId, new_id
-from jobrail.workflows.model import Flow, FlowKind
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowStarted
 from tests.fakes import START
 
 

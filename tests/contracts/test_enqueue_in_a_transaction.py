@@ -7,11 +7,11 @@ import pytest
 from sqlalchemy import func, select
 
 from jobrail.jobs.enqueue import EnqueueJobCommand
+from jobrail.jobs.workflows import BatchCommand, FlowJob
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import TenantId
+from jobrail.outbox.uow import SqlaUnitOfWork
 from jobrail.store.tables import flows, jobs
-from jobrail.store.uow import SqlaUnitOfWork
-from jobrail.workflows.use_cases import BatchCommand, FlowJob
 from tests.fakes import FakeDispatcher
 from tests.support.units import sqlite_units
 

@@ -8,8 +8,8 @@ import pytest
 
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
+from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.tenants.domain import digest
-from jobrail.tenants.persistence import SqlaTenantDirectory
 from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
 from tests.fakes import FakeTenantDirectory, FixedClock
 from tests.support.services import store_engine

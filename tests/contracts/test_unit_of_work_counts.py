@@ -13,12 +13,12 @@ from jobrail.demo.jobs import batch_sum, echo
 from jobrail.events.catalog import EventCatalog, EventDelivery, EventSpec
 from jobrail.jobs.enqueue import EnqueueJobCommand
 from jobrail.jobs.registry import job
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowStarted
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import TenantId
+from jobrail.outbox.uow import SqlaUnitOfWork
 from jobrail.store.tables import jobs
-from jobrail.store.uow import SqlaUnitOfWork
 from jobrail.worker.context import JobContext
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowJob, FlowStarted
 from tests.fakes import START, FakeDispatcher
 from tests.support.units import sqlite_units
 

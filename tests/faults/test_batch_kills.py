@@ -10,10 +10,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import FlowRole
+from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import flows, jobs
-from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
 from tests.faults.conftest import job_counts, republish_all, wait_all_terminal
 from tests.support.fixtures import ApiClient
 from tests.support.processes import Process

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import SystemClock
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.settings import Settings
 from jobrail.transport.brokers import AmqpJobBroker
 from jobrail.transport.codec import Envelope, encode

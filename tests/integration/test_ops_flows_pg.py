@@ -11,11 +11,11 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import FlowRole
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowService
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.settings import Settings
 from jobrail.store.tables import jobs
-from jobrail.workflows.use_cases import BatchCommand, ChainCommand, FlowJob, FlowService
 from tests.support.ops_pages import fields, rows, texts
 from tests.support.rabbit import RabbitProbe
 

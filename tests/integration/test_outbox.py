@@ -11,13 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import BrokerUnavailableError
-from jobrail.outbox.relay import (
-    OutboxPublisher,
-    OutboxRelay,
-    SqlaOutboxMarks,
-    insert_outbox_rows,
-)
+from jobrail.kernel.errors import BrokerUnavailableError
+from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
+from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.tables import outbox
 from jobrail.transport.codec import Envelope, encode, publish_side_by_side
 from tests.fakes import NO_TYPES, START, FixedClock, make_job

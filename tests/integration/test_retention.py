@@ -25,9 +25,9 @@ from jobrail.maintenance.persistence import (
 )
 from jobrail.maintenance.use_cases import PruneFinishedJobs, PruneMessages
 from jobrail.outbox.inbox import SqlaInbox
+from jobrail.outbox.uow import UnitOfWorkFactory
 from jobrail.store.engine import create_sessionmaker
 from jobrail.store.tables import flows, inbox, jobs, outbox
-from jobrail.store.uow import UnitOfWorkFactory
 from tests.contexts.fakes import FakeEmailSender
 from tests.fakes import START, FakeDispatcher, FixedClock
 from tests.support.services import store_engine

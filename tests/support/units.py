@@ -12,9 +12,9 @@ from jobrail.cli import migrate
 from jobrail.demo.jobs import echo
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.registry import JobRegistry, JobSpec
+from jobrail.outbox.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
 from jobrail.store.engine import create_sessionmaker
-from jobrail.store.uow import UnitOfWorkFactory
 from tests.fakes import FakeDispatcher, FixedClock
 from tests.support.apps import REFERENCE
 

@@ -14,7 +14,7 @@ import pytest
 from taskiq import AckableMessage
 
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.settings import RabbitSettings
 from jobrail.transport import consuming

@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from jobrail.jobs.ports import StoreUnavailableError
+from jobrail.kernel.errors import StoreUnavailableError
 from jobrail.store.errors import database_errors, is_unavailable, summary
 
 

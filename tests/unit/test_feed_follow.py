@@ -14,7 +14,7 @@ import pytest
 from jobrail.events.feed import START, EventCursor, EventFilter, JobEvent
 from jobrail.events.use_cases import JobEvents
 from jobrail.jobs.domain import JobStatus
-from jobrail.jobs.ports import StoreUnavailableError
+from jobrail.kernel.errors import StoreUnavailableError
 from jobrail.kernel.ids import JobId, TenantId
 
 INTERVAL = 0.02

@@ -7,14 +7,10 @@ import pytest
 from pydantic import BaseModel
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
+from jobrail.jobs.flow import FlowStatus
 from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.kernel.errors import ConflictError, InvalidInputError
-from jobrail.kernel.ids import JobId, TenantId
-from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
-from jobrail.workflows.model import FlowStatus
-from jobrail.workflows.recording import FlowRecordingStore
-from jobrail.workflows.use_cases import (
+from jobrail.jobs.workflows import (
     BatchCommand,
     ChainCommand,
     FlowJob,
@@ -22,6 +18,10 @@ from jobrail.workflows.use_cases import (
     FlowStarted,
     Workflows,
 )
+from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId
+from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
+from jobrail.worker.flow_recording import FlowRecordingStore
 from tests.fakes import FakeDeadLetterQueue, FakeJobStore, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")

@@ -15,8 +15,8 @@ from jobrail import JobContext, JobRail
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.limits.model import JobLimits
-from jobrail.modules import with_default_modules
 from jobrail.runtime.bootstrap import seeds_demo_tenant
+from jobrail.runtime.modules import with_default_modules
 from jobrail.settings import Settings, load_settings
 from jobrail.store.schema import PLATFORM, IncludeObject, MigrationChain, exclude_chains
 from jobrail.worker.outcomes import Next, Verdict, conclude

@@ -10,13 +10,13 @@ from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs, ListJobsQuery
 from jobrail.jobs.registry import JobRegistry, job
+from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
 from jobrail.outbox.transactional import intake_units
 from jobrail.settings import RabbitSettings
 from jobrail.transport.brokers import EmbeddedJobBroker
-from jobrail.workflows.use_cases import Workflows
 from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")

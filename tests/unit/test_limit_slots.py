@@ -31,7 +31,7 @@ from jobrail.limits.model import (
     slot_part,
 )
 from jobrail.limits.redis import RedisLimits
-from jobrail.modules import load_modules
+from jobrail.runtime.modules import load_modules
 from jobrail.scheduler.leadership import LEADER_KEY
 from jobrail.settings import ApiLimitsSettings, Settings, SettingsError, load_settings
 from tests.support.apps import reference_and_test_jobs

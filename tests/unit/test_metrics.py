@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import BrokerUnavailableError, QueueDepth
+from jobrail.jobs.ports import QueueDepth
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.kernel.errors import PermanentError, TransientError
+from jobrail.kernel.errors import BrokerUnavailableError, PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
 from jobrail.outbox.transactional import intake_units
 from jobrail.settings import MetricsSettings

@@ -11,10 +11,15 @@ import pytest
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage
-from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.registry import JobSpec
 from jobrail.jobs.retry import RetryPolicy, backoff
-from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
+from jobrail.kernel.errors import (
+    BrokerUnavailableError,
+    PermanentError,
+    StoreUnavailableError,
+    ThrottledError,
+    TransientError,
+)
 from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
 from jobrail.worker.context import JobCancelledError
 from jobrail.worker.outcomes import Next, Verdict, classify, conclude, retry_limit, stored_result

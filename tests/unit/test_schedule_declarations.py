@@ -5,8 +5,9 @@ import pytest
 from pydantic import BaseModel
 
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.modules import Module, load_modules
-from jobrail.runtime.scheduler_process import ScheduleConfigError, resolve_schedules
+from jobrail.modules import Module
+from jobrail.runtime.modules import load_modules
+from jobrail.runtime.schedules import ScheduleConfigError, resolve_schedules
 from jobrail.scheduler import Schedule
 from jobrail.settings import SchedulerSettings, Settings, load_settings
 from tests.support.apps import REFERENCE

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import StoreUnavailableError
 from jobrail.jobs.registry import JobRegistry, job
+from jobrail.kernel.errors import StoreUnavailableError
 from jobrail.kernel.ids import JobId
 from jobrail.outbox.transactional import intake_units
 from jobrail.scheduler import SYSTEM_TENANT, Schedule

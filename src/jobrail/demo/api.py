@@ -8,16 +8,11 @@ from jobrail.demo.jobs import EchoPayload, batch_sum
 from jobrail.demo.jobs import echo as echo_job
 from jobrail.http.errors import ERROR_RESPONSES
 from jobrail.http.rate_limits import EnqueueTenant
-from jobrail.http.schemas import (
-    IDEMPOTENCY_KEY_OPENAPI,
-    JobAccepted,
-    RequestModel,
-    accepted,
-    idempotency_key,
-)
+from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel, idempotency_key
 from jobrail.jobs.domain import FlowRole
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
-from jobrail.workflows.use_cases import BatchCommand, FlowJob, FlowService
+from jobrail.jobs.schemas import JobAccepted, accepted
+from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES

@@ -35,10 +35,9 @@ from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.guard import is_head
 from jobrail.http.rate_limits import RateLimitedError, RateLimitRead
-from jobrail.http.schemas import JobEventOut, JobEventPage
 from jobrail.jobs.get import GetJob, GetJobQuery
-from jobrail.jobs.ports import StoreUnavailableError
-from jobrail.kernel.errors import InvalidInputError
+from jobrail.jobs.schemas import JobEventOut, JobEventPage
+from jobrail.kernel.errors import InvalidInputError, StoreUnavailableError
 from jobrail.kernel.ids import JobId, TenantId
 
 log = logging.getLogger("jobrail.api.events")

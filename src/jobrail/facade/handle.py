@@ -1,7 +1,7 @@
 """A job type declared on a ``JobRail``: what the host enqueues it with."""
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -10,16 +10,21 @@ from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import JobSpec
 from jobrail.kernel.ids import TenantId
 
-if TYPE_CHECKING:
-    from jobrail.facade.rail import JobRail
-
 P = TypeVar("P", bound=BaseModel)
+
+
+class Enqueues(Protocol):
+    """What a handle enqueues through (``JobRail.enqueue``)."""
+
+    async def enqueue(
+        self, cmd: EnqueueJobCommand, *, session: AsyncSession | None = None
+    ) -> EnqueueResult: ...
 
 
 class JobHandle(Generic[P]):
     """The job type ``spec``, declared with ``@rail.job(...)``; its payload is a ``P``."""
 
-    def __init__(self, rail: "JobRail", spec: JobSpec) -> None:
+    def __init__(self, rail: Enqueues, spec: JobSpec) -> None:
         self._rail = rail
         self.spec = spec
 

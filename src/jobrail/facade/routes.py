@@ -9,8 +9,9 @@ installed none of jobrail's error handlers answers them as jobrail's app does.
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
+from dishka import AsyncContainer
 from fastapi import APIRouter, Depends, Request, Response
 
 from jobrail.events.api import (
@@ -22,30 +23,40 @@ from jobrail.events.api import (
     job_events_response,
 )
 from jobrail.events.use_cases import JobEvents
-from jobrail.http.auth import BearerCredentials, authenticated
+from jobrail.http.auth import ApiServices, BearerCredentials, authenticated
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import Group, apply_rate_limit
-from jobrail.http.schemas import JobFilterQuery, JobList, JobOut, jobs_page
 from jobrail.jobs.cancel import CancelJob, CancelJobCommand
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs
+from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.limits.api import ApiRateLimiter
-
-if TYPE_CHECKING:
-    from jobrail.facade.rail import JobRail
+from jobrail.runtime.outages import outage
 
 T = TypeVar("T")
 
 
+class RailServices(Protocol):
+    """What the routes take from the rail (``JobRail``): its container, built anew for
+    each lifespan, and the lookup and throttle of jobrail's API keys."""
+
+    @property
+    def container(self) -> AsyncContainer: ...
+
+    async def api_services(self) -> ApiServices: ...
+
+
 class RailRoute(JsonErrorsRoute):
-    """Every error is JSON, an unexpected one a logged 500 too."""
+    """Every error is JSON, an unexpected one a logged 500 too, and a driver's error that
+    says its service is away a 503, in the host's app as in jobrail's."""
 
     catch_all = True
+    outage = staticmethod(outage)
 
 
 def jobs_router(
-    rail: "JobRail",
+    rail: RailServices,
     *,
     tenant: Callable[..., Awaitable[str] | str] | None,
     prefix: str,
@@ -121,7 +132,7 @@ def jobs_router(
     return router
 
 
-def _api_key_tenant(rail: "JobRail") -> Callable[..., Awaitable[TenantId]]:
+def _api_key_tenant(rail: RailServices) -> Callable[..., Awaitable[TenantId]]:
     """jobrail's API keys as the tenant dependency: ``Authorization: Bearer <key>``."""
 
     async def api_key_tenant(request: Request, credentials: BearerCredentials) -> TenantId:

@@ -12,27 +12,27 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import aiormq
-from aio_pika.exceptions import ChannelInvalidStateError
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Send
 
-from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
-from jobrail.kernel.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
+from jobrail.kernel.errors import (
+    BrokerUnavailableError,
+    ConflictError,
+    DomainError,
+    InvalidInputError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from jobrail.limits.model import LimitsUnavailableError
-from jobrail.store.errors import is_unavailable, summary
 
 log = logging.getLogger("jobrail.api")
 
@@ -144,23 +144,27 @@ _UNAVAILABLE: tuple[tuple[type[Exception], str, str], ...] = (
 )
 
 
-# What a route's own use of Redis or RabbitMQ raises when the service is away, where no
-# adapter turned it into LimitsUnavailableError or BrokerUnavailableError first.
-_REDIS_AWAY = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
-_RABBITMQ_AWAY = (
-    aiormq.exceptions.AMQPConnectionError,
-    aiormq.exceptions.ChannelInvalidStateError,
-    ChannelInvalidStateError,
-)
+Outage = Callable[[BaseException], tuple[str, str] | None]
+"""Which backing service an error says is away, as (error code, service), for a
+driver's error no adapter named (a context's repository, a route's own call); None
+for any other error. The app's composition gives its own (``jobrail.runtime.outages``):
+this edge knows no driver."""
 
 
-def error_for(exc: Exception) -> JSONResponse | None:
+def outage_of(app: Any) -> Outage | None:
+    """The outage classification ``install_error_handlers`` gave `app`, if any."""
+    state = getattr(app, "state", None)
+    found = getattr(state, "outage", None)
+    return found if callable(found) else None
+
+
+def error_for(exc: Exception, outage: Outage | None = None) -> JSONResponse | None:
     """The JSON answer to an error jobrail's routes raise, or None for an unexpected one
     (domain errors, a backing service that cannot be reached, invalid requests and
-    HTTPExceptions)."""
+    HTTPExceptions). `outage` names the services of drivers' own errors."""
     if isinstance(exc, DomainError):
         return _domain_error(exc)
-    unavailable = _unavailable(exc)
+    unavailable = _unavailable(exc, outage)
     if unavailable is not None:
         code, what = unavailable
         # A 503 for a backing service that cannot be reached: clients retry after 5 s.
@@ -173,29 +177,21 @@ def error_for(exc: Exception) -> JSONResponse | None:
     return None
 
 
-def _unavailable(exc: Exception) -> tuple[str, str] | None:
+def _unavailable(exc: Exception, outage: Outage | None) -> tuple[str, str] | None:
     """The error code and the service, for an error that says a backing service cannot
-    be used right now: one an adapter named, or the driver's own that reached the route
-    unnamed (a context's repository, a route's own call). Every way a database can be
-    away is a 503, never a 500 (jobrail.store.errors)."""
+    be used right now: one an adapter named, or a driver's own that `outage` names.
+    Every way a database can be away is a 503, never a 500."""
     for named, code, what in _UNAVAILABLE:
         if isinstance(exc, named):
             return code, what
-    if isinstance(exc, _REDIS_AWAY):
-        return "limits_unavailable", "the limits store"
-    if isinstance(exc, _RABBITMQ_AWAY):
-        return "broker_unavailable", "the message broker"
-    if is_unavailable(exc):
-        return "database_unavailable", "the database"
-    return None
+    return None if outage is None else outage(exc)
 
 
 def _one_line(exc: Exception) -> str:
-    """What the log says of an outage: the driver's error, never a statement or its
-    parameters (a SQLAlchemy error's text carries both)."""
-    if isinstance(exc, (StoreUnavailableError, BrokerUnavailableError, LimitsUnavailableError)):
-        return str(exc)
-    return summary(exc)
+    """What the log says of an outage: the error's first line (an adapter's names the
+    driver's error alone; a driver's own may go on with a statement)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _domain_error(exc: DomainError) -> JSONResponse:
@@ -235,7 +231,7 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
 async def _mapped(request: Request, exc: Exception) -> Response:
     if isinstance(exc, StarletteHTTPException) and exc.status_code == 405:
         return _not_allowed(request)
-    response = error_for(exc)
+    response = error_for(exc, outage_of(request.app))
     assert response is not None  # registered only for the types error_for maps
     return response
 
@@ -258,7 +254,9 @@ def _not_allowed(request: Request) -> Response:
     return error_response(405, "method_not_allowed", message, headers={"Allow": allow})
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, outage: Outage | None = None) -> None:
+    """Every error as JSON; `outage` names the services of drivers' own errors (a 503)."""
+    app.state.outage = outage
     kinds: list[type[Exception]] = [
         DomainError,
         *(unavailable for unavailable, _, _ in _UNAVAILABLE),
@@ -276,7 +274,7 @@ def install_error_handlers(app: FastAPI) -> None:
 def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     """The answer to an error no handler took: a 503 for a backing service that cannot be
     used (a driver's error no adapter named), else a logged 500."""
-    response = error_for(exc)
+    response = error_for(exc, outage_of(request.app))
     if response is not None:
         return response
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -290,16 +288,19 @@ class JsonErrorsRoute(APIRoute):
     (``JobRail.router``'s routes), an unexpected error is a logged JSON 500 too."""
 
     catch_all = False
+    outage: Outage | None = None
+    """What names drivers' errors where the app does not (a host's)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         catch_all = self.catch_all
+        own = type(self).outage
 
         async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
             except Exception as exc:
-                response = error_for(exc)
+                response = error_for(exc, outage_of(request.app) or own)
                 if response is not None:
                     return response
                 if catch_all:

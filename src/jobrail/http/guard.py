@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobrail.http.errors import asgi_error, error_for
+from jobrail.http.errors import asgi_error, error_for, outage_of
 from jobrail.http.nul_guard import NulCharacterError, json_has_nul, nul_in_scope, refuse_nul
 
 log = logging.getLogger("jobrail.api")
@@ -134,7 +134,8 @@ class RequestGuard:
             if isinstance(exc, HTTPException) and exc.status_code == 413:
                 await self._refuse_size(send)
                 return
-            answer = error_for(exc)  # a backing service that is away: 503, not 500
+            # A backing service that is away: 503, not 500.
+            answer = error_for(exc, outage_of(scope.get("app")))
             if answer is not None:
                 await answer(scope, receive, send)
                 return

@@ -2,19 +2,17 @@ import uuid
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter
-from pydantic import Field
 
-from jobrail.http.auth import AdminPrincipal, CurrentTenant
-from jobrail.http.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
-from jobrail.http.schemas import JobFilterQuery, JobList, JobOut, jobs_page
+from jobrail.http.auth import CurrentTenant
+from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.http.rate_limits import RateLimitRead
 from jobrail.jobs.cancel import CancelJob, CancelJobCommand
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs
+from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
+from jobrail.jobs.workflows import FlowService
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
-from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
-from jobrail.workflows.use_cases import FlowService
 
 
 class JobsRoute(JsonErrorsRoute, DishkaRoute):
@@ -61,26 +59,3 @@ async def cancel_job(
     job_id: uuid.UUID, tenant: CurrentTenant, cancel: FromDishka[CancelJob]
 ) -> JobOut:
     return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
-
-
-class RedrivenJobOut(JobOut):
-    dead_letters: str = Field(
-        description="What became of the job's stale dead letters: how many left the DLQ, "
-        "or why they stay (a DLQ declared without its delivery limit is not looked through)."
-    )
-
-
-@router.post(
-    "/{job_id}/redrive",
-    status_code=202,
-    summary="Run a failed job again (admin key)",
-    description=f"{RedriveJob.__doc__}\n\nAn operator endpoint: it needs an admin API key "
-    "and acts on any tenant's job.",
-    dependencies=[RateLimitEnqueue],
-    responses=ADMIN_ERROR_RESPONSES,
-)
-async def redrive_job(
-    job_id: uuid.UUID, _admin: AdminPrincipal, redrive: FromDishka[RedriveJob]
-) -> RedrivenJobOut:
-    done = await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id)))
-    return RedrivenJobOut(**JobOut.of(done.job).model_dump(), dead_letters=done.dead_letters.note)

@@ -2,10 +2,10 @@ from dataclasses import dataclass
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.ports import JobsUnitOfWork
+from jobrail.jobs.workflows import Workflows, locked_with_flow
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.workflows.use_cases import Workflows, locked_with_flow
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
     BLOCKED = "blocked"
     """Waits for other jobs to end (its chain's step before it, its batch's members);
-    it has no message until they release it (jobrail.workflows.model)."""
+    it has no message until they release it (jobrail.jobs.flow)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -164,7 +164,7 @@ class FlowRole(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class FlowLink:
-    """Which batch or chain (a flow, jobrail.workflows.model) a job belongs to, as what, and
+    """Which batch or chain (a flow, jobrail.jobs.flow) a job belongs to, as what, and
     for a chain's step, its place (0 first)."""
 
     flow_id: uuid.UUID

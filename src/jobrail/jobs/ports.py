@@ -6,18 +6,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, Self
 
 from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
 from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.workflows.model import Flow, FlowId
-
-
-class StoreUnavailableError(Exception):
-    """The database cannot be reached. Nothing was written; the caller may try again."""
-
-
-class BrokerUnavailableError(Exception):
-    """The message broker cannot be reached or did not confirm a publish."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +77,7 @@ class JobRepository(Protocol):
 
 
 class FlowRepository(Protocol):
-    """Batches and chains (jobrail.workflows.model), and their jobs, in a unit of work.
+    """Batches and chains (jobrail.jobs.flow), and their jobs, in a unit of work.
     Whoever locks a flow's row locks it before any of its jobs' rows."""
 
     async def add(self, flow: Flow) -> Flow:

@@ -43,3 +43,11 @@ class ThrottledError(TransientError):
 
 class PermanentError(Exception):
     """A failure that retrying cannot fix: fail the job at once."""
+
+
+class StoreUnavailableError(Exception):
+    """The database cannot be reached. Nothing was written; the caller may try again."""
+
+
+class BrokerUnavailableError(Exception):
+    """The message broker cannot be reached or did not confirm a publish."""

@@ -7,9 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import TransientError
+from jobrail.kernel.errors import BrokerUnavailableError, TransientError
 from jobrail.maintenance.ports import (
     FinishedFlows,
     FinishedJobs,

@@ -1,4 +1,5 @@
-"""Operator endpoints. Every route here needs an admin API key."""
+"""Operator endpoints. Every route here needs an admin API key: those under ``/admin``, and
+a job's redrive (``POST /jobs/{id}/redrive``), beside the jobs routes."""
 
 import uuid
 from datetime import UTC, datetime
@@ -8,11 +9,13 @@ from dishka.integrations.fastapi import DishkaRoute, FromDishka
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from jobrail.http.auth import require_admin
-from jobrail.http.errors import ADMIN_ERROR_RESPONSES
-from jobrail.http.rate_limits import RateLimitRead
+from jobrail.http.auth import AdminPrincipal, require_admin
+from jobrail.http.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
+from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
 from jobrail.http.schemas import RequestModel
+from jobrail.jobs.api import JobsRoute
 from jobrail.jobs.ports import QueueStats
+from jobrail.jobs.schemas import JobOut
 from jobrail.kernel.ids import JobId
 from jobrail.ops.dead_letters import (
     ListDeadLetters,
@@ -23,6 +26,7 @@ from jobrail.ops.dead_letters import (
 )
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
+from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
 
 router = APIRouter(
     prefix="/admin",
@@ -310,3 +314,31 @@ def overview_out(overview: Any) -> OverviewOut:
 @router.get("/overview", summary="Job counts, queue depths, outbox lag and recent failures")
 async def overview(get: FromDishka[GetOpsOverview]) -> OverviewOut:
     return overview_out(await get())
+
+
+jobs_router = APIRouter(
+    prefix="/jobs", tags=["jobs"], route_class=JobsRoute, responses=ERROR_RESPONSES
+)
+
+
+class RedrivenJobOut(JobOut):
+    dead_letters: str = Field(
+        description="What became of the job's stale dead letters: how many left the DLQ, "
+        "or why they stay (a DLQ declared without its delivery limit is not looked through)."
+    )
+
+
+@jobs_router.post(
+    "/{job_id}/redrive",
+    status_code=202,
+    summary="Run a failed job again (admin key)",
+    description=f"{RedriveJob.__doc__}\n\nAn operator endpoint: it needs an admin API key "
+    "and acts on any tenant's job.",
+    dependencies=[RateLimitEnqueue],
+    responses=ADMIN_ERROR_RESPONSES,
+)
+async def redrive_job(
+    job_id: uuid.UUID, _admin: AdminPrincipal, redrive: FromDishka[RedriveJob]
+) -> RedrivenJobOut:
+    done = await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id)))
+    return RedrivenJobOut(**JobOut.of(done.job).model_dump(), dead_letters=done.dead_letters.note)

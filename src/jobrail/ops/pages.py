@@ -14,11 +14,11 @@ from datetime import datetime
 
 from jobrail.events.feed import JobEvent, StoryLine
 from jobrail.jobs.domain import FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.flow import Flow, FlowCounts, FlowKind, FlowStatus
+from jobrail.jobs.workflows import FlowView
 from jobrail.ops.overview import OpsOverview
 from jobrail.ops.views import OpsFlow, OpsJob
 from jobrail.webhooks.use_cases import WebhooksOverview
-from jobrail.workflows.model import Flow, FlowCounts, FlowKind, FlowStatus
-from jobrail.workflows.use_cases import FlowView
 
 REFRESH_S = 5
 

@@ -3,19 +3,17 @@ batches and chains, webhooks and their deliveries."""
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.flow import Flow
 from jobrail.jobs.ports import JobCount
-from jobrail.kernel.ids import TenantId
 from jobrail.store.errors import database_errors
+from jobrail.store.flows import flow_from_row, member_counts
 from jobrail.store.mapping import job_from_row
-from jobrail.store.tables import WEBHOOK_DELIVERIES, flows, jobs, outbox, webhooks
-from jobrail.workflows.model import Flow
-from jobrail.workflows.persistence import flow_from_row, member_counts
+from jobrail.store.tables import flows, jobs, outbox
 
 
 class SqlaOpsReadModel:
@@ -66,67 +64,3 @@ class SqlaOpsReadModel:
         for flow_id, status, count in rows:
             counts[flow_id][JobStatus(status)] = count
         return [(flow, counts[flow.id]) for flow in found]
-
-
-class SqlaWebhookOpsReads:
-    """jobrail.webhooks.ports.WebhookOpsReads. The deliveries are read by
-    ix_jobs_webhook_deliveries (its predicate, as a literal), never by their type as a
-    parameter; of webhooks, the URL alone is ever selected."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-
-    async def webhook_counts(self) -> dict[TenantId, int]:
-        query = (
-            select(webhooks.c.tenant_id, func.count())
-            .where(webhooks.c.deleted_at.is_(None))
-            .group_by(webhooks.c.tenant_id)
-        )
-        with database_errors():
-            async with self._engine.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        return {TenantId(tenant): int(n) for tenant, n in rows}
-
-    async def delivery_counts(self, since: datetime) -> list[tuple[TenantId, JobStatus, int]]:
-        groups: tuple[ColumnElement[Any], ...] = (jobs.c.tenant_id, jobs.c.status)
-        if self._engine.dialect.name == "sqlite":
-            # SQLite (never analyzed here) would rather scan all of an index that gives
-            # the groups in order than sort the day's few; unary + keeps it off those.
-            groups = (literal_column("+jobs.tenant_id"), literal_column("+jobs.status"))
-        query = (
-            select(jobs.c.tenant_id, jobs.c.status, func.count())
-            .where(WEBHOOK_DELIVERIES, jobs.c.created_at >= since)
-            .group_by(*groups)
-        )
-        with database_errors():
-            async with self._engine.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        return [(TenantId(t), JobStatus(s), int(n)) for t, s, n in rows]
-
-    async def failed_deliveries(self, since: datetime, limit: int) -> list[tuple[Job, str | None]]:
-        query = (
-            select(jobs)
-            .where(
-                WEBHOOK_DELIVERIES,
-                jobs.c.created_at >= since,
-                jobs.c.status == JobStatus.FAILED.value,
-            )
-            .order_by(jobs.c.created_at.desc())
-            .limit(limit)
-        )
-        with database_errors():
-            async with self._engine.connect() as conn:
-                found = [job_from_row(row) for row in (await conn.execute(query)).mappings()]
-                hook_ids = {hook for job in found if (hook := _webhook_id(job)) is not None}
-                urls: dict[uuid.UUID, str] = {}
-                if hook_ids:
-                    query = select(webhooks.c.id, webhooks.c.url).where(webhooks.c.id.in_(hook_ids))
-                    urls = {row.id: row.url for row in await conn.execute(query)}
-        return [(job, urls.get(hook) if (hook := _webhook_id(job)) else None) for job in found]
-
-
-def _webhook_id(job: Job) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(job.payload["webhook_id"]))
-    except (KeyError, ValueError):
-        return None

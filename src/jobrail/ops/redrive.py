@@ -21,16 +21,11 @@ from datetime import datetime
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import (
-    BrokerUnavailableError,
-    DeadLetterQueue,
-    JobCatalog,
-    JobsUnitOfWork,
-)
+from jobrail.jobs.ports import DeadLetterQueue, JobCatalog, JobsUnitOfWork
+from jobrail.jobs.workflows import locked_with_flow
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import ConflictError, NotFoundError
+from jobrail.kernel.errors import BrokerUnavailableError, ConflictError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.workflows.use_cases import locked_with_flow
 
 log = logging.getLogger("jobrail.jobs")
 
@@ -135,7 +130,7 @@ class RedriveJob:
             job.redrive(self._clock.now())
             await self._uow.jobs.save(job)
             if flow is not None:
-                # Its batch or chain counts it as running again (jobrail.workflows.model).
+                # Its batch or chain counts it as running again (jobrail.jobs.flow).
                 flow.member_reopened(JobStatus.FAILED, self._clock.now())
                 await self._uow.flows.save(flow)
             await self._uow.outbox.add(message_for(job, self._catalog))

@@ -5,11 +5,11 @@ from dataclasses import dataclass
 
 from jobrail.events.feed import EventFilter, JobEventLog, StoryLine
 from jobrail.jobs.domain import FlowRole, Job
+from jobrail.jobs.flow import Flow, FlowCounts, FlowId
 from jobrail.jobs.ports import JobsUnitOfWork, OpsReadModel
+from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
-from jobrail.workflows.model import Flow, FlowCounts, FlowId
-from jobrail.workflows.use_cases import FlowView
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,51 +23,23 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.messages import Outgoing
-from jobrail.jobs.ports import (
-    BrokerUnavailableError,
-    JobCatalog,
-    OutboxMarks,
-    StoreUnavailableError,
-)
+from jobrail.jobs.ports import JobCatalog, OutboxMarks
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
-from jobrail.store.platform_schema import qualified
+from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.tables import jobs, outbox
 from jobrail.transport.codec import Envelope, EnvelopePublisher, encode
 
 log = logging.getLogger("jobrail.outbox")
 _tracer = trace.get_tracer("jobrail.outbox")
-
-
-def outbox_row(envelope: Envelope, now: Any) -> dict[str, Any]:
-    return {
-        "id": envelope.id,
-        "queue": envelope.queue,
-        "body": envelope.body,
-        "headers": dict(envelope.headers),
-        "not_before": envelope.not_before,
-        "created_at": now,
-    }
-
-
-async def insert_outbox_rows(
-    conn: AsyncConnection | AsyncSession,
-    envelopes: Sequence[Envelope],
-    now: Any,
-    schema: str | None = None,
-) -> None:
-    await conn.execute(
-        insert(outbox),
-        [outbox_row(e, now) for e in envelopes],
-        execution_options=qualified(schema),
-    )
 
 
 class SqlaOutbox:

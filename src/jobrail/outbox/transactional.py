@@ -35,15 +35,15 @@ from jobrail.jobs.ports import (
     Outbox,
     OutboxDispatcher,
 )
-from jobrail.kernel.events import IntegrationEvent
-from jobrail.kernel.ids import JobId, TenantId
-from jobrail.workflows.use_cases import (
+from jobrail.jobs.workflows import (
     BatchCommand,
     ChainCommand,
     FlowJob,
     FlowStarted,
     Workflows,
 )
+from jobrail.kernel.events import IntegrationEvent
+from jobrail.kernel.ids import JobId, TenantId
 
 log = logging.getLogger("jobrail.outbox")
 

@@ -11,22 +11,24 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from jobrail.events import api as events
 from jobrail.events.use_cases import JobEvents
-from jobrail.http import health, metrics
 from jobrail.http.errors import ErrorBody, JsonCORSMiddleware, install_error_handlers
 from jobrail.http.guard import RequestGuard
 from jobrail.http.server import ShutdownHooks
 from jobrail.jobs import api as jobs
+from jobrail.jobs import flows_api as flows
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.ops import admin_api as admin
 from jobrail.ops import console as ops
+from jobrail.runtime import health
+from jobrail.runtime import metrics_endpoint as metrics
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
+from jobrail.runtime.outages import outage
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
 from jobrail.version import __version__
-from jobrail.workflows import api as flows
 
 log = logging.getLogger("jobrail.api")
 # The lifespan of a router that was given none (it runs on_startup and on_shutdown).
@@ -108,8 +110,9 @@ def create_app(
         # X-Forwarded-For address that is not a trusted proxy.
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.api.trusted_proxies)
     app.state.runtime = runtime
-    install_error_handlers(app)
+    install_error_handlers(app, outage)
     routers = [health.router, health.ready_router, metrics.router, jobs.router]
+    routers += [admin.jobs_router]
     routers += [flows.router, events.router]
     # Routes are matched in order, one by one: the product's before the operators'.
     for module in runtime.modules:

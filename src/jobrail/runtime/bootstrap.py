@@ -23,9 +23,11 @@ from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
-from jobrail.modules import Module, load_modules
+from jobrail.modules import Module
 from jobrail.outbox.relay import OutboxRelay
 from jobrail.runtime.container import PlatformProvider, ProcessRole
+from jobrail.runtime.modules import load_modules
+from jobrail.runtime.schedules import build_scheduler
 from jobrail.settings import Settings
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import jobs
@@ -65,9 +67,13 @@ class Runtime:
     async def start_scheduler(self) -> None:
         """Embedded mode: fire the modules' schedules in this process, as `jobrail
         scheduler` does in the stack (JOBRAIL_SCHEDULER__EMBEDDED=false turns it off)."""
-        from jobrail.runtime.scheduler_process import start_embedded_scheduler  # imports this
-
-        await start_embedded_scheduler(self)
+        if not self.settings.embedded or not self.settings.scheduler.embedded:
+            return
+        scheduler = await build_scheduler(
+            self.container, self.settings.scheduler, self.modules, self.registry
+        )
+        # Never set: the task is cancelled at shutdown, and Scheduler.run resigns then.
+        self.run_in_background(scheduler.run(asyncio.Event()), name="scheduler")
 
     def run_in_background(self, work: Coroutine[Any, Any, Any], *, name: str) -> None:
         """Run `work` until `stop_background` cancels it."""

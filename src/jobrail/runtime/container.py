@@ -36,6 +36,7 @@ from jobrail.jobs.ports import (
 )
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
+from jobrail.jobs.workflows import FlowService, Workflows
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.counters import LimitCounters
@@ -50,23 +51,22 @@ from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.outbox.transactional import AfterCommit, DetachedDispatch, IntakeUnitOfWork
+from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.store.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
-from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.telemetry.metrics import Backlog, Metrics
-from jobrail.tenants.persistence import SqlaTenantDirectory
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher, RecentEncodings
 from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from jobrail.worker.wait_notes import WaitNotes
-from jobrail.workflows.recording import FlowRecordingStore
-from jobrail.workflows.use_cases import FlowService, Workflows
 
 
 class ProcessRole(Enum):

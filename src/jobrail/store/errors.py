@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import asyncpg
 from sqlalchemy import exc as sa_exc
 
-from jobrail.jobs.ports import StoreUnavailableError
+from jobrail.kernel.errors import StoreUnavailableError
 
 # The driver's errors that mean "the database is away", whatever the statement.
 UNAVAILABLE_DRIVER_ERRORS: tuple[type[BaseException], ...] = (

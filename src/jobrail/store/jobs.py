@@ -27,11 +27,11 @@ from jobrail.jobs.ports import (
     WaitNote,
 )
 from jobrail.kernel.ids import JobId, TenantId
-from jobrail.outbox.relay import insert_outbox_rows
 from jobrail.store import json_codec
 from jobrail.store.dialects import insert_or_existing
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row, job_row, job_state, progress_document
+from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.platform_schema import qualified
 from jobrail.store.tables import flows, jobs
 from jobrail.transport.codec import encode
@@ -136,7 +136,7 @@ class SqlaJobRepository:
 
     async def save_held_many(self, held: Sequence[tuple[Job, ClaimToken]]) -> Sequence[bool]:
         """`save_held` for each, in one statement on Postgres (a flow's member ends of
-        one loop turn, see jobrail.workflows.recording); whether each was written."""
+        one loop turn, see jobrail.worker.flow_recording); whether each was written."""
         if len(held) < 2 or self._options or self._session.get_bind().dialect.name != "postgresql":
             return [await self.save_held(job, claim) for job, claim in held]
         jobs_ = [job for job, _ in held]

@@ -21,15 +21,9 @@ from sqlalchemy.engine import make_url
 
 from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobProgress
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import (
-    ClaimResult,
-    ClaimToken,
-    JobIdentity,
-    StoreUnavailableError,
-    WaitNote,
-)
+from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity, WaitNote
 from jobrail.kernel.batching import Coalescer
-from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.kernel.errors import ConflictError, InvalidInputError, StoreUnavailableError
 from jobrail.kernel.ids import JobId
 from jobrail.settings import DatabaseSettings
 from jobrail.store import json_codec
@@ -49,7 +43,7 @@ ENQUEUED = (
     "updated_at, started_at, finished_at, run_after, lease_until"
 )
 # A job enqueued alone belongs to no flow (batches and chains are written in a unit of
-# work, jobrail.workflows.use_cases).
+# work, jobrail.jobs.workflows).
 assert f"{ENQUEUED}, waiting, progress, flow_id, flow_role, flow_step" == COLUMNS, (
     "the jobs table changed: update ENQUEUE's parameters"
 )

@@ -133,7 +133,7 @@ jobs = Table(
 FLOW_KINDS = ("batch", "chain")
 FLOW_STATUSES = ("running", "succeeded", "failed", "cancelled")
 
-# Batches and chains (jobrail.workflows.model): the counts of their members' ends, kept
+# Batches and chains (jobrail.jobs.flow): the counts of their members' ends, kept
 # exact by the transactions that record those ends (each locks the row first).
 flows = Table(
     "flows",

@@ -14,7 +14,7 @@ fails leaves its series out of that scrape (an ``absent()`` alert sees it) inste
 failing the scrape or repeating a stale value.
 
 Each process counts for itself; Prometheus adds processes up. The API serves
-``GET /metrics`` (``jobrail.http.metrics``). Each worker process serves its own port,
+``GET /metrics`` (``jobrail.runtime.metrics_endpoint``). Each worker process serves its own port,
 ``metrics.worker_port`` plus the process's index: Taskiq names the processes it forks
 ``worker-0``, ``worker-1``, … and a restarted process keeps its name, hence its port.
 Prometheus's multiprocess mode (one server in the parent over files the children

@@ -20,8 +20,8 @@ from typing import Generic, TypeVar
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from taskiq import AckableMessage
 
-from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.transport.amqp_errors import channel_closed, why
 from jobrail.transport.codec import Envelope, dead_letter
 from jobrail.transport.reconnects import ConnectionWatch

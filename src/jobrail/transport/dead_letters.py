@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from aio_pika.abc import AbstractConnection, AbstractQueue
 
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import BrokerUnavailableError
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.transport.amqp_errors import CHANNEL_GONE, why
 from jobrail.transport.codec import Envelope, describe_dead_letter
 

@@ -18,8 +18,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from aiormq import spec
 
-from jobrail.jobs.ports import BrokerUnavailableError
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.transport.amqp_errors import CHANNEL_GONE, why
 from jobrail.transport.batch_publish import Outbound, publish_batch
 from jobrail.transport.codec import Envelope

@@ -6,10 +6,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.events.persistence import SqlaJobEventLog
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.kernel.clock import Clock
-from jobrail.ops.persistence import SqlaWebhookOpsReads
+from jobrail.outbox.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
-from jobrail.store.uow import UnitOfWorkFactory
-from jobrail.webhooks.persistence import SqlaWebhookStore, WebhookRelay
+from jobrail.webhooks.persistence import SqlaWebhookOpsReads, SqlaWebhookStore, WebhookRelay
 from jobrail.webhooks.resolving import GetaddrinfoResolver
 from jobrail.webhooks.sending import HttpxWebhookSender
 from jobrail.webhooks.use_cases import DeliverWebhook, GetWebhooksOverview, Webhooks

@@ -6,23 +6,26 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import ColumnElement, func, insert, literal_column, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from jobrail.events.feed import EventCursor, EventFilter
 from jobrail.events.persistence import SqlaJobEventLog
+from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import EnqueueJobCommand, StoreUnavailableError
+from jobrail.jobs.ports import EnqueueJobCommand
 from jobrail.kernel.clock import Clock
-from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.errors import ConflictError, StoreUnavailableError
 from jobrail.kernel.ids import TenantId
+from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.store.engine import reading
 from jobrail.store.errors import database_errors
-from jobrail.store.tables import webhook_relay, webhooks
-from jobrail.store.uow import SqlaUnitOfWork, UnitOfWorkFactory
+from jobrail.store.mapping import job_from_row
+from jobrail.store.tables import WEBHOOK_DELIVERIES, jobs, webhook_relay, webhooks
 from jobrail.webhooks.domain import Webhook
 
 log = logging.getLogger("jobrail.webhooks")
@@ -269,3 +272,67 @@ def _delivery(hook: Webhook, event_id: str) -> EnqueueJobCommand:
         payload={"webhook_id": str(hook.id), "event_id": event_id},
         idempotency_key=f"jobrail.webhook:{hook.id}:{event_id}",
     )
+
+
+class SqlaWebhookOpsReads:
+    """jobrail.webhooks.ports.WebhookOpsReads. The deliveries are read by
+    ix_jobs_webhook_deliveries (its predicate, as a literal), never by their type as a
+    parameter; of webhooks, the URL alone is ever selected."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def webhook_counts(self) -> dict[TenantId, int]:
+        query = (
+            select(webhooks.c.tenant_id, func.count())
+            .where(webhooks.c.deleted_at.is_(None))
+            .group_by(webhooks.c.tenant_id)
+        )
+        with database_errors():
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        return {TenantId(tenant): int(n) for tenant, n in rows}
+
+    async def delivery_counts(self, since: datetime) -> list[tuple[TenantId, JobStatus, int]]:
+        groups: tuple[ColumnElement[Any], ...] = (jobs.c.tenant_id, jobs.c.status)
+        if self._engine.dialect.name == "sqlite":
+            # SQLite (never analyzed here) would rather scan all of an index that gives
+            # the groups in order than sort the day's few; unary + keeps it off those.
+            groups = (literal_column("+jobs.tenant_id"), literal_column("+jobs.status"))
+        query = (
+            select(jobs.c.tenant_id, jobs.c.status, func.count())
+            .where(WEBHOOK_DELIVERIES, jobs.c.created_at >= since)
+            .group_by(*groups)
+        )
+        with database_errors():
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        return [(TenantId(t), JobStatus(s), int(n)) for t, s, n in rows]
+
+    async def failed_deliveries(self, since: datetime, limit: int) -> list[tuple[Job, str | None]]:
+        query = (
+            select(jobs)
+            .where(
+                WEBHOOK_DELIVERIES,
+                jobs.c.created_at >= since,
+                jobs.c.status == JobStatus.FAILED.value,
+            )
+            .order_by(jobs.c.created_at.desc())
+            .limit(limit)
+        )
+        with database_errors():
+            async with self._engine.connect() as conn:
+                found = [job_from_row(row) for row in (await conn.execute(query)).mappings()]
+                hook_ids = {hook for job in found if (hook := _webhook_id(job)) is not None}
+                urls: dict[uuid.UUID, str] = {}
+                if hook_ids:
+                    query = select(webhooks.c.id, webhooks.c.url).where(webhooks.c.id.in_(hook_ids))
+                    urls = {row.id: row.url for row in await conn.execute(query)}
+        return [(job, urls.get(hook) if (hook := _webhook_id(job)) else None) for job in found]
+
+
+def _webhook_id(job: Job) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(job.payload["webhook_id"]))
+    except (KeyError, ValueError):
+        return None

@@ -29,9 +29,14 @@ from typing import Any
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
-from jobrail.jobs.ports import BrokerUnavailableError, StoreUnavailableError
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.kernel.errors import PermanentError, ThrottledError, TransientError
+from jobrail.kernel.errors import (
+    BrokerUnavailableError,
+    PermanentError,
+    StoreUnavailableError,
+    ThrottledError,
+    TransientError,
+)
 from jobrail.kernel.json_text import has_nul_escape
 from jobrail.limits.model import JobLimits, LimitsUnavailableError
 from jobrail.worker.context import JobCancelledError

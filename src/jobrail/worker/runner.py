@@ -47,17 +47,10 @@ from typing import Any, TypeVar
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import (
-    BrokerUnavailableError,
-    ClaimToken,
-    JobIdentity,
-    JobStore,
-    OutboxDispatcher,
-    Publisher,
-    StoreUnavailableError,
-)
+from jobrail.jobs.ports import ClaimToken, JobIdentity, JobStore, OutboxDispatcher, Publisher
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.worker.attempt import Attempt, JobObserver, JobRun, NoObserver, RunnerConfig
 from jobrail.worker.context import JobContext
 from jobrail.worker.middleware import AttemptMiddleware, Defer, GiveBack, GiveUp, NotStartable

@@ -1,5 +1,5 @@
 """Starting batches and chains, adding to a batch, cancelling one, and what a member's
-end does to the rest (see jobrail.workflows.model).
+end does to the rest (see jobrail.jobs.flow).
 
 `Workflows` works in a unit of work its caller has open: a use case defines a batch
 or a chain in its own transaction, and the flow's rows and its first messages commit
@@ -13,12 +13,12 @@ from datetime import datetime
 
 from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus
 from jobrail.jobs.enqueue import message_for, new_job
+from jobrail.jobs.flow import Flow, FlowCounts, FlowId, FlowKind
 from jobrail.jobs.ports import EnqueueJobCommand, JobCatalog, JobsUnitOfWork
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId, new_id
 from jobrail.kernel.keys import fitted_or_none
-from jobrail.workflows.model import Flow, FlowCounts, FlowId, FlowKind
 
 MAX_FLOW_JOBS = 10_000
 """The most members one batch or chain is started (or grown) with in one call."""

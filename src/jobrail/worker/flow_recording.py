@@ -2,7 +2,7 @@
 
 `FlowRecordingStore` wraps the store the runner records outcomes through. An outcome
 that ends a member of a batch or chain is written in one transaction with what it
-does to the flow (jobrail.workflows.use_cases ``Workflows.job_ended``): the flow's
+does to the flow (jobrail.jobs.workflows ``Workflows.job_ended``): the flow's
 row locked first, then the member's end (fenced by its claim, as every record is),
 the counts, and the callbacks or next step it releases or stops. Every other outcome
 goes to the wrapped store's one-statement path unchanged.
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobrail.jobs.domain import FlowRole, Job, JobProgress
+from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import (
     ClaimResult,
@@ -28,10 +29,9 @@ from jobrail.jobs.ports import (
     JobsUnitOfWork,
     WaitNote,
 )
+from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.ids import JobId
-from jobrail.workflows.model import Flow, FlowId
-from jobrail.workflows.use_cases import Workflows
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
+from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock
 from jobrail.outbox.inbox import SqlaInbox
 from jobrail.outbox.relay import SqlaOutbox
@@ -16,9 +17,8 @@ from jobrail.outbox.transactional import (
     TransactionWorkflows,
 )
 from jobrail.store.errors import database_errors
+from jobrail.store.flows import SqlaFlowRepository
 from jobrail.store.jobs import SqlaJobRepository
-from jobrail.workflows.persistence import SqlaFlowRepository
-from jobrail.workflows.use_cases import Workflows
 
 U = TypeVar("U", bound="SqlaUnitOfWork")
 

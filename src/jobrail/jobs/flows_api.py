@@ -11,11 +11,11 @@ from fastapi import APIRouter
 from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import RateLimitRead
-from jobrail.http.schemas import FlowOut
+from jobrail.jobs.flow import FlowKind
+from jobrail.jobs.schemas import FlowOut
+from jobrail.jobs.workflows import FlowService, FlowView
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import TenantId
-from jobrail.workflows.model import FlowKind
-from jobrail.workflows.use_cases import FlowService, FlowView
 
 
 class FlowsRoute(JsonErrorsRoute, DishkaRoute):

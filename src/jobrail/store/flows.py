@@ -8,13 +8,13 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
+from jobrail.jobs.flow import Flow, FlowKind, FlowStatus
 from jobrail.kernel.ids import TenantId
 from jobrail.store.dialects import insert_or_existing
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.platform_schema import qualified
 from jobrail.store.tables import flows, jobs
-from jobrail.workflows.model import Flow, FlowKind, FlowStatus
 
 
 def flow_from_row(row: Any) -> Flow:

@@ -1,0 +1,316 @@
+"""The jobs' HTTP schemas: a job as the API shows it, its list and its events page, an
+enqueue's 202, and the list's cursor and filter."""
+
+import base64
+import binascii
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, NamedTuple
+
+from fastapi import Depends, Query, Request, Response
+from pydantic import BaseModel, Field
+
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.enqueue import EnqueueResult
+from jobrail.jobs.flow import FlowCounts
+from jobrail.jobs.listing import ListJobs, ListJobsQuery
+from jobrail.jobs.ports import Cursor
+from jobrail.jobs.workflows import FlowView
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import JobId, TenantId
+
+JobStatusName = Literal[
+    "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked"
+]
+
+
+class JobAccepted(BaseModel):
+    job_id: uuid.UUID
+    status: JobStatusName
+
+
+class WaitsOnOut(BaseModel):
+    kind: str = Field(
+        description="rate_limit, concurrency or lock; limits_store while Redis is away."
+    )
+    name: str = Field(description="The limit's name in its job type (`lock` for the lock).")
+    key: str = Field(description="Its key for this job.")
+
+
+class WaitingOut(BaseModel):
+    on: list[WaitsOnOut] = Field(description="What turned the job away at its last try.")
+    until: datetime = Field(description="When it tries again.")
+    since: datetime = Field(description="Since when it has been waiting.")
+
+
+class ProgressOut(BaseModel):
+    current: int | float
+    total: int | float | None = Field(description="null when the job does not know it.")
+    message: str | None
+    updated_at: datetime = Field(description="When the running attempt reported it.")
+
+
+class FlowCountsOut(BaseModel):
+    total: int
+    pending: int = Field(
+        description="Waiting to run: pending, retrying, or a chain's later steps not released yet."
+    )
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+    @classmethod
+    def of(cls, counts: FlowCounts) -> "FlowCountsOut":
+        return cls(
+            total=counts.total,
+            pending=counts.pending,
+            running=counts.running,
+            succeeded=counts.succeeded,
+            failed=counts.failed,
+            cancelled=counts.cancelled,
+        )
+
+
+class FlowOut(BaseModel):
+    id: uuid.UUID
+    kind: Literal["batch", "chain"]
+    name: str | None
+    status: Literal["running", "succeeded", "failed", "cancelled"] = Field(
+        description="running until every member has ended; then succeeded (all did), "
+        "failed (one or more failed) or cancelled."
+    )
+    cancel_requested: bool
+    counts: FlowCountsOut = Field(description="Its members by state, as they are now.")
+    callbacks: dict[Literal["then", "catch", "finally"], uuid.UUID] = Field(
+        description="The callback jobs: blocked until released, cancelled if never due."
+    )
+    created_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, view: FlowView) -> "FlowOut":
+        flow = view.flow
+        return cls(
+            id=flow.id,
+            kind=flow.kind.value,
+            name=flow.name,
+            status=flow.status.value,
+            cancel_requested=flow.cancel_requested,
+            counts=FlowCountsOut.of(view.counts),
+            callbacks={role.value: job_id for role, job_id in flow.callbacks.items()},
+            created_at=flow.created_at,
+            finished_at=flow.finished_at,
+        )
+
+
+class JobFlowOut(BaseModel):
+    id: uuid.UUID = Field(description="The batch's or chain's id.")
+    kind: Literal["batch", "chain"] | None = Field(description="null in lists.")
+    role: Literal["member", "then", "catch", "finally"]
+    step: int | None = Field(description="A member's place (0 first).")
+    status: Literal["running", "succeeded", "failed", "cancelled"] | None = None
+    counts: FlowCountsOut | None = Field(
+        default=None, description="Its members by state (on `GET /jobs/{id}`; null in lists)."
+    )
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    type: str
+    queue: str
+    status: JobStatusName
+    attempts: int
+    max_attempts: int
+    entity_id: str | None
+    last_error: str | None
+    result: dict[str, Any] | None
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    run_after: datetime | None = Field(description="When a retrying job's next attempt is due.")
+    waiting: WaitingOut | None = Field(
+        default=None,
+        description="A due job its limits or lock defer: what it waits for, until when.",
+    )
+    progress: ProgressOut | None = Field(
+        default=None,
+        description="The latest progress its handler reported (`ctx.progress`), or null: "
+        "written a few times a second while it runs, and last before its outcome.",
+    )
+    flow: JobFlowOut | None = Field(
+        default=None, description="The batch or chain the job belongs to, if any."
+    )
+
+    @classmethod
+    def of(cls, job: Job, flow: FlowView | None = None) -> "JobOut":
+        return cls(
+            id=job.id,
+            type=job.type,
+            queue=job.queue,
+            status=job.status.value,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            entity_id=job.entity_id,
+            last_error=job.last_error,
+            result=job.result,
+            cancel_requested=job.cancel_requested,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            run_after=job.run_after,
+            waiting=None
+            if job.waiting is None
+            else WaitingOut(
+                on=[WaitsOnOut(kind=w.kind, name=w.name, key=w.key) for w in job.waiting.on],
+                until=job.waiting.until,
+                since=job.waiting.since,
+            ),
+            progress=None
+            if job.progress is None
+            else ProgressOut(
+                current=job.progress.current,
+                total=job.progress.total,
+                message=job.progress.message,
+                updated_at=job.progress.updated_at,
+            ),
+            flow=_job_flow(job, flow),
+        )
+
+
+def _job_flow(job: Job, view: FlowView | None) -> JobFlowOut | None:
+    if job.flow is None:
+        return None
+    return JobFlowOut(
+        id=job.flow.flow_id,
+        kind=view.flow.kind.value if view else None,
+        role=job.flow.role.value,
+        step=job.flow.step,
+        status=view.flow.status.value if view else None,
+        counts=FlowCountsOut.of(view.counts) if view else None,
+    )
+
+
+class JobEventOut(BaseModel):
+    """One event of the job event feed (jobrail.events.feed)."""
+
+    id: str = Field(
+        description="The event's place in the feed: give it as Last-Event-ID (or `after`) "
+        "to read what came after it."
+    )
+    event: str = Field(
+        description="enqueued, started, progress, deferred, retrying, succeeded, failed, "
+        "cancelled, released (a batch or chain released the job) or redriven. A job whose "
+        "worker was lost shows its next attempt's started."
+    )
+    job_id: uuid.UUID
+    job_type: str
+    at: datetime
+    status: JobStatusName = Field(description="The job's status after the change.")
+    attempts: int
+    last_error: str | None
+    run_after: datetime | None
+    progress: ProgressOut | None
+    waiting: WaitingOut | None = Field(description="What a deferred job waits for.")
+    flow_id: uuid.UUID | None = Field(description="Its batch or chain.")
+
+
+class JobEventPage(BaseModel):
+    items: list[JobEventOut]
+    last_event_id: str | None = Field(
+        description="The last item's id (null if none): ask again with after=<it> for more."
+    )
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` to get the next page.")
+
+
+def job_location(request: Request, job_id: JobId) -> str:
+    """Where a job's status is read: under the app's mount point (the ASGI root_path)
+    when it is mounted in another app."""
+    return f"{request.scope.get('root_path', '')}/jobs/{job_id}"
+
+
+def accepted(result: EnqueueResult, response: Response, request: Request) -> JobAccepted:
+    """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header."""
+    response.headers["Location"] = job_location(request, result.job.id)
+    if not result.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobAccepted(job_id=result.job.id, status=result.job.status.value)
+
+
+def encode_cursor(cursor: Cursor | None) -> str | None:
+    if cursor is None:
+        return None
+    raw = f"{cursor.created_at.isoformat()}|{cursor.job_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+# A cursor names a job the API listed, so its time is one a job can have been created
+# at: timezone-aware (the API writes UTC) and well inside what every backend and
+# datetime arithmetic can hold. Year 1 or 9999 would overflow on the way to the
+# database; a naive time would be refused there: both were 500s.
+_CURSOR_YEARS = range(2000, 9000)
+
+
+def decode_cursor(value: str | None) -> Cursor | None:
+    if not value:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        created, job_id = raw.split("|", 1)
+        created_at = datetime.fromisoformat(created)
+        if created_at.tzinfo is None or created_at.utcoffset() is None:
+            raise ValueError("naive time")
+        created_at = created_at.astimezone(UTC)
+        if created_at.year not in _CURSOR_YEARS:
+            raise ValueError("time out of range")
+        return Cursor(created_at=created_at, job_id=JobId(uuid.UUID(job_id)))
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
+        raise InvalidInputError("cursor is not one this API gave out") from None
+
+
+class JobFilter(NamedTuple):
+    """The query of ``GET /jobs``: which jobs, how many, from where."""
+
+    status: JobStatusName | None
+    type: str | None
+    entity_id: str | None
+    limit: int
+    cursor: str | None
+
+
+def _job_filter(
+    status: JobStatusName | None = None,
+    type: Annotated[str | None, Query(max_length=128)] = None,
+    entity_id: Annotated[str | None, Query(max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JobFilter:
+    return JobFilter(status, type, entity_id, limit, cursor)
+
+
+JobFilterQuery = Annotated[JobFilter, Depends(_job_filter)]
+
+
+async def jobs_page(list_jobs: ListJobs, tenant: TenantId, query: JobFilter) -> JobList:
+    """A page of the tenant's jobs, newest first (``GET /jobs``, in the app and in
+    ``JobRail.router``)."""
+    page = await list_jobs(
+        ListJobsQuery(
+            tenant_id=tenant,
+            status=JobStatus(query.status) if query.status else None,
+            type=query.type,
+            entity_id=query.entity_id,
+            limit=query.limit,
+            after=decode_cursor(query.cursor),
+        )
+    )
+    return JobList(
+        items=[JobOut.of(job) for job in page.items], next_cursor=encode_cursor(page.next_cursor)
+    )

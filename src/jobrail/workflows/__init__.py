@@ -1,1 +1,0 @@
-"""Batches and chains: jobs that run as one piece of work."""
