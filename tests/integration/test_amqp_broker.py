@@ -13,7 +13,7 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.clock import SystemClock
 from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.settings import Settings
-from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.amqp_broker import AmqpJobBroker
 from jobrail.transport.codec import Envelope, encode
 from tests.fakes import make_job
 from tests.support.rabbit import RabbitProbe

@@ -10,7 +10,7 @@ from aiormq import spec
 
 from jobrail.settings import Settings
 from jobrail.transport import frames
-from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.amqp_broker import AmqpJobBroker
 from jobrail.transport.codec import Envelope
 from jobrail.transport.publishing import publish_confirmed
 from tests.support.rabbit import TEARDOWN_S, RabbitProbe

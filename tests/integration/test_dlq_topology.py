@@ -11,7 +11,7 @@ import aiormq
 import pytest
 
 from jobrail.settings import Settings
-from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.amqp_broker import AmqpJobBroker
 from jobrail.transport.topology import DEAD_LETTER_DELIVERY_LIMIT
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import AMQP_URL

@@ -18,7 +18,8 @@ from jobrail.limits.model import (
     Lock,
     TokenBucket,
 )
-from jobrail.limits.redis import CrossSlotError, RedisLimits
+from jobrail.limits.redis import RedisLimits
+from jobrail.limits.redis_calls import CrossSlotError
 from jobrail.runtime.bootstrap import build_runtime
 from jobrail.runtime.container import redis_client
 from jobrail.scheduler.leadership import Leadership

@@ -9,7 +9,7 @@ import pytest
 from aio_pika.exceptions import ChannelInvalidStateError, MessageProcessError
 
 from jobrail.settings import RabbitSettings
-from jobrail.transport.brokers import AmqpJobBroker
+from jobrail.transport.amqp_broker import AmqpJobBroker
 
 
 class Channel:

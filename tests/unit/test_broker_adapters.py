@@ -18,7 +18,6 @@ from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.kernel.ids import JobId, new_id
 from jobrail.settings import RabbitSettings
 from jobrail.transport import consuming
-from jobrail.transport.brokers import EmbeddedJobBroker
 from jobrail.transport.codec import (
     HEADER_REASON,
     HEADER_SOURCE_QUEUE,
@@ -30,6 +29,7 @@ from jobrail.transport.codec import (
 )
 from jobrail.transport.consuming import AmqpConsumer, Deliveries
 from jobrail.transport.dead_letters import MemoryDeadLetters
+from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from jobrail.transport.publishing import AmqpPublisher, MemoryPublisher, route
 from jobrail.transport.reconnects import ConnectionWatch
 from jobrail.transport.screening import Refuse, Run, screen

@@ -19,8 +19,8 @@ from jobrail.ops.dead_letters import (
 )
 from jobrail.ops.redrive import CLEAN_UP_LIMIT, NOT_SCANNED, RedriveJob, RedriveJobCommand
 from jobrail.settings import RabbitSettings
-from jobrail.transport.brokers import EmbeddedJobBroker
 from jobrail.transport.codec import Envelope, dead_letter, encode
+from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from tests.fakes import NO_TYPES, FakeDeadLetterQueue, FakeUnitOfWork, FixedClock, make_job
 
 

@@ -16,7 +16,7 @@ from jobrail.kernel.ids import TenantId
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
 from jobrail.outbox.transactional import intake_units
 from jobrail.settings import RabbitSettings
-from jobrail.transport.brokers import EmbeddedJobBroker
+from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
 
 ACME = TenantId("acme")

@@ -18,14 +18,10 @@ from jobrail.kernel.errors import BrokerUnavailableError, PermanentError, Transi
 from jobrail.limits.counters import LimitCounters
 from jobrail.outbox.transactional import intake_units
 from jobrail.settings import MetricsSettings
-from jobrail.telemetry.metrics import (
-    Backlog,
-    JobMetrics,
-    Metrics,
-    bearer_matches,
-    metrics_token,
-    worker_index,
-)
+from jobrail.telemetry.backlog import Backlog
+from jobrail.telemetry.job_metrics import JobMetrics
+from jobrail.telemetry.metrics import Metrics
+from jobrail.telemetry.metrics_server import bearer_matches, metrics_token, worker_index
 from jobrail.worker.context import JobContext
 from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 from tests.fakes import (

@@ -44,18 +44,10 @@ from jobrail.http.auth import principal_for_key
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
+from jobrail.ops.job_page import job_page
 from jobrail.ops.overview import GetOpsOverview
-from jobrail.ops.pages import (
-    CONTENT_SECURITY_POLICY,
-    flow_page,
-    job_page,
-    login_page,
-    mounted_at,
-    not_found_page,
-    ops_path,
-    overview_page,
-    refused_page,
-)
+from jobrail.ops.page_parts import CONTENT_SECURITY_POLICY, mounted_at, ops_path
+from jobrail.ops.pages import flow_page, login_page, not_found_page, overview_page, refused_page
 from jobrail.ops.sessions import SqlaOpsSessions
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.settings import Settings

@@ -18,12 +18,14 @@ from sqlalchemy import select
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
 from jobrail.events.catalog import EventCatalog
+from jobrail.events.ioc import EventsProvider
 from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
 from jobrail.modules import Module
+from jobrail.ops.ioc import OpsProvider
 from jobrail.outbox.relay import OutboxRelay
 from jobrail.runtime.container import PlatformProvider, ProcessRole
 from jobrail.runtime.modules import load_modules
@@ -31,10 +33,13 @@ from jobrail.runtime.schedules import build_scheduler
 from jobrail.settings import Settings
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import jobs
-from jobrail.telemetry.metrics import Metrics, WorkerMetricsServer
+from jobrail.telemetry.metrics import Metrics
+from jobrail.telemetry.metrics_server import WorkerMetricsServer
 from jobrail.tenants.ports import TenantDirectory
-from jobrail.transport.brokers import AmqpJobBroker, EmbeddedJobBroker, JobBroker
+from jobrail.transport.amqp_broker import AmqpJobBroker
+from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import encode
+from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from jobrail.transport.receiver import JobReceiver
 from jobrail.transport.tasks import JobRoutes, register_job_tasks
 from jobrail.webhooks.persistence import WebhookRelay
@@ -150,6 +155,8 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
         )
     container = make_async_container(
         PlatformProvider(),
+        EventsProvider(),
+        OpsProvider(),
         *(provider for module in modules for provider in module.providers),
         FastapiProvider(),
         context={

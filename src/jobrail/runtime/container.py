@@ -16,14 +16,11 @@ from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.events.catalog import EventCatalog
-from jobrail.events.persistence import SqlaJobEventLog
-from jobrail.events.use_cases import JobEvents
 from jobrail.jobs.cancel import CancelJob
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.get import GetJob
 from jobrail.jobs.listing import ListJobs
 from jobrail.jobs.ports import (
-    DeadLetterQueue,
     JobCatalog,
     JobIntake,
     JobStore,
@@ -32,7 +29,6 @@ from jobrail.jobs.ports import (
     OutboxDispatcher,
     OutboxMarks,
     Publisher,
-    QueueStats,
 )
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
@@ -43,12 +39,6 @@ from jobrail.limits.counters import LimitCounters
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
-from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
-from jobrail.ops.limits import LimitsAdmin
-from jobrail.ops.overview import GetOpsOverview
-from jobrail.ops.persistence import SqlaOpsReadModel
-from jobrail.ops.redrive import RedriveJob
-from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.outbox.transactional import AfterCommit, DetachedDispatch, IntakeUnitOfWork
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
@@ -57,7 +47,8 @@ from jobrail.store.engine import close_engine, create_engine, create_sessionmake
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.store.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
 from jobrail.store.tenants import SqlaTenantDirectory
-from jobrail.telemetry.metrics import Backlog, Metrics
+from jobrail.telemetry.backlog import Backlog
+from jobrail.telemetry.metrics import Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 from jobrail.transport.brokers import JobBroker
@@ -282,10 +273,6 @@ class PlatformProvider(Provider):
         return ApiRateLimiter(backend, settings.api_limits, counters)
 
     @provide(scope=Scope.APP)
-    def limits_admin(self, registry: JobRegistry, backend: LimitsBackend) -> LimitsAdmin:
-        return LimitsAdmin(registry, backend)
-
-    @provide(scope=Scope.APP)
     def tenant_directory(self, engine: AsyncEngine) -> TenantDirectory:
         return SqlaTenantDirectory(engine)
 
@@ -405,50 +392,6 @@ class PlatformProvider(Provider):
     def flow_service(self, factory: UnitOfWorkFactory) -> FlowService:
         return FlowService(lambda: factory(SqlaUnitOfWork), factory.workflows)
 
-    @provide(scope=Scope.APP)
-    def event_log(self, engine: AsyncEngine) -> SqlaJobEventLog:
-        return SqlaJobEventLog(engine)
-
-    @provide(scope=Scope.APP)
-    async def job_events(
-        self, log: SqlaJobEventLog, settings: Settings
-    ) -> AsyncIterator[JobEvents]:
-        feed = JobEvents(
-            log,
-            poll_interval_s=settings.events.poll_interval_ms / 1000,
-            max_streams_per_tenant=settings.events.max_streams_per_tenant,
-            # Half the pool at most: the other requests keep the rest.
-            max_reads=max(1, settings.database.pool_size // 2),
-        )
-        yield feed
-        await feed.close()  # its watch stops before the engine goes
-
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)
     cancel_job = provide(CancelJob, scope=Scope.REQUEST)
-    redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
-
-    # -- operators ----------------------------------------------------------------------
-
-    @provide(scope=Scope.APP)
-    def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
-        return broker
-
-    @provide(scope=Scope.APP)
-    def queue_stats(self, broker: JobBroker) -> QueueStats:
-        return broker
-
-    @provide(scope=Scope.APP)
-    def ops_reads(self, engine: AsyncEngine) -> OpsReadModel:
-        return SqlaOpsReadModel(engine)
-
-    ops_overview = provide(GetOpsOverview, scope=Scope.APP)
-    ops_flows = provide(ListOpsFlows, scope=Scope.APP)
-    ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
-    list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
-    redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
-    purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
-
-    @provide(scope=Scope.REQUEST)
-    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
-        return GetOpsJob(uow, log)

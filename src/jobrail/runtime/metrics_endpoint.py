@@ -18,7 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from jobrail.http.errors import error_response
 from jobrail.settings import Settings
-from jobrail.telemetry.metrics import Metrics, bearer_matches, metrics_token
+from jobrail.telemetry.metrics import Metrics
+from jobrail.telemetry.metrics_server import bearer_matches, metrics_token
 
 router = APIRouter(tags=["metrics"], route_class=DishkaRoute, include_in_schema=False)
 

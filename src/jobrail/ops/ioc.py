@@ -1,0 +1,59 @@
+"""The ops room's dishka provider: what operators' routes and the console use (the
+dead-letter queue and queue depths, the platform's read model, the limits' admin), and
+their use cases."""
+
+from dishka import Provider, Scope, provide
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.events.persistence import SqlaJobEventLog
+from jobrail.jobs.ports import (
+    DeadLetterQueue,
+    JobsUnitOfWork,
+    OpsReadModel,
+    QueueStats,
+)
+from jobrail.jobs.registry import JobRegistry
+from jobrail.limits.model import LimitsBackend
+from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
+from jobrail.ops.limits import LimitsAdmin
+from jobrail.ops.overview import GetOpsOverview
+from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.ops.redrive import RedriveJob
+from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
+from jobrail.transport.brokers import JobBroker
+
+
+class OpsProvider(Provider):
+    @provide(scope=Scope.APP)
+    def limits_admin(self, registry: JobRegistry, backend: LimitsBackend) -> LimitsAdmin:
+        return LimitsAdmin(registry, backend)
+
+    redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
+
+    @provide(scope=Scope.APP)
+    def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def queue_stats(self, broker: JobBroker) -> QueueStats:
+        return broker
+
+    @provide(scope=Scope.APP)
+    def ops_reads(self, engine: AsyncEngine) -> OpsReadModel:
+        return SqlaOpsReadModel(engine)
+
+    ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+
+    ops_flows = provide(ListOpsFlows, scope=Scope.APP)
+
+    ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
+
+    list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
+
+    redrive_dead_letters = provide(RedriveDeadLetters, scope=Scope.REQUEST)
+
+    purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
+
+    @provide(scope=Scope.REQUEST)
+    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
+        return GetOpsJob(uow, log)
