@@ -271,6 +271,9 @@ class FakeAdmitted:
     released: list[bool] = field(default_factory=list)
     start_within: timedelta | None = None
 
+    def started(self) -> None:
+        pass
+
     async def release(self, *, refund: bool = False) -> None:
         self.released.append(refund)
 

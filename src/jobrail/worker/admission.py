@@ -154,6 +154,7 @@ class LimitsAndLock:
                 return GiveBack(message, taken.reason, now)
             admitted = taken
             state = Held(state.keys, taken, start_by)
+        admitted.started()
         attempt.fence = admitted.fence
         if (kept := admitted.kept) is not None:
             attempt.kept += (kept,)

@@ -181,6 +181,11 @@ class Pass:
         self._counters.lock_lost += 1
         return LockLostError("the job's lock was lost while it ran (no renewal was confirmed)")
 
+    def started(self) -> None:
+        # Counted when its job starts, not when the store said yes: a job too late for
+        # its tokens is admitted again (jobrail.worker.admission), and counts once.
+        self._counters.admitted += 1
+
     async def release(self, *, refund: bool = False) -> None:
         if self._ttl is None and not refund:
             return  # rate limits hold nothing while a job runs: nothing to give back
@@ -275,7 +280,6 @@ class JobGate:
                 waits_on=(WaitsOn("limits_store", "limits store", ""),),
             )
         if admission.grant is not None:
-            self._counters.admitted += 1
             return Pass(self._backend, admission.grant, self._counters, admission.start_within)
         self._counters.deferred += 1
         contended = False

@@ -64,6 +64,11 @@ class Admitted(Protocol):
         that starts later competes for its tokens again."""
         ...
 
+    def started(self) -> None:
+        """The job's handler starts on this admission (it was on time for its tokens):
+        what the limits' `admitted` counter counts, once per job that starts."""
+        ...
+
     async def release(self, *, refund: bool = False) -> None:
         """Give back everything held (`refund`: the tokens taken too, the job never ran)."""
         ...
