@@ -1,6 +1,6 @@
 """CPU per confirmed publish: aio-pika's `Exchange.publish` against the calls jobrail
 makes (`jobrail.transport.publishing.publish_confirmed`: aiormq's `basic_publish` with
-`wait=False`, for one message; `jobrail.transport.batch_publish.publish_batch`, for the
+`wait=False`, for one message; `jobrail.transport.internals.publish_batch`, for the
 fast path's batches), side by side on one channel with publisher confirms, 32 publishes
 at a time, persistent and mandatory, as the API's and the worker's publishes are.
 
@@ -17,7 +17,7 @@ import aio_pika
 from aiormq import spec
 
 from bench.common import AMQP_URL
-from jobrail.transport.batch_publish import Outbound, publish_batch
+from jobrail.transport.internals import Outbound, publish_batch
 from jobrail.transport.publishing import publish_confirmed
 
 COUNT = 6000

@@ -254,7 +254,7 @@ async def test_a_worker_takes_every_delivery_that_has_arrived_at_once(
 async def test_publish_many_routes_each_envelope_and_says_which_failed(
     broker: AmqpJobBroker, rabbit: RabbitProbe
 ) -> None:
-    """One write for the batch (jobrail.transport.batch_publish), each envelope routed as
+    """One write for the batch (jobrail.transport.internals), each envelope routed as
     `publish` routes it: due ones to their queue, a later one through its delay tier, a
     dead letter to the DLQ; one to a queue the topology lacks fails alone."""
     later = SystemClock().now() + timedelta(seconds=31)

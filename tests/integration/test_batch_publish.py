@@ -1,5 +1,5 @@
 """A batch published in one write, each message with its own confirm
-(jobrail.transport.batch_publish), on the real RabbitMQ. These tests also fail on an
+(jobrail.transport.internals), on the real RabbitMQ. These tests also fail on an
 aiormq upgrade that changes the channel internals the batch uses."""
 
 import asyncio
@@ -12,7 +12,7 @@ from aiormq import spec
 
 from jobrail.settings import Settings
 from jobrail.transport import frames
-from jobrail.transport.batch_publish import Outbound, publish_batch
+from jobrail.transport.internals import Outbound, publish_batch
 from jobrail.transport.publishing import publish_confirmed
 from tests.support.rabbit import RabbitProbe
 

@@ -1,7 +1,7 @@
 """The stack mode's broker: taskiq-aio-pika's, with jobrail's topology (``topology``),
 publisher (``publishing``), dead-letter queue (``dead_letters``) and consumer
 (``consuming``). A RabbitMQ restart is logged once (``reconnects``). Where it reaches
-past taskiq-aio-pika's public API is ``taskiq_aio_pika_internals``."""
+past taskiq-aio-pika's public API is ``internals``."""
 
 import asyncio
 import contextlib
@@ -18,7 +18,7 @@ from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.ports import QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.settings import RabbitSettings
-from jobrail.transport import taskiq_aio_pika_internals as internals
+from jobrail.transport import internals
 from jobrail.transport.amqp_errors import why
 from jobrail.transport.codec import Envelope
 from jobrail.transport.consuming import AmqpConsumer, Deliveries

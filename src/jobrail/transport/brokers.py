@@ -6,7 +6,7 @@ operators, and refuse to run what is not a job message (`jobrail.transport.scree
 - ``AmqpJobBroker`` (stack mode) is taskiq-aio-pika's broker with jobrail's topology
   (``topology``), publisher (``publishing``), dead-letter queue (``dead_letters``) and
   consumer (``consuming``). A RabbitMQ restart is logged once (``reconnects``). Where it
-  reaches past taskiq-aio-pika's public API is ``taskiq_aio_pika_internals``.
+  reaches past taskiq-aio-pika's public API is ``internals``.
 - ``EmbeddedJobBroker`` (embedded mode) is Taskiq's in-memory broker: tasks run in the
   same process; delays are timers; dead letters stay in memory.
 """

@@ -21,9 +21,9 @@ from aiormq import spec
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.transport.amqp_errors import CHANNEL_GONE, why
-from jobrail.transport.batch_publish import Outbound, publish_batch
 from jobrail.transport.codec import Envelope
 from jobrail.transport.dead_letters import MemoryDeadLetters
+from jobrail.transport.internals import Outbound, publish_batch
 from jobrail.transport.topology import DELAY_HEADER, Topology, pick_tier, tier_label
 
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT.value
@@ -141,7 +141,7 @@ class AmqpPublisher:
         self, envelopes: Sequence[Envelope], timeout_s: float | None = None
     ) -> list[BaseException | None]:
         """Publish `envelopes` in order, in one write, and wait for each one's confirm
-        (``jobrail.transport.batch_publish``), `timeout_s` at most (and no longer than a
+        (``jobrail.transport.internals``), `timeout_s` at most (and no longer than a
         publish may take). Each one's outcome: None when confirmed, else the
         BrokerUnavailableError its own `publish` would have raised."""
         outcomes: list[BaseException | None] = [None] * len(envelopes)

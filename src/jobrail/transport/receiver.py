@@ -41,11 +41,8 @@ signal for as long as RabbitMQ stayed away. `listen` races the start-up against 
 event and, when the signal comes first, cancels the start-up and returns, so that
 Taskiq's own broker shutdown runs and the process ends.
 
-Taskiq's runner takes its queue's items as ``taskiq.receiver.receiver._PrefetchedMessage``
-(private to Taskiq): the deliveries taken from the broker are wrapped in it, owning no
-delivery slot of Taskiq's prefetcher (RabbitMQ's prefetch bounds them, and Taskiq's
-``--max-async-tasks`` bounds what runs). ``tests/unit/test_job_receiver.py`` uses it as
-this module does, and fails on an upgrade that changes it.
+Taskiq's runner takes its queue's items as a type private to Taskiq: what this needs of it
+is in ``jobrail.transport.internals``.
 """
 
 import asyncio
@@ -56,9 +53,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from taskiq import AckableMessage
 from taskiq.receiver import Receiver
-from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
 from taskiq.utils import maybe_awaitable
 
+from jobrail.transport.internals import QUEUE_DONE, prefetched
 from jobrail.transport.screening import ScreenedMessage
 from jobrail.transport.tasks import ROUTES_STATE, JobRoutes
 
@@ -124,7 +121,7 @@ class JobReceiver(Receiver):
         while True:
             batch = [await source.get()]
             started = loop.time()
-            while batch[-1] is not _QueueSignal.DONE and len(batch) < MAX_BATCH:
+            while batch[-1] is not QUEUE_DONE and len(batch) < MAX_BATCH:
                 batch += self._take_ready(MAX_BATCH - len(batch))
                 if len(batch) >= MAX_BATCH:
                     break
@@ -144,13 +141,10 @@ class JobReceiver(Receiver):
             for item in batch:
                 sink.put_nowait(item)
 
-    def _take_ready(self, limit: int) -> list[_PrefetchedMessage]:
+    def _take_ready(self, limit: int) -> list[Any]:
         if self._ready is None:
             return []
-        return [
-            _PrefetchedMessage(data=message, owns_delivery_slot=False)
-            for message in self._ready.take_ready(limit)
-        ]
+        return [prefetched(message) for message in self._ready.take_ready(limit)]
 
     def _holding_s(self, batch: int) -> float:
         """How long a batch of `batch` deliveries waits for more: the batch window, or

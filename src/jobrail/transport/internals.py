@@ -1,6 +1,39 @@
-"""A batch of messages published on one channel in one write, each with its own confirm.
+"""The one place jobrail reaches past the public APIs of Taskiq, taskiq-aio-pika and
+aiormq, and why. Three things, each with a test that fails on an upgrade that breaks it.
 
-Why this reaches past aiormq's public API: aiormq publishes one message per
+**1. taskiq-aio-pika's broker: its connections and declarations.**
+
+jobrail's AMQP broker is taskiq-aio-pika's ``AioPikaBroker``, configured through its
+public ``Exchange`` and ``Queue``: it declares the work exchange and the work queues (so
+their arguments are the ones taskiq-aio-pika gives them, in every process that declares
+them), and Taskiq's own ``kick`` and ``shutdown`` work on it. What jobrail needs besides
+has no public hook, so it is done here, on the broker's attributes and methods:
+
+- Its own connections. ``AioPikaBroker.startup`` connects, runs Taskiq's start-up events
+  and declares, all in one; jobrail retries connecting (an API starts without RabbitMQ)
+  without running the events again, closes what it opened when a step fails, and watches
+  each connection (``jobrail.transport.reconnects``): it runs Taskiq's part of the start-up
+  alone (`taskiq_startup`) and connects on its own. The connections are attached as the
+  broker's ``write_conn``/``write_channel``/``read_conn``/``read_channel``, which ``kick``,
+  the declarations and ``shutdown`` use.
+- The declarations alone: ``_declare_exchanges`` (on ``write_channel``) and
+  ``_declare_queues(channel)``.
+- The queues ``_declare_queues`` returns, as (queue, consumer arguments) pairs. The public
+  ``listen`` yields a message's body and its ack only, while jobrail's consumer needs the
+  AMQP message (its id and headers go into a dead letter; its ack must survive a closed
+  channel). The queues must be declared on the consuming channel: aio-pika's robust
+  channel restores a consumer after a reconnect only on a queue it declared.
+
+``tests/unit/test_internals.py`` fails when an upgrade changes any of it.
+
+**2. Taskiq's receiver queue.** Taskiq's runner takes its queue's items as
+``taskiq.receiver.receiver._PrefetchedMessage`` and stops at ``_QueueSignal.DONE``, both
+private to Taskiq; jobrail's receiver (``jobrail.transport.receiver``) batches what the
+prefetcher queues and hands over the deliveries the broker has received behind it,
+wrapped as such items (`prefetched`), owning no delivery slot of Taskiq's prefetcher.
+``tests/unit/test_job_receiver.py`` fails on an upgrade that changes them.
+
+**3. aiormq's publish, for a batch.** aiormq publishes one message per
 ``basic_publish`` call, and per message that call takes the channel's lock, opens a
 deadline and a context manager, and queues its frames for the connection's writer task,
 which wakes once per message. The fast path publishes the enqueues of a loop turn
@@ -23,9 +56,73 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiormq
+from aio_pika.abc import AbstractChannel, AbstractQueue, AbstractRobustConnection
 from aiormq import spec
 from aiormq.abc import ChannelFrame
 from pamqp.header import ContentHeader
+from taskiq import AckableMessage, AsyncBroker
+from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
+from taskiq_aio_pika import AioPikaBroker
+
+__all__ = [
+    "QUEUE_DONE",
+    "Outbound",
+    "attach_connections",
+    "declare_exchanges",
+    "declare_queues",
+    "prefetched",
+    "publish_batch",
+    "taskiq_startup",
+]
+
+
+# -- taskiq-aio-pika's broker ------------------------------------------------------------
+
+
+async def taskiq_startup(broker: AioPikaBroker) -> None:
+    """Taskiq's start-up of `broker` (its events, middlewares and result backend), without
+    the connecting and declaring that ``AioPikaBroker.startup`` adds to it."""
+    await AsyncBroker.startup(broker)
+
+
+def attach_connections(
+    broker: AioPikaBroker,
+    *,
+    write: AbstractRobustConnection,
+    write_channel: AbstractChannel,
+    read: AbstractRobustConnection | None = None,
+    read_channel: AbstractChannel | None = None,
+) -> None:
+    """Make `broker` publish, declare and shut down on connections opened elsewhere."""
+    broker.write_conn, broker.write_channel = write, write_channel
+    if read is not None:
+        broker.read_conn, broker.read_channel = read, read_channel
+
+
+async def declare_exchanges(broker: AioPikaBroker) -> None:
+    """Declare the broker's exchange, on its attached `write_channel`."""
+    await broker._declare_exchanges()
+
+
+async def declare_queues(broker: AioPikaBroker, channel: AbstractChannel) -> list[AbstractQueue]:
+    """Declare the broker's work queues (bound to its exchange) on `channel`, and check
+    that its dead-letter queue exists; return the work queues."""
+    return [queue for queue, _consumer_arguments in await broker._declare_queues(channel)]
+
+
+# -- Taskiq's receiver queue ------------------------------------------------------------
+
+QUEUE_DONE = _QueueSignal.DONE
+"""What Taskiq's prefetcher queues when it stops."""
+
+
+def prefetched(message: AckableMessage) -> _PrefetchedMessage:
+    """`message` as an item of Taskiq's runner queue, owning no delivery slot of Taskiq's
+    prefetcher (RabbitMQ's prefetch bounds them, and ``--max-async-tasks`` what runs)."""
+    return _PrefetchedMessage(data=message, owns_delivery_slot=False)
+
+
+# -- aiormq's publish, for a batch -------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

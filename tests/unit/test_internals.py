@@ -1,5 +1,5 @@
 """What jobrail relies on past taskiq-aio-pika's public API
-(jobrail.transport.taskiq_aio_pika_internals): an upgrade that changes it fails here."""
+(jobrail.transport.internals): an upgrade that changes it fails here."""
 
 import inspect
 from typing import Any
@@ -7,7 +7,7 @@ from typing import Any
 from taskiq import TaskiqEvents
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
 
-from jobrail.transport import taskiq_aio_pika_internals as internals
+from jobrail.transport import internals
 
 
 class Declared:
