@@ -25,7 +25,7 @@ from bench.common import (
     unique,
     wait_until,
 )
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.bootstrap import build_runtime

@@ -1,7 +1,7 @@
 """Every import of jobrail, and of the reference application, that the reference pages
 are generated from, in this one module: modules inside jobrail move (``jobrail.runtime.app``
 and ``jobrail.facade`` among them), and whoever moves one updates the import here. The
-settings stay at ``jobrail.settings`` and the command at ``jobrail.cli``.
+settings stay at ``jobrail.settings``; the command's parser is in ``jobrail.cli.parser``.
 """
 
 import argparse
@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from contexts.notifications.adapters.settings import NotificationsSettings
 from contexts.sync.adapters.settings import SyncSettings
 from jobrail import JobRail, __version__
-from jobrail.cli import _parser
+from jobrail.cli.parser import _parser
 from jobrail.facade.loading import APP_ENV
 from jobrail.settings import ENV_PREFIX, Settings
 from workers.app import MODULES

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.settings import Settings
 from tests.support.apps import REFERENCE
 from tests.support.fixtures import ApiClient

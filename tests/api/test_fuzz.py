@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from hypothesis import settings
 from schemathesis.python import asgi
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.runtime.app import create_app
 from jobrail.settings import Settings
 from tests.api.conftest import embedded_settings

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.settings import load_settings
 from tests.support.processes import ROOT
 from tests.support.services import wait_for

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait, WaitsOn
 from jobrail.jobs.ports import ClaimToken, JobIdentity, WaitNote
 from jobrail.settings import DatabaseSettings, Settings

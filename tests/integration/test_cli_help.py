@@ -164,7 +164,8 @@ def test_app_is_taken_before_the_command_too(tmp_path: Path) -> None:
 def test_taskiq_options_after_a_double_dash_reach_taskiqs_worker() -> None:
     from taskiq.cli.worker.args import WorkerArgs
 
-    from jobrail.cli import _parser, taskiq_worker_argv
+    from jobrail.cli.parser import _parser
+    from jobrail.cli.serving import taskiq_worker_argv
     from jobrail.settings import Settings
 
     args = _parser("JOBRAIL_APP", __version__).parse_args(

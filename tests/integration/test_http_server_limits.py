@@ -405,7 +405,7 @@ def test_a_refused_body_keeps_the_keep_alive_connection_usable(
 @pytest.fixture
 def failing_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """The jobrail app with a route that raises, served as `jobrail api` serves it."""
-    from jobrail.cli import migrate
+    from jobrail.cli.schema import migrate
     from jobrail.runtime.app import create_app
     from tests.api.conftest import embedded_settings
 

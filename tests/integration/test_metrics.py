@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import create_app, runtime_of

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from contexts.schema import SCHEMA
 from contexts.schema import metadata as contexts_metadata
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.settings import Settings
 from jobrail.store.admin import create_database_if_missing, drop_database
 from jobrail.store.schema import PLATFORM, MigrationChain, alembic_config

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 
 from contexts.schema import metadata as contexts_metadata
 from jobrail import JobRail
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.kernel.ids import TenantId
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.store.admin import create_database_if_missing, drop_database

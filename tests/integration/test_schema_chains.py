@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from contexts.schema import metadata as contexts_metadata
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.store.admin import create_database_if_missing, drop_database
 from jobrail.store.schema import (

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.modules import Module
 from jobrail.runtime.app import create_app
 from jobrail.settings import Settings, load_settings

@@ -158,7 +158,7 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path, *truncate
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from jobrail.cli import migrate
+    from jobrail.cli.schema import migrate
     from jobrail.settings import Settings
     from tests.support.apps import REFERENCE
 

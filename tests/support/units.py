@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from jobrail.cli import migrate
+from jobrail.cli.schema import migrate
 from jobrail.demo.jobs import echo
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.registry import JobRegistry, JobSpec

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 from fastapi import FastAPI
 
-from jobrail import cli
+from jobrail.cli import serving as cli
 from jobrail.runtime.bootstrap import YOUNG_GC_THRESHOLD
 
 SETTLE = """
