@@ -120,7 +120,7 @@ def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
     loaded = run(
         installed / "python",
         "-c",
-        "from jobrail.modules import load_modules; "
+        "from jobrail.runtime.modules import load_modules; "
         "print(' '.join(m.name for m in load_modules(['demo'])))",
         cwd=tmp_path,
         env=outside_env(),
