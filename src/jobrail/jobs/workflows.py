@@ -14,7 +14,8 @@ from datetime import datetime
 from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus
 from jobrail.jobs.enqueue import message_for, new_job
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId, FlowKind
-from jobrail.jobs.ports import EnqueueJobCommand, JobCatalog, JobsUnitOfWork
+from jobrail.jobs.intake import EnqueueJobCommand, JobCatalog
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId, new_id

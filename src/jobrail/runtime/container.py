@@ -21,19 +21,11 @@ from jobrail.events.use_cases import JobEvents
 from jobrail.jobs.cancel import CancelJob
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.get import GetJob
+from jobrail.jobs.intake import JobCatalog, JobIntake
 from jobrail.jobs.listing import ListJobs
-from jobrail.jobs.ports import (
-    DeadLetterQueue,
-    JobCatalog,
-    JobIntake,
-    JobStore,
-    JobsUnitOfWork,
-    OpsReadModel,
-    OutboxDispatcher,
-    OutboxMarks,
-    Publisher,
-    QueueStats,
-)
+from jobrail.jobs.operator_reads import OpsReadModel, QueueStats
+from jobrail.jobs.ports import JobsUnitOfWork
+from jobrail.jobs.publishing import OutboxDispatcher, OutboxMarks, Publisher
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.jobs.workflows import FlowService, Workflows
@@ -47,6 +39,7 @@ from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveD
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
@@ -55,7 +48,9 @@ from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
-from jobrail.store.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
+from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks
+from jobrail.store.pg_job_store import PgJobStore
+from jobrail.store.pg_pool import PgPool, create_pool
 from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.telemetry.metrics import Backlog, Metrics
 from jobrail.tenants.ports import TenantDirectory
@@ -65,6 +60,7 @@ from jobrail.transport.codec import MessagePublisher, RecentEncodings
 from jobrail.worker.admission import LimitsAndLock
 from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
+from jobrail.worker.job_store import JobStore
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from jobrail.worker.wait_notes import WaitNotes
 

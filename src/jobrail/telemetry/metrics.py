@@ -43,7 +43,7 @@ from prometheus_client import make_wsgi_app as make_exposition_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.ports import QueueDepth, QueueStats
+from jobrail.jobs.operator_reads import QueueDepth, QueueStats
 from jobrail.kernel.clock import Clock
 from jobrail.limits.counters import LimitCounters
 from jobrail.settings import MetricsSettings
