@@ -36,20 +36,22 @@ from bench.jobrail_e2e import Stack, cleanup, create_database
 from jobrail.jobs.domain import FlowRole, Job
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
 from jobrail.jobs.flow import FlowId
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import JobStore
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
+from jobrail.jobs.workflows import BatchCommand, FlowJob
 from jobrail.kernel.clock import SystemClock
 from jobrail.kernel.ids import TenantId
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.runtime.bootstrap import Runtime, build_runtime
 from jobrail.settings import DatabaseSettings
 from jobrail.store.admin import drop_database
-from jobrail.store.pg import PgJobStore, create_pool
+from jobrail.store.pg_job_store import PgJobStore
+from jobrail.store.pg_pool import create_pool
 from jobrail.store.tables import flows, jobs
 from jobrail.worker.context import JobContext
 from jobrail.worker.flow_recording import FlowRecordingStore
+from jobrail.worker.job_store import JobStore
 from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig
 
 COUNT = 1000

@@ -38,7 +38,7 @@ PARTS = [
     ("pydantic", r"pydantic"),
     ("dishka", r"dishka/"),
     ("EnqueueJob (whole use case)", r"use_cases/enqueue\.py"),
-    ("intake insert (PgJobIntake.add)", r"add \(jobrail/store/pg\.py|telemetry/metrics\.py"),
+    ("intake insert (PgJobIntake.add)", r"add \(jobrail/store/pg_intake\.py|telemetry/metrics\.py"),
     ("fast-path publish (OutboxPublisher._publish minus marks)", r"_publish \(.*outbox\.py"),
     ("mark published (PgOutboxMarks)", r"mark_published"),
     ("broker publish (brokers.py + aio_pika/aiormq/pamqp)", r"aio_pika/|aiormq/|pamqp/"),

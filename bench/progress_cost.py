@@ -33,7 +33,8 @@ from jobrail.kernel.ids import JobId, TenantId
 from jobrail.settings import DatabaseSettings
 from jobrail.store.admin import drop_database
 from jobrail.store.mapping import job_row
-from jobrail.store.pg import PgJobStore, create_pool
+from jobrail.store.pg_job_store import PgJobStore
+from jobrail.store.pg_pool import create_pool
 from jobrail.store.tables import jobs
 from jobrail.worker.context import JobContext
 from jobrail.worker.runner import JobRun, JobRunner, RunnerConfig

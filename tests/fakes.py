@@ -10,19 +10,12 @@ from typing import Any, Self
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, Job, JobProgress, JobStatus
 from jobrail.jobs.flow import Flow
 from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
-from jobrail.jobs.ports import (
-    ClaimResult,
-    ClaimToken,
-    Cursor,
-    JobFilter,
-    JobIdentity,
-    JobPage,
-    WaitNote,
-)
+from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.transport.codec import Envelope, describe_dead_letter, encode, publish_side_by_side
+from jobrail.worker.job_store import ClaimResult, JobIdentity, WaitNote
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 # A job catalog that knows no type (no limit keys for any job).

@@ -21,7 +21,7 @@ from jobrail.version import __version__
 if TYPE_CHECKING:
     from jobrail.events.catalog import EventCatalog, EventDelivery, EventSpec
     from jobrail.facade import JobHandle, JobRail
-    from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
+    from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
     from jobrail.jobs.registry import job
     from jobrail.kernel.errors import PermanentError, TransientError
     from jobrail.limits.model import Concurrency, Lock, SlidingWindow, TokenBucket
@@ -63,8 +63,8 @@ _EXPORTS = {
     "EventCatalog": "jobrail.events.catalog",
     "EventDelivery": "jobrail.events.catalog",
     "EventSpec": "jobrail.events.catalog",
-    "EnqueueJobCommand": "jobrail.jobs.ports",
-    "EnqueueResult": "jobrail.jobs.ports",
+    "EnqueueJobCommand": "jobrail.jobs.intake",
+    "EnqueueResult": "jobrail.jobs.intake",
     "job": "jobrail.jobs.registry",
     "PermanentError": "jobrail.kernel.errors",
     "TransientError": "jobrail.kernel.errors",

@@ -18,7 +18,8 @@ jobrail implements them, which may move; this module is what stays.
 """
 
 from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult, EventPublisher, Inbox, JobQueue
+from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult, JobQueue
+from jobrail.jobs.ports import EventPublisher, Inbox
 from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowStarted
 from jobrail.limits.model import (
     Acquire,

@@ -13,7 +13,8 @@ from fastapi import FastAPI, Header
 
 from jobrail import JobRail
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
-from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowService
+from jobrail.jobs.flow_service import FlowService
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import create_app, runtime_of
 from tests.api.conftest import embedded_settings, migrated

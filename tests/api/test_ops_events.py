@@ -18,7 +18,8 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.jobs.workflows import ChainCommand, FlowJob, FlowService
+from jobrail.jobs.flow_service import FlowService
+from jobrail.jobs.workflows import ChainCommand, FlowJob
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import jobs

@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowService
+from jobrail.jobs.flow_service import FlowService
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import jobs

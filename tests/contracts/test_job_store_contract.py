@@ -13,11 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli.schema import migrate
 from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait, WaitsOn
-from jobrail.jobs.ports import ClaimToken, JobIdentity, WaitNote
+from jobrail.jobs.ports import ClaimToken
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
-from jobrail.store.pg import PgJobIntake, PgJobStore, create_pool
+from jobrail.store.pg_intake import PgJobIntake
+from jobrail.store.pg_job_store import PgJobStore
+from jobrail.store.pg_pool import create_pool
 from jobrail.store.tables import outbox
+from jobrail.worker.job_store import JobIdentity, WaitNote
 from tests.fakes import START, FakeJobStore, make_job
 from tests.support.services import require, store_engine
 

@@ -10,7 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import FlowRole
-from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
+from jobrail.jobs.flow_service import FlowService
+from jobrail.jobs.workflows import BatchCommand, FlowJob
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import flows, jobs

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.settings import DatabaseSettings
 from jobrail.store.engine import create_engine
-from jobrail.store.pg import _Pg, create_pool
+from jobrail.store.pg_pool import _Pg, create_pool
 from tests.api.test_bad_input import assert_nul_refused
 from tests.support.fixtures import ApiClient
 

@@ -12,7 +12,8 @@ from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.settings import DatabaseSettings
-from jobrail.store.pg import PgJobIntake, PgOutboxMarks, _Intake, create_pool
+from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks, _Intake
+from jobrail.store.pg_pool import create_pool
 from tests.fakes import START, make_job
 
 

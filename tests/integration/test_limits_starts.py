@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail import JobRail
-from jobrail.jobs.ports import EnqueueJobCommand
+from jobrail.jobs.intake import EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.settings import Settings
 from jobrail.store.tables import jobs as jobs_table

@@ -16,7 +16,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import EnqueueJobCommand
+from jobrail.jobs.intake import EnqueueJobCommand
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import runtime_of
 from jobrail.settings import Settings

@@ -8,16 +8,10 @@ from pydantic import BaseModel
 
 from jobrail.jobs.domain import FlowRole, Job, JobStatus
 from jobrail.jobs.flow import FlowStatus
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.registry import JobRegistry, job
-from jobrail.jobs.workflows import (
-    BatchCommand,
-    ChainCommand,
-    FlowJob,
-    FlowService,
-    FlowStarted,
-    Workflows,
-)
+from jobrail.jobs.workflows import BatchCommand, ChainCommand, FlowJob, FlowStarted, Workflows
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand

@@ -20,7 +20,7 @@ from taskiq.receiver.receiver import _PrefetchedMessage, _QueueSignal
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import ClaimResult, ClaimToken, JobIdentity
+from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.registry import JobRegistry, job
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.batching import Coalescer
@@ -31,6 +31,7 @@ from jobrail.transport.codec import encode
 from jobrail.transport.receiver import JobReceiver
 from jobrail.transport.tasks import JobRoutes, register_job_tasks
 from jobrail.worker.context import JobContext
+from jobrail.worker.job_store import ClaimResult, JobIdentity
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 

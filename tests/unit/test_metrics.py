@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import QueueDepth
+from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.errors import BrokerUnavailableError, PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters

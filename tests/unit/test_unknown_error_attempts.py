@@ -8,8 +8,8 @@ from pydantic import BaseModel
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import new_job
+from jobrail.jobs.intake import EnqueueJobCommand
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import EnqueueJobCommand
 from jobrail.jobs.registry import JobRegistry, JobSpec, job
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.errors import TransientError

@@ -11,8 +11,9 @@ from jobrail.http.rate_limits import EnqueueTenant
 from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel, idempotency_key
 from jobrail.jobs.domain import FlowRole
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.schemas import JobAccepted, accepted
-from jobrail.jobs.workflows import BatchCommand, FlowJob, FlowService
+from jobrail.jobs.workflows import BatchCommand, FlowJob
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES

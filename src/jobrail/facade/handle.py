@@ -6,7 +6,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import JobSpec
 from jobrail.kernel.ids import TenantId
 

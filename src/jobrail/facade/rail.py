@@ -27,7 +27,7 @@ from jobrail.facade.host_session import HostSessionUnit, SessionHooks
 from jobrail.facade.routes import jobs_router
 from jobrail.http.auth import ApiServices
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import HandlerFunc, JobSpec, job
 from jobrail.kernel.clock import Clock
 from jobrail.limits.api import ApiRateLimiter

@@ -7,10 +7,10 @@ from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import RateLimitRead
 from jobrail.jobs.cancel import CancelJob, CancelJobCommand
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs
 from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
-from jobrail.jobs.workflows import FlowService
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
 

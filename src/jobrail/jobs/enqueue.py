@@ -6,8 +6,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
 from jobrail.jobs.domain import Job
+from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult, EnqueueUnitOfWork, JobCatalog
 from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import EnqueueJobCommand, EnqueueResult, EnqueueUnitOfWork, JobCatalog
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, new_id

@@ -12,8 +12,9 @@ from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import RateLimitRead
 from jobrail.jobs.flow import FlowKind
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.schemas import FlowOut
-from jobrail.jobs.workflows import FlowService, FlowView
+from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import TenantId
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from jobrail.jobs.ports import JobType, ValidatedPayload
+from jobrail.jobs.intake import JobType, ValidatedPayload
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 

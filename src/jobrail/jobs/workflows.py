@@ -7,14 +7,15 @@ with the business write or not at all. `FlowService` is the same in a transactio
 its own, for routes.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus
 from jobrail.jobs.enqueue import message_for, new_job
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId, FlowKind
-from jobrail.jobs.ports import EnqueueJobCommand, JobCatalog, JobsUnitOfWork
+from jobrail.jobs.intake import EnqueueJobCommand, JobCatalog
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId, new_id
@@ -359,42 +360,3 @@ def _check_size(jobs: Sequence[FlowJob], kind: str) -> None:
         raise InvalidInputError(f"a {kind} needs at least one job")
     if len(jobs) > MAX_FLOW_JOBS:
         raise InvalidInputError(f"a {kind} takes at most {MAX_FLOW_JOBS} jobs at once")
-
-
-class FlowService:
-    """Workflows in a transaction of their own (for routes)."""
-
-    def __init__(self, units: Callable[[], JobsUnitOfWork], workflows: Workflows) -> None:
-        self._units = units
-        self._workflows = workflows
-
-    async def batch(self, cmd: BatchCommand) -> FlowStarted:
-        async with self._units() as uow:
-            started = await self._workflows.start_batch(uow, cmd)
-            await uow.commit()
-        return started
-
-    async def chain(self, cmd: ChainCommand) -> FlowStarted:
-        async with self._units() as uow:
-            started = await self._workflows.start_chain(uow, cmd)
-            await uow.commit()
-        return started
-
-    async def add_to_batch(
-        self, tenant_id: TenantId, flow_id: FlowId, jobs: Sequence[FlowJob]
-    ) -> list[Job]:
-        async with self._units() as uow:
-            added = await self._workflows.add_to_batch(uow, tenant_id, flow_id, jobs)
-            await uow.commit()
-        return added
-
-    async def cancel(self, tenant_id: TenantId, flow_id: FlowId) -> FlowView:
-        async with self._units() as uow:
-            await self._workflows.cancel(uow, tenant_id, flow_id)
-            view = await self._workflows.get(uow, tenant_id, flow_id)
-            await uow.commit()
-        return view
-
-    async def get(self, tenant_id: TenantId, flow_id: FlowId) -> FlowView:
-        async with self._units() as uow:
-            return await self._workflows.get(uow, tenant_id, flow_id)

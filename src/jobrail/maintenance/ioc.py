@@ -4,7 +4,7 @@ from dishka import Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.events.persistence import SqlaJobEventLog
-from jobrail.jobs.ports import OpsReadModel
+from jobrail.jobs.operator_reads import OpsReadModel
 from jobrail.kernel.clock import Clock
 from jobrail.maintenance.persistence import (
     SqlaFinishedFlows,

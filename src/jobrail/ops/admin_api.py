@@ -14,7 +14,7 @@ from jobrail.http.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
 from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
 from jobrail.http.schemas import RequestModel
 from jobrail.jobs.api import JobsRoute
-from jobrail.jobs.ports import QueueStats
+from jobrail.jobs.operator_reads import QueueStats
 from jobrail.jobs.schemas import JobOut
 from jobrail.kernel.ids import JobId
 from jobrail.ops.dead_letters import (

@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Literal
 
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import DeadLetterQueue
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId
+from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import (
     SCAN_LIMIT,
     RedriveJob,

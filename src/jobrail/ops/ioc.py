@@ -6,18 +6,15 @@ from dishka import Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.events.persistence import SqlaJobEventLog
-from jobrail.jobs.ports import (
-    DeadLetterQueue,
-    JobsUnitOfWork,
-    OpsReadModel,
-    QueueStats,
-)
+from jobrail.jobs.operator_reads import OpsReadModel, QueueStats
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.model import LimitsBackend
 from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.transport.brokers import JobBroker

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import JobCount, OpsReadModel, QueueDepth, QueueStats
+from jobrail.jobs.operator_reads import JobCount, OpsReadModel, QueueDepth, QueueStats
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError
 

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.flow import Flow
-from jobrail.jobs.ports import JobCount
+from jobrail.jobs.operator_reads import JobCount
 from jobrail.store.errors import database_errors
 from jobrail.store.flows import flow_from_row, member_counts
 from jobrail.store.mapping import job_from_row

@@ -20,12 +20,14 @@ from datetime import datetime
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import message_for
+from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import DeadLetterQueue, JobCatalog, JobsUnitOfWork
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.workflows import locked_with_flow
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError, ConflictError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.ops.ports import DeadLetterQueue
 
 log = logging.getLogger("jobrail.jobs")
 

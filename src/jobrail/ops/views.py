@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from jobrail.events.feed import EventFilter, JobEventLog, StoryLine
 from jobrail.jobs.domain import FlowRole, Job
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId
-from jobrail.jobs.ports import JobsUnitOfWork, OpsReadModel
+from jobrail.jobs.operator_reads import OpsReadModel
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId

@@ -27,8 +27,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from jobrail.jobs.enqueue import message_for
+from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import Outgoing
-from jobrail.jobs.ports import JobCatalog, OutboxMarks
+from jobrail.jobs.publishing import OutboxMarks
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError

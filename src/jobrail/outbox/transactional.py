@@ -25,16 +25,10 @@ from opentelemetry import trace
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.domain import Job
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.intake import EnqueueCounter, EnqueueUnitOfWork, JobIntake
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import (
-    EnqueueCounter,
-    EnqueueUnitOfWork,
-    JobIntake,
-    JobRepository,
-    JobsUnitOfWork,
-    Outbox,
-    OutboxDispatcher,
-)
+from jobrail.jobs.ports import JobRepository, JobsUnitOfWork, Outbox
+from jobrail.jobs.publishing import OutboxDispatcher
 from jobrail.jobs.workflows import (
     BatchCommand,
     ChainCommand,

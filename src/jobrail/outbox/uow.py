@@ -4,7 +4,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import EnqueueCounter, JobCatalog, OutboxDispatcher
+from jobrail.jobs.intake import EnqueueCounter, JobCatalog
+from jobrail.jobs.publishing import OutboxDispatcher
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock
 from jobrail.outbox.inbox import SqlaInbox

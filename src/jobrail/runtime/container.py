@@ -18,21 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.cancel import CancelJob
 from jobrail.jobs.enqueue import EnqueueJob
+from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob
+from jobrail.jobs.intake import JobCatalog, JobIntake
 from jobrail.jobs.listing import ListJobs
-from jobrail.jobs.ports import (
-    JobCatalog,
-    JobIntake,
-    JobStore,
-    JobsUnitOfWork,
-    OpsReadModel,
-    OutboxDispatcher,
-    OutboxMarks,
-    Publisher,
-)
+from jobrail.jobs.operator_reads import OpsReadModel
+from jobrail.jobs.ports import JobsUnitOfWork
+from jobrail.jobs.publishing import OutboxDispatcher, OutboxMarks, Publisher
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
-from jobrail.jobs.workflows import FlowService, Workflows
+from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.counters import LimitCounters
@@ -45,7 +40,9 @@ from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
-from jobrail.store.pg import PgJobIntake, PgJobStore, PgOutboxMarks, PgPool, create_pool
+from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks
+from jobrail.store.pg_job_store import PgJobStore
+from jobrail.store.pg_pool import PgPool, create_pool
 from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.telemetry.backlog import Backlog
 from jobrail.telemetry.metrics import Metrics
@@ -56,6 +53,7 @@ from jobrail.transport.codec import MessagePublisher, RecentEncodings
 from jobrail.worker.admission import LimitsAndLock
 from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
+from jobrail.worker.job_store import JobStore
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from jobrail.worker.wait_notes import WaitNotes
 

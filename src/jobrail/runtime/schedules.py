@@ -13,7 +13,7 @@ from datetime import timedelta
 from dishka import AsyncContainer
 
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import JobCatalog
+from jobrail.jobs.intake import JobCatalog
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import LimitsBackend

@@ -17,15 +17,7 @@ from jobrail.jobs.domain import (
     JobStatus,
 )
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import (
-    ClaimResult,
-    ClaimToken,
-    Cursor,
-    JobFilter,
-    JobIdentity,
-    JobPage,
-    WaitNote,
-)
+from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store.dialects import insert_or_existing
@@ -35,6 +27,7 @@ from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.platform_schema import qualified
 from jobrail.store.tables import flows, jobs
 from jobrail.transport.codec import encode
+from jobrail.worker.job_store import ClaimResult, JobIdentity, WaitNote
 
 _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
 

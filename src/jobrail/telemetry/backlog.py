@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from jobrail.jobs.ports import QueueDepth, QueueStats
+from jobrail.jobs.operator_reads import QueueDepth, QueueStats
 from jobrail.kernel.clock import Clock
 from jobrail.telemetry.job_metrics import seconds_between
 

@@ -15,7 +15,7 @@ from taskiq import AckableMessage
 from taskiq_aio_pika import AioPikaBroker
 
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import QueueDepth
+from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.settings import RabbitSettings
 from jobrail.transport import internals

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import QueueDepth
+from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.transport.codec import Envelope
 from jobrail.transport.topology import (
     Topology,

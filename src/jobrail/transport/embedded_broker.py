@@ -10,7 +10,7 @@ from typing import Any, cast
 from taskiq import InMemoryBroker
 
 from jobrail.jobs.messages import DeadLetter
-from jobrail.jobs.ports import QueueDepth
+from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
 from jobrail.settings import RabbitSettings
 from jobrail.transport.codec import Envelope, dead_letter

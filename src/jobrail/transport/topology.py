@@ -28,7 +28,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from taskiq_aio_pika import Exchange, Queue, QueueType
 
-from jobrail.jobs.ports import QueueDepth
+from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.settings import RabbitSettings
 from jobrail.transport.amqp_errors import CHANNEL_GONE, why

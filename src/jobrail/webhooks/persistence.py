@@ -17,7 +17,7 @@ from jobrail.events.feed import EventCursor, EventFilter
 from jobrail.events.persistence import SqlaJobEventLog
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import EnqueueJob
-from jobrail.jobs.ports import EnqueueJobCommand
+from jobrail.jobs.intake import EnqueueJobCommand
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, StoreUnavailableError
 from jobrail.kernel.ids import TenantId

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobrail.jobs.domain import FlowLink, FlowRole, JobStatus, check_progress
-from jobrail.jobs.ports import JobStore
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.worker.job_store import JobStore
 from jobrail.worker.progress import ProgressReporter
 
 

@@ -21,17 +21,11 @@ from datetime import datetime, timedelta
 from jobrail.jobs.domain import FlowRole, Job, JobProgress
 from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import Outgoing
-from jobrail.jobs.ports import (
-    ClaimResult,
-    ClaimToken,
-    JobIdentity,
-    JobStore,
-    JobsUnitOfWork,
-    WaitNote,
-)
+from jobrail.jobs.ports import ClaimToken, JobsUnitOfWork
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.ids import JobId
+from jobrail.worker.job_store import ClaimResult, JobIdentity, JobStore, WaitNote
 
 
 @dataclass(frozen=True, slots=True)

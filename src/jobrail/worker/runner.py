@@ -47,12 +47,14 @@ from typing import Any, TypeVar
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.jobs.ports import ClaimToken, JobIdentity, JobStore, OutboxDispatcher, Publisher
+from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.publishing import OutboxDispatcher, Publisher
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.worker.attempt import Attempt, JobObserver, JobRun, NoObserver, RunnerConfig
 from jobrail.worker.context import JobContext
+from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.middleware import AttemptMiddleware, Defer, GiveBack, GiveUp, NotStartable
 from jobrail.worker.outcomes import Verdict, classify, conclude, failed, stored_result
 from jobrail.worker.progress import ProgressReporter

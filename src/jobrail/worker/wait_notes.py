@@ -13,8 +13,8 @@ import logging
 from datetime import datetime
 
 from jobrail.jobs.domain import Wait
-from jobrail.jobs.ports import JobStore, WaitNote
 from jobrail.kernel.ids import JobId
+from jobrail.worker.job_store import JobStore, WaitNote
 
 log = logging.getLogger("jobrail.runner")
 

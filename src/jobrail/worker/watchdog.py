@@ -22,9 +22,10 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.ports import ClaimToken, JobStore
+from jobrail.jobs.ports import ClaimToken
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import TransientError
+from jobrail.worker.job_store import JobStore
 
 log = logging.getLogger("jobrail.runner")
 

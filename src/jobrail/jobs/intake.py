@@ -1,0 +1,98 @@
+"""Ports of enqueueing: the command EnqueueJob takes and its result, what the application
+knows of a job type (the catalog), the intake that stores a job with its message and
+the unit of work it runs in, the count of enqueued jobs, and the job queue a module's
+use cases enqueue through. Adapters live in store/, outbox/ and telemetry/.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, Self
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage
+from jobrail.kernel.ids import TenantId
+
+
+class ValidatedPayload(Protocol):
+    """A payload already validated as its job type's model (a pydantic model of exactly
+    that class, e.g. a route's parsed body): it is stored as it dumps, not checked again."""
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueJobCommand:
+    tenant_id: TenantId
+    type: str
+    payload: Mapping[str, Any] | ValidatedPayload
+    idempotency_key: str | None = None
+    entity_id: str | None = None
+    run_after: datetime | None = None
+    trace_context: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job: Job
+    created: bool
+
+
+class JobIntake(Protocol):
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        """Store a new job and its message atomically. If its tenant already has a job
+        with its idempotency key, store nothing and return that job instead."""
+        ...
+
+
+class EnqueueUnitOfWork(Protocol):
+    """A transaction EnqueueJob records jobs in. `intake` adds a job and its message to
+    it; `commit` makes them durable and then, in one place (AfterCommit), hands the new
+    messages to the outbox's fast path and counts the new jobs. Nothing leaves, and
+    nothing is counted, unless it commits."""
+
+    @property
+    def intake(self) -> JobIntake: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def commit(self) -> None: ...
+
+
+class JobQueue(Protocol):
+    async def enqueue(self, cmd: EnqueueJobCommand) -> EnqueueResult:
+        """Record a job and its message in the current transaction (EnqueueJob's rules)."""
+        ...
+
+
+class EnqueueCounter(Protocol):
+    """Told of every job that was enqueued (and committed), by job type (metrics)."""
+
+    def enqueued(self, job_type: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """What the application needs to know about a job type to enqueue it."""
+
+    name: str
+    queue: str
+    max_attempts: int | None
+    description: str = ""
+
+
+class JobCatalog(Protocol):
+    def get(self, name: str) -> JobType | None: ...
+
+    def validate_payload(
+        self, name: str, payload: Mapping[str, Any] | ValidatedPayload
+    ) -> dict[str, Any]:
+        """The payload as it will be stored; raise InvalidInputError if it does not fit."""
+        ...
+
+    def limit_keys(self, name: str, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
+        """The keys of the job's limits and lock, filled in (None if it declares none).
+        They travel in the message, so a worker need not read the job to gate it."""
+        ...

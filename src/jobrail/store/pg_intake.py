@@ -1,0 +1,218 @@
+"""The API's side of the hot paths on Postgres: a job and its message added in one
+statement (``ENQUEUE`` in ``store/pg_queries.py``), the adds of one loop turn sharing it,
+and the outbox rows' published marks, which ride along with the next of those
+statements.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage, Outgoing
+from jobrail.kernel.batching import Coalescer
+from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.store import json_codec
+from jobrail.store.mapping import job_from_row
+from jobrail.store.pg_pool import _Pg
+from jobrail.store.pg_queries import BY_KEY, ENQUEUE, FLOW_BY_KEY, MARK_PUBLISHED
+from jobrail.transport.codec import Envelope, encode
+
+log = logging.getLogger("jobrail.outbox")
+
+
+@dataclass(frozen=True, slots=True)
+class _Intake:
+    """A job and its message, with their JSON documents encoded."""
+
+    job: Job
+    message: Envelope
+    payload: str
+    result: str | None
+    trace_context: str
+    headers: str
+
+    @classmethod
+    def of(
+        cls, job: Job, message: JobMessage, encode: Callable[[Outgoing], Envelope] = encode
+    ) -> "_Intake":
+        envelope = encode(message)
+        return cls(
+            job,
+            envelope,
+            json_codec.dumps(job.payload),
+            None if job.result is None else json_codec.dumps(job.result),
+            json_codec.dumps(job.trace_context),
+            json_codec.dumps(dict(envelope.headers)),
+        )
+
+
+class PgJobIntake(_Pg):
+    """Adds a job and its message in one statement (see JobIntake). Adds made in the
+    same loop turn (or window) share that statement ("group commit"); each caller
+    still gets its own answer: its job, the job an earlier request made with its key,
+    a conflict, or its own refusal."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        window_s: float = 0.0,
+        marks: "PgOutboxMarks | None" = None,
+        encode: Callable[[Outgoing], Envelope] = encode,
+    ) -> None:
+        super().__init__(pool)
+        self._adds: Coalescer[_Intake, bool] = Coalescer(self._add_many, window_s)
+        self._marks = marks
+        self._encode = encode  # shared with the fast path (RecentEncodings)
+
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        if await self._adds.submit(_Intake.of(job, message, self._encode)):
+            return job
+        existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
+        if existing is not None:
+            return job_from_row(existing)
+        flow = await self._fetchrow(FLOW_BY_KEY, job.tenant_id, job.idempotency_key)
+        if flow is not None:
+            raise ConflictError(
+                f"Idempotency-Key {job.idempotency_key!r} was already used for a {flow['kind']}"
+            )
+        raise ConflictError("a job with this Idempotency-Key is being created; try again")
+
+    async def _add_many(self, adds: Sequence[_Intake]) -> Sequence[bool | BaseException]:
+        try:
+            return await self._insert(adds)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError, InvalidInputError):
+            if len(adds) == 1:
+                raise
+        # One row the server refused (a value out of range, a NUL in a text column)
+        # must not fail the requests it shared the statement with: each alone.
+        results: list[bool | BaseException] = []
+        for add in adds:
+            try:
+                results.extend(await self._insert([add]))
+            except Exception as exc:  # noqa: BLE001 - handed to that caller
+                results.append(exc)
+        return results
+
+    async def _insert(self, adds: Sequence[_Intake]) -> list[bool]:
+        jobs_ = [add.job for add in adds]
+        messages = [add.message for add in adds]
+        marks = self._marks.take() if self._marks is not None else []
+        try:
+            rows = await self._fetch(ENQUEUE, *self._arguments(adds, jobs_, messages, marks))
+        except BaseException:
+            if self._marks is not None:
+                self._marks.give_back(marks)
+            raise
+        added = {row["id"] for row in rows}
+        return [job.id in added for job in jobs_]
+
+    @staticmethod
+    def _arguments(
+        adds: Sequence[_Intake],
+        jobs_: Sequence[Job],
+        messages: Sequence[Envelope],
+        marks: Sequence[tuple[Any, datetime]],
+    ) -> list[Any]:
+        return [
+            [job.id for job in jobs_],
+            [job.tenant_id for job in jobs_],
+            [job.type for job in jobs_],
+            [job.queue for job in jobs_],
+            [job.status.value for job in jobs_],
+            [job.entity_id for job in jobs_],
+            [job.idempotency_key for job in jobs_],
+            [add.payload for add in adds],
+            [add.result for add in adds],
+            [job.attempts for job in jobs_],
+            [job.max_attempts for job in jobs_],
+            [job.last_error for job in jobs_],
+            [add.trace_context for add in adds],
+            [job.cancel_requested for job in jobs_],
+            [job.created_at for job in jobs_],
+            [job.updated_at for job in jobs_],
+            [job.started_at for job in jobs_],
+            [job.finished_at for job in jobs_],
+            [job.run_after for job in jobs_],
+            [job.lease_until for job in jobs_],
+            [job.id for job in jobs_],
+            [m.id for m in messages],
+            [m.queue for m in messages],
+            [m.body for m in messages],
+            [add.headers for add in adds],
+            [m.not_before for m in messages],
+            [job.created_at for job in jobs_],
+            [row_id for row_id, _ in marks],
+            [at for _, at in marks],
+        ]
+
+
+class PgOutboxMarks(_Pg):
+    """Marks outbox rows published, a moment later: the marks wait for the next enqueue
+    statement, which carries them (PgJobIntake), or at most `delay_s` before going in
+    a statement of their own. So an enqueue costs one statement, not two.
+
+    A mark is a hint, never a promise: one that is lost (the process ends first, the
+    database is down) leaves its row to the relay, which publishes it again, and the
+    consumers' claim makes the duplicate harmless. The delay is far below the age at
+    which the relay takes a row (``outbox.relay_min_age_s``)."""
+
+    def __init__(self, pool: asyncpg.Pool, delay_s: float = 0.25) -> None:
+        super().__init__(pool)
+        self._delay_s = delay_s
+        self._pending: list[tuple[Any, datetime]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing: set[asyncio.Task[None]] = set()
+
+    async def mark_published(self, ids: Sequence[Any], at: datetime) -> None:
+        self._pending.extend((row_id, at) for row_id in ids)
+        if self._timer is None and self._pending:
+            self._timer = asyncio.get_running_loop().call_later(self._delay_s, self._flush_soon)
+
+    def take(self) -> list[tuple[Any, datetime]]:
+        """The marks waiting, for a statement that carries them. Nothing waits any more:
+        the next mark's wait starts afresh (a timer left running would send the marks
+        made just before it fires on their own, however soon a statement came)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending = self._pending, []
+        return pending
+
+    def give_back(self, marks: Sequence[tuple[Any, datetime]]) -> None:
+        """Marks whose statement failed: they wait for the next one."""
+        if marks:
+            self._pending.extend(marks)
+            if self._timer is None:
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(self._delay_s, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._timer = None
+        marks = self.take()
+        if marks:
+            task = asyncio.ensure_future(self._flush(marks))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _flush(self, marks: Sequence[tuple[Any, datetime]]) -> None:
+        try:
+            await self._execute(MARK_PUBLISHED, [i for i, _ in marks], [at for _, at in marks])
+        except Exception as exc:  # noqa: BLE001 - the relay publishes these rows again
+            log.warning("could not mark %d outbox rows published: %s", len(marks), exc)
+
+    async def close(self) -> None:
+        """Write the marks still waiting (at shutdown, before the pool closes)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        marks = self.take()
+        if marks:
+            await self._flush(marks)
+        if self._flushing:
+            await asyncio.gather(*self._flushing, return_exceptions=True)
