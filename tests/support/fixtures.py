@@ -15,12 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from jobrail.cli.schema import migrate
 from jobrail.modules import Module
 from jobrail.runtime.app import create_app
-from jobrail.settings import Settings, load_settings
+from jobrail.settings import RabbitSettings, Settings, load_settings
 from jobrail.store.admin import create_database_if_missing, drop_database
 from jobrail.transport.topology import Topology
 from tests.support.apps import REFERENCE
 from tests.support.processes import Process, start_worker
-from tests.support.rabbit import RabbitProbe
+from tests.support.rabbit import RabbitProbe, remove_topology
 from tests.support.services import AMQP_URL, PG_SERVER, REDIS_URL, require, wait_for
 
 
@@ -61,11 +61,15 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-def stack_env(database_url: str, engine: AsyncEngine) -> dict[str, str]:
-    """Settings (as environment) of a stack-mode process with its own queue names."""
+def stack_env(database_url: str, engine: AsyncEngine) -> Iterator[dict[str, str]]:
+    """Settings (as environment) of a stack-mode process with its own queue names.
+
+    Whatever the test did, its queues and exchanges are deleted afterwards: every
+    quorum queue left behind holds files and memory in RabbitMQ, and a few hundred
+    of them exhaust its file handles for every later test."""
     require("rabbitmq")
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    return {
+    yield {
         "JOBRAIL_APP": "workers.app:rail",
         "JOBRAIL_MODE": "stack",
         "JOBRAIL_ENVIRONMENT": "test",
@@ -82,6 +86,7 @@ def stack_env(database_url: str, engine: AsyncEngine) -> dict[str, str]:
         "JOBRAIL_JOBS__STORE_RETRY_MAX_S": "0.5",
         "JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "10",
     }
+    _in_thread(asyncio.run, remove_topology(Topology.from_settings(RabbitSettings(prefix=prefix))))
 
 
 def settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import warnings
 from dataclasses import dataclass
 
 import aio_pika
@@ -60,16 +61,30 @@ class RabbitProbe:
         )
 
     async def delete_topology(self) -> None:
-        names = [
-            *self.topology.queues.values(),
-            self.topology.dead_letter_queue,
-            *self.topology.delay_queues.values(),
-        ]
-        # A connection of its own: the probe's may still be reconnecting after a restart.
-        async with asyncio.timeout(TEARDOWN_S):
-            connection = await aio_pika.connect(AMQP_URL, timeout=TEARDOWN_S)
-            async with connection, connection.channel() as channel:
-                for name in names:
-                    await channel.queue_delete(name, if_unused=False, if_empty=False)
-                for exchange in (self.topology.exchange, self.topology.delay_exchange):
-                    await channel.exchange_delete(exchange)
+        await delete_topology(self.topology)
+
+
+async def delete_topology(topology: Topology) -> None:
+    """Delete every queue and exchange of `topology` (missing ones are no error)."""
+    names = [
+        *topology.queues.values(),
+        topology.dead_letter_queue,
+        *topology.delay_queues.values(),
+    ]
+    # A connection of its own: a probe's may still be reconnecting after a restart.
+    async with asyncio.timeout(TEARDOWN_S):
+        connection = await aio_pika.connect(AMQP_URL, timeout=TEARDOWN_S)
+        async with connection, connection.channel() as channel:
+            for name in names:
+                await channel.queue_delete(name, if_unused=False, if_empty=False)
+            for exchange in (topology.exchange, topology.delay_exchange):
+                await channel.exchange_delete(exchange)
+
+
+async def remove_topology(topology: Topology) -> None:
+    """A test's last clean-up: delete its topology if RabbitMQ answers, and say so
+    (never fail the test) if it does not."""
+    try:
+        await delete_topology(topology)
+    except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as error:
+        warnings.warn(f"queues of {topology.exchange!r} left in RabbitMQ: {error!r}", stacklevel=1)
