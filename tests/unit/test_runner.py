@@ -715,7 +715,9 @@ def test_enqueued_messages_carry_their_limit_keys() -> None:
         return None
 
     registry = JobRegistry([sync], queues=["jobs.default"], default_timeout_s=5)
-    message = message_for(make_job(type="t.sync", payload={"account_id": "a7"}), registry)
+    message = message_for(
+        make_job(type="t.sync", payload={"account_id": "a7"}), registry.get("t.sync")
+    )
 
     assert json.loads(encode(message).body)["labels"]["limit_keys"] == ["account:acme:a7"]
 

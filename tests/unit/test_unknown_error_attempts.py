@@ -72,7 +72,9 @@ async def run_until_it_ends(spec: JobSpec) -> Job:
         ),
     )
     command = EnqueueJobCommand(TenantId("acme"), spec.name, {"text": "four"})
-    job = new_job(REGISTRY, command, clock.now(), DEFAULT_MAX_ATTEMPTS)
+    job_type = REGISTRY.get(spec.name)
+    assert job_type is not None
+    job = new_job(job_type, command, clock.now(), DEFAULT_MAX_ATTEMPTS)
     store.jobs[job.id] = job
 
     async def handler(payload: object, ctx: JobContext) -> None:

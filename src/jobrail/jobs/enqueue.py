@@ -6,7 +6,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult, EnqueueUnitOfWork, JobCatalog
+from jobrail.jobs.intake import (
+    EnqueueJobCommand,
+    EnqueueResult,
+    EnqueueUnitOfWork,
+    JobCatalog,
+    JobType,
+)
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
@@ -62,8 +68,11 @@ class EnqueueJob:
     async def _record(
         self, uow: EnqueueUnitOfWork, cmd: EnqueueJobCommand, span: trace.Span
     ) -> EnqueueResult:
-        candidate = new_job(self._catalog, cmd, self._clock.now(), self._default_max_attempts)
-        job = await uow.intake.add(candidate, message_for(candidate, self._catalog))
+        job_type = self._catalog.get(cmd.type)  # once: the job and its message use it
+        if job_type is None:
+            raise InvalidInputError(f"unknown job type {cmd.type!r}")
+        candidate = new_job(job_type, cmd, self._clock.now(), self._default_max_attempts)
+        job = await uow.intake.add(candidate, message_for(candidate, job_type))
         created = job.id == candidate.id
         _traced(span, job, created=created)
         if not created:
@@ -72,12 +81,9 @@ class EnqueueJob:
 
 
 def new_job(
-    catalog: JobCatalog, cmd: EnqueueJobCommand, now: datetime, default_max_attempts: int
+    job_type: JobType, cmd: EnqueueJobCommand, now: datetime, default_max_attempts: int
 ) -> Job:
-    job_type = catalog.get(cmd.type)
-    if job_type is None:
-        raise InvalidInputError(f"unknown job type {cmd.type!r}")
-    payload = catalog.validate_payload(cmd.type, cmd.payload)
+    payload = job_type.validate_payload(cmd.payload)
     return Job.create(
         id=JobId(new_id()),
         type=job_type.name,
@@ -121,12 +127,15 @@ def _traced(span: trace.Span, job: Job, *, created: bool) -> None:
         span.set_attribute("job.created", created)
 
 
-def message_for(job: Job, catalog: JobCatalog, not_before: datetime | None = None) -> JobMessage:
-    """The job's message, with its limit keys filled in: due at `not_before`, or when the
-    job is (its run_after)."""
+def message_for(
+    job: Job, job_type: JobType | None, not_before: datetime | None = None
+) -> JobMessage:
+    """The job's message, with the limit keys of its type (`job_type`; None for a type
+    this process does not know: no keys) filled in: due at `not_before`, or when the job
+    is (its run_after)."""
     return JobMessage.of(
         job,
-        limit_keys=catalog.limit_keys(job.type, job.payload, job.tenant_id),
+        limit_keys=None if job_type is None else job_type.limit_keys(job.payload, job.tenant_id),
         not_before=not_before or job.run_after,
     )
 

@@ -73,26 +73,28 @@ class EnqueueCounter(Protocol):
     def enqueued(self, job_type: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class JobType:
-    """What the application needs to know about a job type to enqueue it."""
+class JobType(Protocol):
+    """What the application knows of a job type, resolved once per enqueue: its queue,
+    its attempts, how its payload is checked and its limit keys filled in."""
 
-    name: str
-    queue: str
-    max_attempts: int | None
-    description: str = ""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def max_attempts(self) -> int | None: ...
+
+    def validate_payload(self, payload: Mapping[str, Any] | ValidatedPayload) -> dict[str, Any]:
+        """The payload as it will be stored; raise InvalidInputError if it does not fit."""
+        ...
+
+    def limit_keys(self, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
+        """The keys of the job's limits and lock, filled in (None if it declares none).
+        They travel in the message, so a worker need not read the job to gate it."""
+        ...
 
 
 class JobCatalog(Protocol):
     def get(self, name: str) -> JobType | None: ...
-
-    def validate_payload(
-        self, name: str, payload: Mapping[str, Any] | ValidatedPayload
-    ) -> dict[str, Any]:
-        """The payload as it will be stored; raise InvalidInputError if it does not fit."""
-        ...
-
-    def limit_keys(self, name: str, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
-        """The keys of the job's limits and lock, filled in (None if it declares none).
-        They travel in the message, so a worker need not read the job to gate it."""
-        ...

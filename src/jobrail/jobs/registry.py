@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from jobrail.jobs.intake import JobType, ValidatedPayload
+from jobrail.jobs.intake import ValidatedPayload
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 
@@ -131,6 +131,47 @@ def job(
     return declare
 
 
+@dataclass(frozen=True, slots=True)
+class RegisteredType:
+    """A declared job type as the enqueue path sees it (``jobrail.jobs.intake.JobType``):
+    made once per type when the registry is built, so an enqueue resolves its type with
+    one dictionary lookup and asks it, not the registry, for its payload and keys."""
+
+    spec: JobSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.spec.max_attempts
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    def validate_payload(self, payload: Mapping[str, Any] | ValidatedPayload) -> dict[str, Any]:
+        spec = self.spec
+        if type(payload) is spec.payload:  # validated when it was made (a route's body)
+            return dump_payload(spec, payload)
+        if not isinstance(payload, Mapping):
+            raise InvalidInputError(
+                f"the payload of a {spec.name!r} job is a {spec.payload.__name__} or a "
+                f"mapping, not a {type(payload).__name__}"
+            )
+        return dump_payload(spec, parse_payload(spec, payload))
+
+    def limit_keys(self, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
+        if not self.spec.limits:
+            return None
+        return self.spec.limits.keys({**payload, "tenant_id": tenant_id})
+
+
 class JobRegistry:
     """Every job type this process knows, checked against the configured queues and,
     with `redis_cluster`, refused if its limit keys could fall on different slots of a
@@ -146,6 +187,7 @@ class JobRegistry:
         redis_cluster: bool = False,
     ) -> None:
         self._specs: dict[str, JobSpec] = {}
+        self._types: dict[str, RegisteredType] = {}
         for spec in specs:
             if spec.name in self._specs:
                 raise ValueError(f"job type {spec.name!r} is declared twice")
@@ -157,6 +199,7 @@ class JobRegistry:
             if redis_cluster:
                 spec.limits.check_one_slot(spec.name)
             self._specs[spec.name] = spec
+            self._types[spec.name] = RegisteredType(spec)
         _check_shared_keys(self._specs.values())
         self._default_timeout_s = default_timeout_s
         self._timeouts_s = dict(timeouts_s or {})
@@ -175,42 +218,13 @@ class JobRegistry:
         their unexpected errors too (``RetryPolicy.own_max_attempts``)."""
         return frozenset(spec.name for spec in self if spec.max_attempts is not None)
 
-    def get(self, name: str) -> JobType | None:
-        spec = self._specs.get(name)
-        if spec is None:
-            return None
-        return JobType(
-            name=spec.name,
-            queue=spec.queue,
-            max_attempts=spec.max_attempts,
-            description=spec.description,
-        )
+    def get(self, name: str) -> RegisteredType | None:
+        return self._types.get(name)
 
     def timeout(self, name: str) -> timedelta:
         spec = self._specs[name]
         seconds = self._timeouts_s.get(name) or spec.timeout_s or self._default_timeout_s
         return timedelta(seconds=seconds)
-
-    def limit_keys(self, name: str, payload: Mapping[str, Any], tenant_id: str) -> list[str] | None:
-        spec = self._specs.get(name)
-        if spec is None or not spec.limits:
-            return None
-        return spec.limits.keys({**payload, "tenant_id": tenant_id})
-
-    def validate_payload(
-        self, name: str, payload: Mapping[str, Any] | ValidatedPayload
-    ) -> dict[str, Any]:
-        spec = self._specs.get(name)
-        if spec is None:
-            raise InvalidInputError(f"unknown job type {name!r}")
-        if type(payload) is spec.payload:  # validated when it was made (a route's body)
-            return dump_payload(spec, payload)
-        if not isinstance(payload, Mapping):
-            raise InvalidInputError(
-                f"the payload of a {name!r} job is a {spec.payload.__name__} or a mapping, "
-                f"not a {type(payload).__name__}"
-            )
-        return dump_payload(spec, parse_payload(spec, payload))
 
 
 def _check_shared_keys(specs: Iterable[JobSpec]) -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus
 from jobrail.jobs.enqueue import message_for, new_job
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId, FlowKind
-from jobrail.jobs.intake import EnqueueJobCommand, JobCatalog
+from jobrail.jobs.intake import EnqueueJobCommand, JobCatalog, JobType
 from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
@@ -244,9 +244,11 @@ class Workflows:
         await uow.flows.save(flow)
         return FlowStarted(flow=flow, members=members, callbacks=made)
 
-    def _check(self, spec: FlowJob) -> None:
-        if self._catalog.get(spec.type) is None:
+    def _check(self, spec: FlowJob) -> JobType:
+        job_type = self._catalog.get(spec.type)
+        if job_type is None:
             raise InvalidInputError(f"unknown job type {spec.type!r}")
+        return job_type
 
     async def _replayed(
         self,
@@ -316,7 +318,7 @@ class Workflows:
         now: datetime,
     ) -> Job:
         job = new_job(
-            self._catalog,
+            self._check(spec),
             EnqueueJobCommand(
                 tenant_id=flow.tenant_id,
                 type=spec.type,
@@ -335,13 +337,17 @@ class Workflows:
         """The jobs in one statement, the messages of those not blocked in another."""
         await uow.jobs.add_new(new)
         await uow.outbox.add_many(
-            [message_for(job, self._catalog) for job in new if job.status is JobStatus.PENDING]
+            [
+                message_for(job, self._catalog.get(job.type))
+                for job in new
+                if job.status is JobStatus.PENDING
+            ]
         )
 
     async def _release(self, uow: JobsUnitOfWork, job: Job, now: datetime) -> None:
         job.release(now)
         await uow.jobs.save(job)
-        await uow.outbox.add(message_for(job, self._catalog))
+        await uow.outbox.add(message_for(job, self._catalog.get(job.type)))
 
     async def _blocked(self, uow: JobsUnitOfWork, flow: Flow, roles: list[FlowRole]) -> list[Job]:
         return await uow.flows.jobs(

@@ -135,7 +135,7 @@ class RedriveJob:
                 # Its batch or chain counts it as running again (jobrail.jobs.flow).
                 flow.member_reopened(JobStatus.FAILED, self._clock.now())
                 await self._uow.flows.save(flow)
-            await self._uow.outbox.add(message_for(job, self._catalog))
+            await self._uow.outbox.add(message_for(job, self._catalog.get(job.type)))
             await self._uow.commit()
         return Redriven(job, failed_at)
 

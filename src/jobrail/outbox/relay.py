@@ -339,7 +339,8 @@ class OutboxRelay:
         for row in rows:
             log.warning("job %s lost its worker and its message; publishing it again", row.id)
             # Due now (its lease has just been ended): no due time in the message.
-            message = message_for(job_from_row(row._mapping), self._catalog, not_before=None)
+            job = job_from_row(row._mapping)
+            message = message_for(job, self._catalog.get(job.type), not_before=None)
             try:
                 await self._publisher.publish(encode(message))
             except BrokerUnavailableError:

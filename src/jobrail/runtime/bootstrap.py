@@ -323,7 +323,9 @@ async def resume_unfinished_jobs(runtime: Runtime) -> int:
     for row in rows:
         job = job_from_row(row)
         due = job.lease_until or job.run_after
-        await runtime.job_broker.publish(encode(message_for(job, runtime.registry, due)))
+        await runtime.job_broker.publish(
+            encode(message_for(job, runtime.registry.get(job.type), due))
+        )
     if rows:
         log.info("resumed %d unfinished jobs", len(rows))
     return len(rows)

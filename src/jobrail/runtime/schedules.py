@@ -57,13 +57,14 @@ def resolve_schedules(
                 schedule = dataclasses.replace(schedule, cron=override.cron)
             except ValueError as exc:
                 raise ScheduleConfigError(str(exc)) from None
-        if catalog.get(schedule.job_type) is None:
+        job_type = catalog.get(schedule.job_type)
+        if job_type is None:
             raise ScheduleConfigError(
                 f"schedule {name!r} names job type {schedule.job_type!r}, which no loaded "
                 "module declares"
             )
         try:
-            catalog.validate_payload(schedule.job_type, schedule.payload)
+            job_type.validate_payload(schedule.payload)
         except InvalidInputError as exc:
             raise ScheduleConfigError(f"schedule {name!r}: {exc} {exc.details}") from None
         schedules.append(schedule)

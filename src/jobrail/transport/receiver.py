@@ -172,15 +172,15 @@ class JobReceiver(Receiver):
         self, routes: JobRoutes, message: bytes | AckableMessage, raise_err: bool
     ) -> None:
         if isinstance(message, ScreenedMessage):  # decoded by the consumer already
-            delivery = routes.routed(message.job)
+            routed = routes.routed(message.job)
         else:
-            delivery = routes.delivery(
+            routed = routes.delivery(
                 message.data if isinstance(message, AckableMessage) else message
             )
-        if delivery is None:
+        if routed is None:
             await super().callback(message, raise_err)
             return
-        await routes.run(delivery)
+        await routes.run_routed(routed)
         # Only now: the outcome is recorded, or the message is back on the bus.
         if isinstance(message, AckableMessage):
             await maybe_awaitable(message.ack())

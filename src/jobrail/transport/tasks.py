@@ -64,6 +64,15 @@ class _Route:
     span_name: str
 
 
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A delivery and the route of its type, found once (``JobRoutes.routed``) and
+    handed to ``JobRoutes.run_routed``."""
+
+    message: JobMessage
+    route: _Route
+
+
 class JobRoutes:
     """The route of every job type this process runs (see the module)."""
 
@@ -105,16 +114,18 @@ class JobRoutes:
     def knows(self, job_type: str) -> bool:
         return self.registry.spec(job_type) is not None
 
-    def delivery(self, body: bytes) -> JobMessage | None:
-        """The job message in `body` if it is one of a type routed here, else None."""
+    def delivery(self, body: bytes) -> Routed | None:
+        """The job message in `body` and its route if it is one of a type routed here,
+        else None."""
         try:
             message = decode(body)
         except MalformedMessageError:
             return None
         return self.routed(message)
 
-    def routed(self, message: JobMessage) -> JobMessage | None:
-        """`message` (its queue filled in) if its type is routed here, else None."""
+    def routed(self, message: JobMessage) -> Routed | None:
+        """`message` (its queue filled in) and its route if its type is routed here, else
+        None."""
         if self._container is None:  # not wired yet: Taskiq's path says so
             return None
         route = self._routes.get(message.job_type)
@@ -122,23 +133,31 @@ class JobRoutes:
             return None
         if not message.queue:  # a message that does not name its queue: its type's
             message = dataclasses.replace(message, queue=route.spec.queue)
-        return message
+        return Routed(message, route)
 
     async def run(self, delivery: JobMessage, *, job_type: str | None = None) -> None:
         """Run one delivery to its end (see JobRunner.run): the route of its job type,
         or with `job_type` given, of a type no route here has (the job fails)."""
+        route = self._routes.get(delivery.job_type) if job_type is None else None
+        if route is not None:
+            await self._run(delivery, route.job_run, route.span_name)
+            return
+        named = job_type or delivery.job_type
+        await self._run(
+            dataclasses.replace(delivery, job_type=named),
+            JobRun(handler=_fails_unknown(named), timeout=_UNKNOWN_TYPE_TIMEOUT),
+            f"run {UNKNOWN_TYPE_TASK}",
+        )
+
+    async def run_routed(self, routed: Routed) -> None:
+        """Run a delivery whose route ``routed`` found (the receiver's path)."""
+        await self._run(routed.message, routed.route.job_run, routed.route.span_name)
+
+    async def _run(self, delivery: JobMessage, job_run: JobRun, span_name: str) -> None:
         if self._runner is None:
             await self.start()
         runner = self._runner
         assert runner is not None
-        route = self._routes.get(delivery.job_type) if job_type is None else None
-        if route is None:
-            named = job_type or delivery.job_type
-            delivery = dataclasses.replace(delivery, job_type=named)
-            job_run = JobRun(handler=_fails_unknown(named), timeout=_UNKNOWN_TYPE_TIMEOUT)
-            span_name = f"run {UNKNOWN_TYPE_TASK}"
-        else:
-            job_run, span_name = route.job_run, route.span_name
         started = time.perf_counter()
         parent = context_from_labels(dict(delivery.trace_context))
         if spans_sampled():
