@@ -2,10 +2,12 @@
 
 A module (``contexts.billing``, ``jobrail.demo``) is a ``Module``: its job types, its
 HTTP routers, its dishka providers, (for the event catalog) the integration events it
-lists, the periodic jobs it declares (run by ``jobrail scheduler``) and the Alembic
+lists, the periodic jobs it declares (run by ``jobrail scheduler``), the Alembic
 chains of its tables (run by ``jobrail migrate`` after the platform's own; modules may
-share one). A process loads, besides the platform's own housekeeping
-(``jobrail.maintenance``, always there):
+share one) and its background loops (``BackgroundLoop``: the outbox relay is the
+housekeeping module's, the webhook relay the webhooks module's; the bootstrap starts
+those of the loaded modules and names none). A process loads, besides the platform's
+own housekeeping (``jobrail.maintenance``, always there):
 
 - the installed modules named in ``JOBRAIL_MODULES``: entry points of the group
   ``jobrail.modules`` (jobrail's own: ``demo``), as pytest finds its plugins;
@@ -19,8 +21,10 @@ app gets the demo's routes, and the demo tenant that goes with them, only if it 
 The platform never imports a context itself.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, TypeVar
 
 from dishka import Provider
 from fastapi import APIRouter
@@ -30,6 +34,35 @@ from jobrail.jobs.registry import JobSpec
 from jobrail.scheduler.schedule import Schedule
 from jobrail.settings import Settings
 from jobrail.store.schema import MigrationChain
+
+T = TypeVar("T")
+
+
+class LoopProcess(Enum):
+    """The processes a background loop may run in."""
+
+    WORKER = "worker"  # each process of `jobrail worker` (the stack mode)
+    # The embedded mode's one process (`jobrail run`, `jobrail api` or a host's app in
+    # that mode), which serves the API and runs the jobs itself.
+    EMBEDDED = "embedded"
+    API = "api"  # an API process of the stack mode (`jobrail api`, a host's app)
+
+
+# The processes that run jobs: where the relays run.
+JOB_PROCESSES = frozenset({LoopProcess.WORKER, LoopProcess.EMBEDDED})
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundLoop(Generic[T]):
+    """A loop a module runs in the background of each of its `processes`: once the
+    process has started, ``run(await container.get(dependency))`` in a task named
+    `name`, cancelled when the process stops (before its broker stops and its container
+    closes). The loops start in the order of the modules, then of their ``loops``."""
+
+    name: str
+    dependency: type[T]
+    run: Callable[[T], Coroutine[Any, Any, Any]]
+    processes: frozenset[LoopProcess] = JOB_PROCESSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +77,7 @@ class Module:
     # Routers that depend on the app's settings (served in some modes only): a module is
     # imported once per process, while each app is built from its own Settings.
     router_factories: Sequence[Callable[[Settings], Sequence[APIRouter]]] = ()
+    loops: Sequence[BackgroundLoop[Any]] = ()
 
     def routers_for(self, settings: Settings) -> list[APIRouter]:
         """The routers an app built from `settings` serves. A factory may raise

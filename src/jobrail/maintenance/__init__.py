@@ -1,5 +1,7 @@
 """Platform housekeeping as scheduled jobs: prune finished jobs, prune the outbox and
-inbox rows no one needs any more, watch the outbox lag, report the dead-letter queue.
+inbox rows no one needs any more, watch the outbox lag, report the dead-letter queue;
+and the outbox relay, the loop that publishes what the fast path missed and sweeps the
+expired leases, in each process that runs jobs (see ``jobrail.outbox.relay``).
 
 Each runs on a worker as a job of the ``_system`` tenant, enqueued by ``jobrail
 scheduler`` once per period (in the embedded mode, by ``jobrail run`` itself).
@@ -14,7 +16,8 @@ from jobrail.maintenance.jobs import (
     prune_messages,
     report_dead_letters,
 )
-from jobrail.modules import Module
+from jobrail.modules import BackgroundLoop, Module
+from jobrail.outbox.relay import OutboxRelay
 from jobrail.scheduler import Schedule
 
 module = Module(
@@ -27,4 +30,7 @@ module = Module(
         Schedule("outbox-lag", cron="* * * * *", job_type=check_outbox_lag.name),
         Schedule("dlq-report", cron="*/5 * * * *", job_type=report_dead_letters.name),
     ],
+    # The outbox has no module of its own: this one is always loaded, and keeps the
+    # outbox's rows (prune-messages, outbox-lag) already.
+    loops=[BackgroundLoop("outbox-relay", OutboxRelay, OutboxRelay.run_forever)],
 )

@@ -24,9 +24,8 @@ from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
-from jobrail.modules import Module
+from jobrail.modules import LoopProcess, Module
 from jobrail.ops.ioc import OpsProvider
-from jobrail.outbox.relay import OutboxRelay
 from jobrail.runtime.container import PlatformProvider, ProcessRole
 from jobrail.runtime.modules import load_modules
 from jobrail.runtime.schedules import build_scheduler
@@ -42,7 +41,6 @@ from jobrail.transport.codec import encode
 from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from jobrail.transport.receiver import JobReceiver
 from jobrail.transport.tasks import JobRoutes, register_job_tasks
-from jobrail.webhooks.persistence import WebhookRelay
 from jobrail.worker.limits_startup import LimitsMiddleware
 
 log = logging.getLogger("jobrail")
@@ -62,12 +60,14 @@ class Runtime:
         broker: Any = self.broker
         return broker  # type: ignore[no-any-return]
 
-    async def start_relay(self) -> None:
-        """The outbox relay, and the webhook relay (job events into deliveries)."""
-        relay = await self.container.get(OutboxRelay)
-        self._background.append(asyncio.create_task(relay.run_forever(), name="outbox-relay"))
-        hooks = await self.container.get(WebhookRelay)
-        self._background.append(asyncio.create_task(hooks.run_forever(), name="webhook-relay"))
+    async def start_loops(self, process: LoopProcess) -> None:
+        """The loaded modules' background loops (``Module.loops``) that run in `process`,
+        in the modules' order, until `stop_background` cancels them."""
+        for module in self.modules:
+            for loop in module.loops:
+                if process in loop.processes:
+                    work = await self.container.get(loop.dependency)
+                    self.run_in_background(loop.run(work), name=loop.name)
 
     async def start_scheduler(self) -> None:
         """Embedded mode: fire the modules' schedules in this process, as `jobrail
@@ -179,16 +179,18 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
 @contextlib.asynccontextmanager
 async def serving(runtime: Runtime) -> AsyncIterator[None]:
     """What an API process runs while it serves: the broker, the demo tenant's seed where
-    the demo is loaded (or the warning of a stale one), and in embedded mode the jobs
-    left unfinished, the outbox relay and the scheduler; at the end it stops them and
-    closes the container."""
+    the demo is loaded (or the warning of a stale one), the modules' background loops of
+    its kind of process, and in embedded mode first the jobs left unfinished and last
+    the scheduler; at the end it stops them and closes the container."""
     await runtime.broker.startup()
     try:
         await seed_demo_tenant(runtime)
         if runtime.settings.embedded:
             await resume_unfinished_jobs(runtime)
-            await runtime.start_relay()
+            await runtime.start_loops(LoopProcess.EMBEDDED)
             await runtime.start_scheduler()
+        else:
+            await runtime.start_loops(LoopProcess.API)
         yield
     finally:
         await runtime.stop_background()
@@ -197,15 +199,16 @@ async def serving(runtime: Runtime) -> AsyncIterator[None]:
 
 
 def install_worker_lifecycle(runtime: Runtime) -> None:
-    """Worker processes run the outbox relay and serve their metrics (see
-    jobrail.telemetry.metrics); on shutdown they stop both and close the container."""
+    """Worker processes run the modules' background loops (the relays) and serve their
+    metrics (see jobrail.telemetry.metrics); on shutdown they stop both and close the
+    container."""
     # `jobrail worker` checks this before it starts Taskiq; a broker started some other
     # way must not serve its metrics port to anyone in production either.
     runtime.settings.check_can_serve(worker=True)
     metrics_server = WorkerMetricsServer(runtime.settings.metrics)
 
     async def on_startup(_state: TaskiqState) -> None:
-        await runtime.start_relay()
+        await runtime.start_loops(LoopProcess.WORKER)
         await metrics_server.start(await runtime.container.get(Metrics))
 
     async def on_shutdown(_state: TaskiqState) -> None:

@@ -7,9 +7,16 @@ each delivery is made once and goes with the retries, rate limit, dead letters a
 redrive of any job. See jobrail.webhooks.domain for the signature.
 """
 
-from jobrail.modules import Module
+from jobrail.modules import BackgroundLoop, Module
 from jobrail.webhooks.api import router
 from jobrail.webhooks.ioc import WebhooksProvider
 from jobrail.webhooks.jobs import deliver
+from jobrail.webhooks.persistence import WebhookRelay
 
-module = Module(name="webhooks", jobs=[deliver], routers=[router], providers=[WebhooksProvider()])
+module = Module(
+    name="webhooks",
+    jobs=[deliver],
+    routers=[router],
+    providers=[WebhooksProvider()],
+    loops=[BackgroundLoop("webhook-relay", WebhookRelay, WebhookRelay.run_forever)],
+)
