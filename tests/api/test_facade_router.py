@@ -70,6 +70,23 @@ async def test_the_host_tenant_reads_and_lists_its_jobs(host: Host) -> None:
     assert [item["id"] for item in listed.json()["items"]] == [str(job.id)]
 
 
+async def test_a_batch_member_shows_its_batch_as_on_jobrails_api(host: Host) -> None:
+    from jobrail.jobs.flow_service import FlowService
+    from jobrail.jobs.workflows import BatchCommand, FlowJob
+
+    flows = await host.rail.container.get(FlowService)
+    member = FlowJob("reports.render", {"report_id": "r-1"})
+    started = await flows.batch(BatchCommand(tenant_id=TenantId("acme"), jobs=[member]))
+
+    body = (
+        await host.http.get(f"/jobs/{started.members[0].id}", headers={"X-Tenant": "acme"})
+    ).json()
+
+    assert body["flow"]["id"] == str(started.flow.id)
+    assert (body["flow"]["kind"], body["flow"]["role"]) == ("batch", "member")
+    assert body["flow"]["counts"]["total"] == 1
+
+
 async def test_another_tenants_job_is_a_json_404(host: Host) -> None:
     job = (await host.render.enqueue(RenderReport(report_id="r-1"), tenant_id="acme")).job
 

@@ -1,5 +1,5 @@
-"""The jobs routes of ``JobRail.router``: status, list, cancel and a job's events, for
-the host's app.
+"""The jobs routes of ``JobRail.router``: status, list, cancel (jobrail's own, from
+``jobrail.jobs.api.jobs_router``) and a job's events, for the host's app.
 
 The routes take their use cases from the rail's container (the host need not set up
 dishka) and their tenant from the host's own dependency, or else from jobrail's API
@@ -24,12 +24,10 @@ from jobrail.events.api import (
 )
 from jobrail.events.use_cases import JobEvents
 from jobrail.http.auth import ApiServices, BearerCredentials, authenticated
-from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
+from jobrail.http.errors import JsonErrorsRoute
 from jobrail.http.rate_limits import Group, apply_rate_limit
-from jobrail.jobs.cancel import CancelJob, CancelJobCommand
-from jobrail.jobs.get import GetJob, GetJobQuery
-from jobrail.jobs.listing import ListJobs
-from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
+from jobrail.jobs import api as jobs_api
+from jobrail.jobs.get import GetJob
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.runtime.outages import outage
@@ -62,10 +60,8 @@ def jobs_router(
     prefix: str,
     tags: list[str],
 ) -> APIRouter:
-    router = APIRouter(
-        prefix=prefix, tags=list(tags), route_class=RailRoute, responses=ERROR_RESPONSES
-    )
-    Tenant = Annotated[TenantId, Depends(tenant or _api_key_tenant(rail))]  # noqa: N806
+    who = tenant or _api_key_tenant(rail)
+    Tenant = Annotated[TenantId, Depends(who)]  # noqa: N806
 
     def use_case(kind: type[T]) -> Any:
         async def resolve(request: Request) -> AsyncIterator[T]:
@@ -81,32 +77,14 @@ def jobs_router(
 
         return Depends(check)
 
-    @router.get("/{job_id}", summary="A job and its status", dependencies=[limited("read")])
-    async def get_job(
-        job_id: uuid.UUID,
-        tenant: Tenant,
-        get: Annotated[GetJob, use_case(GetJob)],
-    ) -> JobOut:
-        return JobOut.of(await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id))))
-
-    @router.get("", summary="Jobs, newest first", dependencies=[limited("read")])
-    async def list_jobs(
-        tenant: Tenant, list_jobs: Annotated[ListJobs, use_case(ListJobs)], query: JobFilterQuery
-    ) -> JobList:
-        return await jobs_page(list_jobs, tenant, query)
-
-    @router.post(
-        "/{job_id}/cancel",
-        summary="Cancel a job",
-        description=CancelJob.__doc__,
-        dependencies=[limited("read")],
+    router = jobs_api.jobs_router(
+        tenant=who,
+        use_case=use_case,
+        limited=limited,
+        route_class=RailRoute,
+        prefix=prefix,
+        tags=tags,
     )
-    async def cancel_job(
-        job_id: uuid.UUID,
-        tenant: Tenant,
-        cancel: Annotated[CancelJob, use_case(CancelJob)],
-    ) -> JobOut:
-        return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
 
     @router.get(
         "/{job_id}/events",

@@ -158,7 +158,8 @@ def client_address(request: Request) -> str:
 CurrentPrincipal = Annotated[Principal, Depends(_principal)]
 
 
-async def _tenant(principal: CurrentPrincipal) -> TenantId:
+async def current_tenant(principal: CurrentPrincipal) -> TenantId:
+    """The tenant of the request's API key (``CurrentTenant``), as a dependency."""
     return principal.tenant_id
 
 
@@ -168,5 +169,5 @@ async def require_admin(principal: CurrentPrincipal) -> Principal:
     return principal
 
 
-CurrentTenant = Annotated[TenantId, Depends(_tenant)]
+CurrentTenant = Annotated[TenantId, Depends(current_tenant)]
 AdminPrincipal = Annotated[Principal, Depends(require_admin)]

@@ -1,18 +1,27 @@
+"""The jobs routes (``GET /jobs/{id}``, ``GET /jobs``, ``POST /jobs/{id}/cancel``), once,
+for jobrail's API (``router``) and for a host's ``JobRail.router`` (which builds its own
+with ``jobs_router``: its tenant, its use cases from the rail's container, its route
+class, and adds a job's events)."""
+
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
 
-from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter
+from dishka import FromComponent
+from dishka.integrations.fastapi import DishkaRoute
+from fastapi import APIRouter, Depends
+from fastapi.routing import APIRoute
 
-from jobrail.http.auth import CurrentTenant
+from jobrail.http.auth import current_tenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
-from jobrail.http.rate_limits import RateLimitRead
+from jobrail.http.rate_limits import Group, RateLimitEnqueue, RateLimitRead
 from jobrail.jobs.cancel import CancelJob, CancelJobCommand
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs
 from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
 from jobrail.kernel.errors import NotFoundError
-from jobrail.kernel.ids import JobId
+from jobrail.kernel.ids import JobId, TenantId
 
 
 class JobsRoute(JsonErrorsRoute, DishkaRoute):
@@ -20,42 +29,77 @@ class JobsRoute(JsonErrorsRoute, DishkaRoute):
     ``setup_dishka`` and jobrail's container) without jobrail's error handlers."""
 
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JobsRoute, responses=ERROR_RESPONSES)
+def from_dishka(kind: type[Any]) -> Any:
+    """A use case from the app's dishka container, as ``FromDishka[kind]`` (the route
+    class must be a ``DishkaRoute``)."""
+    return FromComponent()
 
 
-@router.get("/{job_id}", summary="A job and its status", dependencies=[RateLimitRead])
-async def get_job(
-    job_id: uuid.UUID,
-    tenant: CurrentTenant,
-    get: FromDishka[GetJob],
-    flows: FromDishka[FlowService],
-) -> JobOut:
-    job = await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id)))
-    view = None
-    if job.flow is not None:  # a member or callback of a batch or chain shows it
-        try:
-            view = await flows.get(tenant, job.flow.flow_id)
-        except NotFoundError:
-            view = None  # the flow's row is gone (retention): the job still shows
-    return JobOut.of(job, view)
+def rate_limited(group: Group) -> Any:
+    """The app's API rate limits of `group`: ``RateLimitRead`` or ``RateLimitEnqueue``."""
+    return RateLimitRead if group == "read" else RateLimitEnqueue
 
 
-@router.get("", summary="Jobs, newest first", dependencies=[RateLimitRead])
-async def list_jobs(
-    tenant: CurrentTenant, list_jobs: FromDishka[ListJobs], query: JobFilterQuery
-) -> JobList:
-    return await jobs_page(list_jobs, tenant, query)
+def jobs_router(
+    *,
+    tenant: Callable[..., Awaitable[str] | str] = current_tenant,
+    use_case: Callable[[type[Any]], Any] = from_dishka,
+    limited: Callable[[Group], Any] = rate_limited,
+    route_class: type[APIRoute] = JobsRoute,
+    prefix: str = "/jobs",
+    tags: Sequence[str] = ("jobs",),
+) -> APIRouter:
+    """The jobs routes, every one scoped to the tenant that the dependency `tenant`
+    returns. A route takes its use case of type ``kind`` as
+    ``Annotated[kind, use_case(kind)]`` and its rate limit as the dependency
+    ``limited(group)``. The defaults are jobrail's API: the tenant of the request's API
+    key, the use cases from the app's dishka container, the app's rate limits."""
+    router = APIRouter(
+        prefix=prefix,
+        tags=list(tags),
+        route_class=route_class,
+        responses=ERROR_RESPONSES,
+    )
+    Tenant = Annotated[TenantId, Depends(tenant)]  # noqa: N806
+
+    @router.get("/{job_id}", summary="A job and its status", dependencies=[limited("read")])
+    async def get_job(
+        job_id: uuid.UUID,
+        tenant: Tenant,
+        get: Annotated[GetJob, use_case(GetJob)],
+        flows: Annotated[FlowService, use_case(FlowService)],
+    ) -> JobOut:
+        job = await get(GetJobQuery(tenant_id=tenant, job_id=JobId(job_id)))
+        view = None
+        if job.flow is not None:  # a member or callback of a batch or chain shows it
+            try:
+                view = await flows.get(tenant, job.flow.flow_id)
+            except NotFoundError:
+                view = None  # the flow's row is gone (retention): the job still shows
+        return JobOut.of(job, view)
+
+    @router.get("", summary="Jobs, newest first", dependencies=[limited("read")])
+    async def list_jobs(
+        tenant: Tenant, list_jobs: Annotated[ListJobs, use_case(ListJobs)], query: JobFilterQuery
+    ) -> JobList:
+        return await jobs_page(list_jobs, tenant, query)
+
+    @router.post(
+        "/{job_id}/cancel",
+        summary="Cancel a job",
+        description=CancelJob.__doc__,
+        # The read budget: a cancel enqueues nothing, and an operator cancelling a
+        # backlog must not run out of the tenant's enqueue budget (30 a minute) doing it.
+        dependencies=[limited("read")],
+    )
+    async def cancel_job(
+        job_id: uuid.UUID,
+        tenant: Tenant,
+        cancel: Annotated[CancelJob, use_case(CancelJob)],
+    ) -> JobOut:
+        return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+
+    return router
 
 
-@router.post(
-    "/{job_id}/cancel",
-    summary="Cancel a job",
-    description=CancelJob.__doc__,
-    # The read budget: a cancel enqueues nothing, and an operator cancelling a backlog
-    # must not run out of the tenant's enqueue budget (30 a minute) doing it.
-    dependencies=[RateLimitRead],
-)
-async def cancel_job(
-    job_id: uuid.UUID, tenant: CurrentTenant, cancel: FromDishka[CancelJob]
-) -> JobOut:
-    return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
+router = jobs_router()
