@@ -31,7 +31,7 @@ from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.publishing import OutboxMarks
 from jobrail.kernel.batching import Coalescer
-from jobrail.kernel.clock import Clock
+from jobrail.kernel.clock import Clock, sleep_unless
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
@@ -235,9 +235,12 @@ class OutboxRelay:
         self._sweep_after = sweep_after
         self._last_sweep = 0.0
 
-    async def run_forever(self) -> None:
+    async def run_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Relay and sweep until `stop` is set (never, without one): it is looked at
+        between two passes, so a pass is never cut short by a stop."""
+        stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        while True:
+        while not stop.is_set():
             if loop.time() - self._last_sweep >= self._sweep_every:
                 self._last_sweep = loop.time()
                 try:
@@ -256,7 +259,7 @@ class OutboxRelay:
                 log.exception("outbox relay failed; trying again")
                 published = 0
             if published < self._batch:
-                await asyncio.sleep(self._interval)
+                await sleep_unless(stop, self._interval)
 
     async def relay_once(self) -> int:
         """Publish one batch of rows the fast path missed; return how many were published."""
