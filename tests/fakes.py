@@ -9,7 +9,7 @@ from typing import Any, Self
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, Job, JobProgress, JobStatus
 from jobrail.jobs.flow import Flow
-from jobrail.jobs.messages import DeadLetter, JobMessage, Outgoing
+from jobrail.jobs.messages import DeadLetter, Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
@@ -166,10 +166,10 @@ class FakeJobIntake:
         self.store = store
         self.messages: list[Envelope] = []
 
-    async def add(self, job: Job, message: JobMessage) -> Job:
+    async def add(self, job: Job, envelope: Envelope) -> Job:
         stored = await FakeJobRepository(self.store).add(job)
         if stored.id == job.id:
-            self.messages.append(encode(message))
+            self.messages.append(envelope)
         return stored
 
 
@@ -388,10 +388,13 @@ class FakeDeadLetterQueue:
 class FakeDispatcher:
     dispatched: list[Envelope] = field(default_factory=list)
 
-    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
-        self.dispatched.extend(encode(message) for message in messages)
+    async def dispatch(self, messages: Sequence[Outgoing | Envelope]) -> None:
+        """Messages (the worker's) or envelopes (AfterCommit's, encoded already)."""
+        self.dispatched.extend(
+            message if isinstance(message, Envelope) else encode(message) for message in messages
+        )
 
-    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
+    async def dispatch_each(self, commits: Sequence[Sequence[Outgoing | Envelope]]) -> None:
         for messages in commits:
             await self.dispatch(messages)
 

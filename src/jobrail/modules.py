@@ -21,6 +21,7 @@ app gets the demo's routes, and the demo tenant that goes with them, only if it 
 The platform never imports a context itself.
 """
 
+import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -55,13 +56,15 @@ JOB_PROCESSES = frozenset({LoopProcess.WORKER, LoopProcess.EMBEDDED})
 @dataclass(frozen=True, slots=True)
 class BackgroundLoop(Generic[T]):
     """A loop a module runs in the background of each of its `processes`: once the
-    process has started, ``run(await container.get(dependency))`` in a task named
-    `name`, cancelled when the process stops (before its broker stops and its container
-    closes). The loops start in the order of the modules, then of their ``loops``."""
+    process has started, ``run(await container.get(dependency), stop)`` in a task named
+    `name`. When the process stops (before its broker stops and its container closes)
+    `stop` is set: the loop ends its pass and returns; one still running a moment later
+    (``jobrail.runtime.bootstrap.LOOP_STOP_GRACE_S``) is cancelled. The loops start in
+    the order of the modules, then of their ``loops``."""
 
     name: str
     dependency: type[T]
-    run: Callable[[T], Coroutine[Any, Any, Any]]
+    run: Callable[[T, asyncio.Event], Coroutine[Any, Any, Any]]
     processes: frozenset[LoopProcess] = JOB_PROCESSES
 
 

@@ -244,12 +244,15 @@ async def test_progress_is_written_only_for_the_claim_that_holds_the_job(
 
 @pytest.fixture(params=["fake", "sqlite", "postgres"])
 async def intake(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """A JobIntake, and a way to count the messages it stored."""
+    """A JobIntake (the store under the intake EnqueueJob uses, which encodes the
+    message once for the store and the fast path), and a way to count the messages it
+    stored."""
+    from jobrail.outbox.committing import RecordingIntake
     from tests.fakes import FakeJobIntake
 
     if request.param == "fake":
         fake = FakeJobIntake({})
-        yield fake, lambda: _count(len(fake.messages))
+        yield RecordingIntake(fake), lambda: _count(len(fake.messages))
         return
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path}/intake.db"
@@ -269,10 +272,11 @@ async def intake(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     if request.param == "sqlite":
         from sqlalchemy.ext.asyncio import async_sessionmaker
 
-        yield SqlaJobIntake(async_sessionmaker(engine, expire_on_commit=False)), messages
+        sessions = async_sessionmaker(engine, expire_on_commit=False)
+        yield RecordingIntake(SqlaJobIntake(sessions)), messages
     else:
         pool = await create_pool(DatabaseSettings(url=engine.url.render_as_string(False)))
-        yield PgJobIntake(pool), messages
+        yield RecordingIntake(PgJobIntake(pool)), messages
         await pool.close()
     await engine.dispose()
 

@@ -14,6 +14,7 @@ from jobrail.kernel.errors import InvalidInputError
 from jobrail.settings import DatabaseSettings
 from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks, _Intake
 from jobrail.store.pg_pool import create_pool
+from jobrail.transport.codec import encode
 from tests.fakes import START, make_job
 
 
@@ -38,7 +39,7 @@ async def intake(database_url: str) -> AsyncIterator[CountingIntake]:
 
 async def _add(intake: PgJobIntake, job: Job) -> Job:
     message = JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
-    return await intake.add(job, message)
+    return await intake.add(job, encode(message))
 
 
 async def test_adds_made_in_one_loop_turn_share_one_statement(intake: CountingIntake) -> None:

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 
 from jobrail.jobs.messages import JobMessage, Outgoing
-from jobrail.outbox.transactional import DetachedDispatch
+from jobrail.outbox.committing import DetachedDispatch
 from tests.fakes import make_job
 
 

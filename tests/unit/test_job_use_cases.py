@@ -14,7 +14,7 @@ from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.errors import ConflictError, InvalidInputError, NotFoundError
 from jobrail.kernel.ids import TenantId
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
-from jobrail.outbox.transactional import intake_units
+from jobrail.outbox.committing import intake_units
 from jobrail.settings import RabbitSettings
 from jobrail.transport.embedded_broker import EmbeddedJobBroker
 from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock

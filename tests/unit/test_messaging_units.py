@@ -201,39 +201,3 @@ def test_the_time_a_job_started_waiting_rides_with_its_message() -> None:
     assert decode(encode(again).body).waiting_since == since
     assert decode(encode(later).body).waiting_since == since  # the first deferral's
     assert decode(encode(message).body).waiting_since is None
-
-
-def test_recent_encodings_encode_a_message_once_for_its_row_and_its_publish() -> None:
-    from dataclasses import replace
-
-    from jobrail.jobs.messages import JobMessage
-    from jobrail.transport import codec
-    from tests.fakes import make_job
-
-    encodings = codec.RecentEncodings()
-    message = JobMessage.of(make_job())
-
-    for_row = encodings(message)
-    to_publish = encodings(message)
-    again = encodings(message)  # asked for twice already: encoded anew
-    twin = encodings(replace(message))  # an equal message is another message
-
-    assert to_publish is for_row
-    assert again is not for_row
-    assert again == for_row == codec.encode(message)
-    assert twin is not again
-    assert twin == again
-
-
-def test_recent_encodings_keep_at_most_their_size_dropping_the_oldest() -> None:
-    from jobrail.jobs.messages import JobMessage
-    from jobrail.transport import codec
-    from tests.fakes import make_job
-
-    encodings = codec.RecentEncodings(size=2)
-    first, second, third = (JobMessage.of(make_job()) for _ in range(3))
-    kept = [encodings(m) for m in (first, second, third)]
-
-    assert encodings(third) is kept[2]
-    assert encodings(second) is kept[1]
-    assert encodings(first) is not kept[0]  # dropped when the third came

@@ -16,7 +16,7 @@ from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.kernel.errors import BrokerUnavailableError, PermanentError, TransientError
 from jobrail.limits.counters import LimitCounters
-from jobrail.outbox.transactional import intake_units
+from jobrail.outbox.committing import intake_units
 from jobrail.settings import MetricsSettings
 from jobrail.telemetry.backlog import Backlog
 from jobrail.telemetry.job_metrics import JobMetrics

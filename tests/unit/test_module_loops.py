@@ -27,10 +27,10 @@ class Ticker:
         self.started = asyncio.Event()
         self.stopped = False
 
-    async def run(self) -> None:
+    async def run(self, stop: asyncio.Event) -> None:
         self.started.set()
         try:
-            await asyncio.Event().wait()  # until cancelled
+            await stop.wait()  # until the process stops
         finally:
             self.stopped = True
 
@@ -140,3 +140,71 @@ async def test_a_loop_runs_only_in_the_processes_it_declares(settings: Settings)
     await runtime.container.close()
     assert api_ticker.stopped
     assert running_loops() == []
+
+
+class Stubborn(Ticker):
+    """A loop that never looks at its stop."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.stopped = True
+
+
+async def test_a_loop_is_asked_to_stop_and_cancelled_only_if_it_does_not(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobrail.runtime import bootstrap
+
+    monkeypatch.setattr(bootstrap, "LOOP_STOP_GRACE_S", 0.2)
+    ticker, stubborn = Ticker(), Stubborn()
+    provider = Provider(scope=Scope.APP)
+    provider.provide(lambda: ticker, provides=Ticker)
+    provider.provide(lambda: stubborn, provides=Stubborn)
+    module = Module(
+        name="mixed",
+        providers=[provider],
+        loops=[
+            BackgroundLoop("ticker", Ticker, Ticker.run, processes=frozenset({LoopProcess.API})),
+            BackgroundLoop(
+                "stubborn", Stubborn, Stubborn.run, processes=frozenset({LoopProcess.API})
+            ),
+        ],
+    )
+    runtime = build_runtime(settings, worker=False, modules=[module])
+    await runtime.start_loops(LoopProcess.API)
+    await asyncio.wait_for(stubborn.started.wait(), 5)
+    tasks = {task.get_name(): task for task in asyncio.all_tasks()}
+
+    await runtime.stop_background()
+    await runtime.container.close()
+
+    assert ticker.stopped
+    assert stubborn.stopped
+    assert not tasks["ticker"].cancelled()  # it returned when asked
+    assert tasks["stubborn"].cancelled()  # it did not, and was cancelled after the grace
+
+
+async def test_the_relays_end_their_pass_and_return_when_asked_to_stop(
+    settings: Settings,
+) -> None:
+    runtime = build_runtime(settings, worker=False, modules=[])
+    stop = asyncio.Event()
+    relays = [
+        asyncio.create_task(
+            OutboxRelay.run_forever(await runtime.container.get(OutboxRelay), stop)
+        ),
+        asyncio.create_task(
+            WebhookRelay.run_forever(await runtime.container.get(WebhookRelay), stop)
+        ),
+    ]
+    await asyncio.sleep(0.3)  # a pass each, then their pause
+    stop.set()
+
+    done, _ = await asyncio.wait(relays, timeout=5)
+    await runtime.container.close()
+
+    assert done == set(relays)
+    assert all(not task.cancelled() and task.exception() is None for task in relays)

@@ -13,7 +13,7 @@ from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.registry import JobRegistry, job
 from jobrail.kernel.errors import StoreUnavailableError
 from jobrail.kernel.ids import JobId
-from jobrail.outbox.transactional import intake_units
+from jobrail.outbox.committing import intake_units
 from jobrail.scheduler import SYSTEM_TENANT, Schedule
 from jobrail.scheduler.leadership import Leadership
 from jobrail.scheduler.loop import Fired, Scheduler

@@ -22,7 +22,7 @@ from jobrail.kernel.ids import TenantId
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import JobLimits, Lock
-from jobrail.outbox.transactional import intake_units
+from jobrail.outbox.committing import intake_units
 from jobrail.settings import TelemetrySettings
 from jobrail.telemetry.http import RequestTelemetry
 from jobrail.telemetry.logging import JsonFormatter, LogContextFilter, log_context

@@ -17,11 +17,12 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from jobrail.jobs.messages import Outgoing
 from jobrail.kernel.clock import Clock
+from jobrail.outbox.committing import AfterCommit
 from jobrail.outbox.relay import SqlaOutbox
-from jobrail.outbox.transactional import AfterCommit, TransactionIntake
+from jobrail.outbox.transactional import TransactionIntake
 from jobrail.store.jobs import SqlaJobRepository
+from jobrail.transport.codec import Envelope
 
 _KEY = "jobrail.after_commit"
 
@@ -60,7 +61,7 @@ class HostSessionUnit:
 @dataclass(slots=True)
 class _Held:
     transaction: SessionTransaction
-    messages: Sequence[Outgoing]
+    messages: Sequence[Envelope]
     created: Sequence[str]
 
 
@@ -74,7 +75,7 @@ class SessionHooks:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def hold(
-        self, session: AsyncSession, messages: Sequence[Outgoing], created: Sequence[str]
+        self, session: AsyncSession, messages: Sequence[Envelope], created: Sequence[str]
     ) -> None:
         if not messages and not created:
             return

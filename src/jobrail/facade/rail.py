@@ -33,7 +33,7 @@ from jobrail.kernel.clock import Clock
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.model import Lock, RateOrSlots
 from jobrail.modules import Module
-from jobrail.outbox.transactional import AfterCommit
+from jobrail.outbox.committing import AfterCommit
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
 from jobrail.runtime.modules import load_modules, with_default_modules
 from jobrail.settings import Settings, load_settings

@@ -17,7 +17,7 @@ enqueue's trace whichever path published the message.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.publishing import OutboxMarks
 from jobrail.kernel.batching import Coalescer
-from jobrail.kernel.clock import Clock
+from jobrail.kernel.clock import Clock, sleep_unless
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
@@ -50,24 +50,24 @@ class SqlaOutbox:
         self._session = session
         self._clock = clock
         self._schema = schema
-        self.pending: list[Outgoing] = []
+        self.pending: list[Envelope] = []
+        """The envelopes of the rows added to dispatch after the commit: each message is
+        encoded once, for its row, and that envelope is what the fast path publishes."""
 
     async def add(self, message: Outgoing, *, dispatch: bool = True) -> None:
+        envelope = encode(message)
         with database_errors():
-            await insert_outbox_rows(
-                self._session, [encode(message)], self._clock.now(), self._schema
-            )
+            await insert_outbox_rows(self._session, [envelope], self._clock.now(), self._schema)
         if dispatch:
-            self.pending.append(message)
+            self.pending.append(envelope)
 
     async def add_many(self, messages: Sequence[Outgoing]) -> None:
         if not messages:
             return
+        envelopes = [encode(m) for m in messages]
         with database_errors():
-            await insert_outbox_rows(
-                self._session, [encode(m) for m in messages], self._clock.now(), self._schema
-            )
-        self.pending.extend(messages)
+            await insert_outbox_rows(self._session, envelopes, self._clock.now(), self._schema)
+        self.pending.extend(envelopes)
 
 
 class SqlaOutboxMarks:
@@ -96,28 +96,32 @@ class OutboxPublisher:
         publisher: EnvelopePublisher,
         clock: Clock,
         timeout: timedelta,
-        encode: Callable[[Outgoing], Envelope] = encode,
     ) -> None:
-        self._encode = encode  # shared with the intake (RecentEncodings)
         self._marks = marks
         self._publisher = publisher
         self._clock = clock
         self._timeout = timeout.total_seconds()
         self._batches: Coalescer[Sequence[Envelope], list[Any]] = Coalescer(self._publish_many)
+        self.envelopes = EnvelopeDispatch(self)
+        """The same fast path for messages already encoded (for their outbox rows):
+        what ``AfterCommit`` hands on."""
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
-        await self.dispatch_envelopes([self._encode(message) for message in messages])
+        await self.dispatch_envelopes([encode(message) for message in messages])
 
     async def dispatch_each(self, commits: Sequence[Sequence[Outgoing]]) -> None:
-        """The commits' messages as one batch of dispatches (the caller collected them:
-        ``jobs.transactional.DetachedDispatch``), without waiting for the loop turn."""
-        batches = [[self._encode(m) for m in messages] for messages in commits if messages]
-        if batches:
-            await self._traced(sum(len(b) for b in batches), self._publish_counted(batches))
+        await self.dispatch_each_envelopes([[encode(m) for m in messages] for messages in commits])
 
     async def dispatch_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         if envelopes:
             await self._traced(len(envelopes), self._submit_counted(envelopes))
+
+    async def dispatch_each_envelopes(self, commits: Sequence[Sequence[Envelope]]) -> None:
+        """The commits' envelopes as one batch of dispatches (the caller collected them:
+        ``outbox.transactional.DetachedDispatch``), without waiting for the loop turn."""
+        batches = [envelopes for envelopes in commits if envelopes]
+        if batches:
+            await self._traced(sum(len(b) for b in batches), self._publish_counted(batches))
 
     async def _traced(self, count: int, publish: Awaitable[int]) -> None:
         """Await `publish` (which answers how many it published) in an ``outbox
@@ -197,6 +201,15 @@ class OutboxPublisher:
             log.info("fast path left %d messages to the relay: %s", left_over, why)
 
 
+class EnvelopeDispatch:
+    """An ``OutboxPublisher`` as a dispatcher of envelopes (``dispatch`` and
+    ``dispatch_each`` as the OutboxDispatcher port has them, over encoded messages)."""
+
+    def __init__(self, publisher: OutboxPublisher) -> None:
+        self.dispatch = publisher.dispatch_envelopes
+        self.dispatch_each = publisher.dispatch_each_envelopes
+
+
 class OutboxRelay:
     def __init__(
         self,
@@ -222,9 +235,12 @@ class OutboxRelay:
         self._sweep_after = sweep_after
         self._last_sweep = 0.0
 
-    async def run_forever(self) -> None:
+    async def run_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Relay and sweep until `stop` is set (never, without one): it is looked at
+        between two passes, so a pass is never cut short by a stop."""
+        stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        while True:
+        while not stop.is_set():
             if loop.time() - self._last_sweep >= self._sweep_every:
                 self._last_sweep = loop.time()
                 try:
@@ -243,7 +259,7 @@ class OutboxRelay:
                 log.exception("outbox relay failed; trying again")
                 published = 0
             if published < self._batch:
-                await asyncio.sleep(self._interval)
+                await sleep_unless(stop, self._interval)
 
     async def relay_once(self) -> int:
         """Publish one batch of rows the fast path missed; return how many were published."""

@@ -5,13 +5,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.intake import EnqueueCounter, JobCatalog
-from jobrail.jobs.publishing import OutboxDispatcher
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock
+from jobrail.outbox.committing import AfterCommit, Dispatcher
 from jobrail.outbox.inbox import SqlaInbox
 from jobrail.outbox.relay import SqlaOutbox
 from jobrail.outbox.transactional import (
-    AfterCommit,
     OutboxEventPublisher,
     TransactionIntake,
     TransactionJobQueue,
@@ -20,6 +19,7 @@ from jobrail.outbox.transactional import (
 from jobrail.store.errors import database_errors
 from jobrail.store.flows import SqlaFlowRepository
 from jobrail.store.jobs import SqlaJobRepository
+from jobrail.transport.codec import Envelope
 
 U = TypeVar("U", bound="SqlaUnitOfWork")
 
@@ -96,7 +96,7 @@ class UnitOfWorkFactory:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        dispatcher: OutboxDispatcher,
+        dispatcher: Dispatcher[Envelope],
         clock: Clock,
         event_catalog: EventCatalog,
         job_types: JobCatalog,

@@ -46,6 +46,11 @@ from jobrail.worker.limits_startup import LimitsMiddleware
 log = logging.getLogger("jobrail")
 
 
+# How long the background loops have to end their pass once asked to stop, before
+# they are cancelled: well within every process's graceful stop.
+LOOP_STOP_GRACE_S = 2.0
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -54,6 +59,7 @@ class Runtime:
     broker: AsyncBroker
     container: AsyncContainer
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def job_broker(self) -> JobBroker:
@@ -62,12 +68,12 @@ class Runtime:
 
     async def start_loops(self, process: LoopProcess) -> None:
         """The loaded modules' background loops (``Module.loops``) that run in `process`,
-        in the modules' order, until `stop_background` cancels them."""
+        in the modules' order, until `stop_background` stops them."""
         for module in self.modules:
             for loop in module.loops:
                 if process in loop.processes:
                     work = await self.container.get(loop.dependency)
-                    self.run_in_background(loop.run(work), name=loop.name)
+                    self.run_in_background(loop.run(work, self._stopping), name=loop.name)
 
     async def start_scheduler(self) -> None:
         """Embedded mode: fire the modules' schedules in this process, as `jobrail
@@ -77,11 +83,12 @@ class Runtime:
         scheduler = await build_scheduler(
             self.container, self.settings.scheduler, self.modules, self.registry
         )
-        # Never set: the task is cancelled at shutdown, and Scheduler.run resigns then.
-        self.run_in_background(scheduler.run(asyncio.Event()), name="scheduler")
+        # Set at shutdown (stop_background): Scheduler.run ends its tick and resigns.
+        self.run_in_background(scheduler.run(self._stopping), name="scheduler")
 
     def run_in_background(self, work: Coroutine[Any, Any, Any], *, name: str) -> None:
-        """Run `work` until `stop_background` cancels it."""
+        """Run `work` until `stop_background`: it sets the event the loops were given,
+        and cancels `work` if it has not returned LOOP_STOP_GRACE_S later."""
         self._background.append(asyncio.create_task(work, name=name))
 
     def hurry(self) -> None:
@@ -91,12 +98,19 @@ class Runtime:
             self.broker.hurry()
 
     async def stop_background(self) -> None:
-        for task in self._background:
-            task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._background.clear()
+        # Asked first, cancelled only if need be: a loop cancelled inside a database call
+        # may leave its driver's work running past the event loop's end (aiosqlite's
+        # thread then fails to hand back its result to a closed loop).
+        self._stopping.set()
+        tasks, self._background = self._background, []
+        if tasks:
+            _, running = await asyncio.wait(tasks, timeout=LOOP_STOP_GRACE_S)
+            for task in running:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._stopping = asyncio.Event()
 
 
 def job_catalog(

@@ -20,7 +20,7 @@ from jobrail.jobs.cancel import CancelJob
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob
-from jobrail.jobs.intake import JobCatalog, JobIntake
+from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.listing import ListJobs
 from jobrail.jobs.operator_reads import OpsReadModel
 from jobrail.jobs.ports import JobsUnitOfWork
@@ -34,8 +34,8 @@ from jobrail.limits.counters import LimitCounters
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
+from jobrail.outbox.committing import AfterCommit, DetachedDispatch, EnvelopeStore, IntakeUnitOfWork
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
-from jobrail.outbox.transactional import AfterCommit, DetachedDispatch, IntakeUnitOfWork
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
@@ -49,7 +49,7 @@ from jobrail.telemetry.metrics import Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
 from jobrail.transport.brokers import JobBroker
-from jobrail.transport.codec import MessagePublisher, RecentEncodings
+from jobrail.transport.codec import MessagePublisher
 from jobrail.worker.admission import LimitsAndLock
 from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
@@ -141,31 +141,25 @@ class PlatformProvider(Provider):
         return pg_marks if pg_marks is not None else SqlaOutboxMarks(engine)
 
     @provide(scope=Scope.APP)
-    def recent_encodings(self) -> RecentEncodings:
-        """Shared by the intake and the fast path: a message is encoded once."""
-        return RecentEncodings()
-
-    @provide(scope=Scope.APP)
     def job_intake(
         self,
         pool: PgPool | None,
         pg_marks: PgOutboxMarks | None,
         sessionmaker: async_sessionmaker[AsyncSession],
-        encodings: RecentEncodings,
-    ) -> JobIntake:
+    ) -> EnvelopeStore:
         """The store EnqueueJob's own transactions write to: one statement each."""
         if pool is not None:
-            return PgJobIntake(pool, marks=pg_marks, encode=encodings)
+            return PgJobIntake(pool, marks=pg_marks)
         return SqlaJobIntake(sessionmaker)
 
     @provide(scope=Scope.APP)
     async def after_commit(
-        self, dispatcher: OutboxDispatcher, metrics: Metrics
+        self, publisher: OutboxPublisher, metrics: Metrics
     ) -> AsyncIterator[AfterCommit]:
         """What follows every commit that enqueued: the fast path, detached (a 202 does
         not wait for the broker's confirms), and the count. Closing waits for the
         publishes under way, before the broker they use closes."""
-        detached = DetachedDispatch(dispatcher)
+        detached = DetachedDispatch(publisher.envelopes)
         yield AfterCommit(detached, metrics.jobs)
         await detached.drain()
 
@@ -196,14 +190,9 @@ class PlatformProvider(Provider):
         broker: JobBroker,
         clock: Clock,
         settings: Settings,
-        encodings: RecentEncodings,
-    ) -> OutboxDispatcher:
+    ) -> AnyOf[OutboxPublisher, OutboxDispatcher]:
         return OutboxPublisher(
-            marks,
-            broker,
-            clock,
-            timedelta(seconds=settings.outbox.fast_path_timeout_s),
-            encode=encodings,
+            marks, broker, clock, timedelta(seconds=settings.outbox.fast_path_timeout_s)
         )
 
     @provide(scope=Scope.APP)
@@ -343,7 +332,7 @@ class PlatformProvider(Provider):
     def uow_factory(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        dispatcher: OutboxDispatcher,
+        publisher: OutboxPublisher,
         clock: Clock,
         events: EventCatalog,
         catalog: JobCatalog,
@@ -353,7 +342,7 @@ class PlatformProvider(Provider):
     ) -> UnitOfWorkFactory:
         return UnitOfWorkFactory(
             sessionmaker,
-            dispatcher,
+            publisher.envelopes,
             clock,
             events,
             catalog,
@@ -369,7 +358,7 @@ class PlatformProvider(Provider):
     @provide(scope=Scope.APP)
     def enqueue_job(
         self,
-        intake: JobIntake,
+        intake: EnvelopeStore,
         after_commit: AfterCommit,
         catalog: JobCatalog,
         clock: Clock,

@@ -16,7 +16,7 @@ from jobrail.jobs.domain import (
     JobProgress,
     JobStatus,
 )
-from jobrail.jobs.messages import JobMessage, Outgoing
+from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
@@ -26,7 +26,7 @@ from jobrail.store.mapping import job_from_row, job_row, job_state, progress_doc
 from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.platform_schema import qualified
 from jobrail.store.tables import flows, jobs
-from jobrail.transport.codec import encode
+from jobrail.transport.codec import Envelope, encode
 from jobrail.worker.job_store import ClaimResult, JobIdentity, WaitNote
 
 _CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
@@ -326,16 +326,17 @@ class SqlaJobStore:
 
 
 class SqlaJobIntake:
-    """JobIntake in one transaction (the Postgres store does it in one statement)."""
+    """A job and its encoded message in one transaction (the Postgres store does it in
+    one statement): the store under ``outbox.transactional.RecordingIntake``."""
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self._sessionmaker = sessionmaker
 
-    async def add(self, job: Job, message: JobMessage) -> Job:
+    async def add(self, job: Job, envelope: Envelope) -> Job:
         async with self._sessionmaker() as session:
             stored = await SqlaJobRepository(session).add(job)
             if stored.id == job.id:
                 with database_errors():
-                    await insert_outbox_rows(session, [encode(message)], job.created_at)
+                    await insert_outbox_rows(session, [envelope], job.created_at)
                     await session.commit()
         return stored

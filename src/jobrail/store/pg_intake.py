@@ -6,7 +6,7 @@ statements.
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,14 +14,13 @@ from typing import Any
 import asyncpg
 
 from jobrail.jobs.domain import Job
-from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.store import json_codec
 from jobrail.store.mapping import job_from_row
 from jobrail.store.pg_pool import _Pg
 from jobrail.store.pg_queries import BY_KEY, ENQUEUE, FLOW_BY_KEY, MARK_PUBLISHED
-from jobrail.transport.codec import Envelope, encode
+from jobrail.transport.codec import Envelope
 
 log = logging.getLogger("jobrail.outbox")
 
@@ -38,10 +37,7 @@ class _Intake:
     headers: str
 
     @classmethod
-    def of(
-        cls, job: Job, message: JobMessage, encode: Callable[[Outgoing], Envelope] = encode
-    ) -> "_Intake":
-        envelope = encode(message)
+    def of(cls, job: Job, envelope: Envelope) -> "_Intake":
         return cls(
             job,
             envelope,
@@ -53,7 +49,8 @@ class _Intake:
 
 
 class PgJobIntake(_Pg):
-    """Adds a job and its message in one statement (see JobIntake). Adds made in the
+    """Adds a job and its encoded message in one statement (the store under
+    ``outbox.transactional.RecordingIntake``). Adds made in the
     same loop turn (or window) share that statement ("group commit"); each caller
     still gets its own answer: its job, the job an earlier request made with its key,
     a conflict, or its own refusal."""
@@ -63,15 +60,13 @@ class PgJobIntake(_Pg):
         pool: asyncpg.Pool,
         window_s: float = 0.0,
         marks: "PgOutboxMarks | None" = None,
-        encode: Callable[[Outgoing], Envelope] = encode,
     ) -> None:
         super().__init__(pool)
         self._adds: Coalescer[_Intake, bool] = Coalescer(self._add_many, window_s)
         self._marks = marks
-        self._encode = encode  # shared with the fast path (RecentEncodings)
 
-    async def add(self, job: Job, message: JobMessage) -> Job:
-        if await self._adds.submit(_Intake.of(job, message, self._encode)):
+    async def add(self, job: Job, envelope: Envelope) -> Job:
+        if await self._adds.submit(_Intake.of(job, envelope)):
             return job
         existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
         if existing is not None:

@@ -108,32 +108,6 @@ class MessagePublisher:
         await self._broker.publish(encode(message))
 
 
-class RecentEncodings:
-    """`encode`, remembering each message's envelope until it is asked for once more.
-
-    An enqueue encodes its message twice: for its outbox row (the intake) and, moments
-    later, to publish it (the fast path); on the API's hot path an encode was about 2 %
-    of the CPU per request. The two share one of these. A message is known by its
-    identity (an entry holds the message, so its id is not reused meanwhile), and an
-    envelope asked for a second time is forgotten. What is never asked for again (a
-    rolled-back enqueue, a row left to the relay) waits, `size` entries at most, oldest
-    dropped first."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._kept: dict[int, tuple[Outgoing, Envelope]] = {}
-
-    def __call__(self, message: Outgoing) -> Envelope:
-        kept = self._kept.pop(id(message), None)
-        if kept is not None and kept[0] is message:
-            return kept[1]
-        envelope = encode(message)
-        self._kept[id(message)] = (message, envelope)
-        if len(self._kept) > self._size:
-            del self._kept[next(iter(self._kept))]
-        return envelope
-
-
 def encode(message: Outgoing) -> Envelope:
     """The envelope that carries `message`: a Taskiq message for the task named after
     the job type, whose only argument is the job id; a dead letter is the message that

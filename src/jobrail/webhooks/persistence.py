@@ -18,7 +18,7 @@ from jobrail.events.persistence import SqlaJobEventLog
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.intake import EnqueueJobCommand
-from jobrail.kernel.clock import Clock
+from jobrail.kernel.clock import Clock, sleep_unless
 from jobrail.kernel.errors import ConflictError, StoreUnavailableError
 from jobrail.kernel.ids import TenantId
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
@@ -165,8 +165,10 @@ class WebhookRelay:
         self._batch = batch
         self._pg = engine.dialect.name == "postgresql"
 
-    async def run_forever(self) -> None:
-        while True:
+    async def run_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Relay until `stop` is set (never, without one), looked at between passes."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
             try:
                 relayed = await self.relay_once()
             except StoreUnavailableError as exc:
@@ -176,7 +178,7 @@ class WebhookRelay:
                 log.exception("webhook relay failed; trying again")
                 relayed = 0
             if relayed < self._batch:
-                await asyncio.sleep(self._interval)
+                await sleep_unless(stop, self._interval)
 
     async def relay_once(self) -> int:
         """Enqueue the deliveries of the next events; how many events it went past."""

@@ -1,0 +1,199 @@
+"""What happens once a transaction that enqueued commits, and the unit of work of one
+statement that ``EnqueueJob`` uses on its own.
+
+- ``AfterCommit`` is the one place where what a committed transaction enqueued
+  leaves: its messages go to the outbox's fast path, its new jobs are counted. A
+  message is encoded once, for its outbox row, and that envelope is what leaves
+  (``RecordingIntake`` encodes it; ``SqlaOutbox`` does for a unit of work's rows).
+  ``DetachedDispatch`` lets the committer go on while they are published.
+- ``IntakeUnitOfWork`` is the unit of work of one statement that ``EnqueueJob`` uses
+  on its own (routes, the scheduler), over ``RecordingIntake``.
+"""
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+from opentelemetry import trace
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.intake import EnqueueCounter
+from jobrail.jobs.messages import JobMessage
+from jobrail.transport.codec import Envelope, encode
+
+log = logging.getLogger("jobrail.outbox")
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Dispatcher(Protocol[T_contra]):
+    """The outbox's fast path over items of one kind (the encoded messages of
+    ``AfterCommit``): see ``jobrail.jobs.publishing.OutboxDispatcher``."""
+
+    async def dispatch(self, messages: Sequence[T_contra]) -> None: ...
+
+    async def dispatch_each(self, commits: Sequence[Sequence[T_contra]]) -> None: ...
+
+
+class EnvelopeStore(Protocol):
+    """Where ``RecordingIntake`` adds a job and its encoded message, atomically (see
+    ``jobrail.jobs.intake.JobIntake``): ``store.pg_intake.PgJobIntake``,
+    ``store.jobs.SqlaJobIntake``."""
+
+    async def add(self, job: Job, envelope: Envelope) -> Job: ...
+
+
+class AfterCommit:
+    """Runs once a transaction that enqueued has committed: publishes its messages
+    (the fast path; the relay publishes what it misses) and counts its new jobs."""
+
+    def __init__(
+        self, dispatcher: Dispatcher[Envelope], counter: EnqueueCounter | None = None
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._counter = counter
+
+    async def __call__(self, envelopes: Sequence[Envelope], created: Sequence[str]) -> None:
+        if self._counter is not None:
+            for job_type in created:
+                self._counter.enqueued(job_type)
+        if envelopes:
+            await self._dispatcher.dispatch(envelopes)
+
+
+class DetachedDispatch(Generic[T]):
+    """The fast path without the committer waiting for it: `dispatch` starts publishing
+    and returns. Once a transaction has committed, its jobs are durable and its outbox
+    rows will be published (by this fast path, or by the relay if it fails or the
+    process dies), so a route's 202 need not wait for the broker's confirms.
+
+    The commits that end in one event-loop turn are handed over together: one task
+    dispatches them all (``dispatch_each``: side by side, each commit's messages in
+    order), instead of a task (and its coroutines and futures) per commit, which was a
+    measurable part of the API's time per enqueue (bench/README.md).
+    That task runs in a context of its own, so no request's log context rides along. A
+    commit inside a sampled trace still gets a task of its own in its own context:
+    its publish span then joins its trace (``jobrail.outbox.relay``).
+
+    At most `max_in_flight` messages are under way detached; past that (the broker is
+    slow or stalled) a dispatch waits for its publishes, which slows the committers
+    down as an undetached fast path would. `drain` waits for the dispatches under way:
+    the process calls it before it closes the broker."""
+
+    def __init__(self, inner: Dispatcher[T], max_in_flight: int = 1024) -> None:
+        self._inner = inner
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._pending: list[Sequence[T]] = []  # this turn's commits
+        self._collecting = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Messages handed over and not yet published (or given up on)."""
+        return self._in_flight
+
+    async def dispatch(self, messages: Sequence[T]) -> None:
+        if not messages:
+            return
+        if self._in_flight >= self._max_in_flight:
+            await self._inner.dispatch(messages)
+            return
+        self._in_flight += len(messages)
+        if trace.get_current_span().get_span_context().trace_flags.sampled:
+            self._start(self._send(list(messages)), None)
+            return
+        self._pending.append(messages)
+        if not self._collecting:  # the turn's first: its task starts once the turn ends
+            self._collecting = True
+            self._start(self._send_pending(), contextvars.Context())
+
+    async def dispatch_each(self, commits: Sequence[Sequence[T]]) -> None:
+        for messages in commits:
+            await self.dispatch(messages)
+
+    def _start(self, send: Coroutine[Any, Any, None], ctx: contextvars.Context | None) -> None:
+        task = asyncio.get_running_loop().create_task(send, context=ctx)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    async def _send_pending(self) -> None:
+        self._collecting = False
+        commits, self._pending = self._pending, []
+        try:
+            await self._inner.dispatch_each(commits)
+        finally:
+            self._in_flight -= sum(len(messages) for messages in commits)
+
+    async def _send(self, messages: list[T]) -> None:
+        try:
+            await self._inner.dispatch(messages)
+        finally:
+            self._in_flight -= len(messages)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        # A dispatcher never raises (OutboxDispatcher); should one, nobody awaits this
+        # task to hear it, so it is said here. Its rows are committed: the relay sends them.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("the fast path failed; the relay will publish its rows", exc_info=exc)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class RecordingIntake:
+    """The ``JobIntake`` of ``IntakeUnitOfWork``: encodes the message, once, adds the job
+    and that envelope through `store`, and notes what was new, for the commit: a new
+    job's type (it is counted) and its envelope (it is dispatched as it was stored)."""
+
+    def __init__(self, store: EnvelopeStore) -> None:
+        self._store = store
+        self.envelopes: list[Envelope] = []
+        self.created: list[str] = []
+
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        envelope = encode(message)
+        stored = await self._store.add(job, envelope)
+        if stored.id == job.id:  # otherwise an idempotent replay: nothing new to send
+            self.created.append(job.type)
+            self.envelopes.append(envelope)
+        return stored
+
+    def take(self) -> tuple[list[Envelope], list[str]]:
+        envelopes, self.envelopes = self.envelopes, []
+        created, self.created = self.created, []
+        return envelopes, created
+
+
+class IntakeUnitOfWork:
+    """A unit of work of one statement: the store's `add` writes the job and its
+    message atomically on its own (on Postgres in one statement, shared with the
+    enqueues made at the same moment), so it is the commit point, and `commit` runs
+    what follows a commit. It holds nothing else: a use case that writes more uses
+    its context's unit of work and `EnqueueJob.into`."""
+
+    def __init__(self, store: EnvelopeStore, after_commit: AfterCommit) -> None:
+        self._after_commit = after_commit
+        self.intake = RecordingIntake(store)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def commit(self) -> None:
+        await self._after_commit(*self.intake.take())
+
+
+def intake_units(
+    store: EnvelopeStore, dispatcher: Dispatcher[Envelope], counter: EnqueueCounter | None = None
+) -> Callable[[], IntakeUnitOfWork]:
+    """Units of work of one statement over `store`, for `EnqueueJob`."""
+    after_commit = AfterCommit(dispatcher, counter)
+    return lambda: IntakeUnitOfWork(store, after_commit)
