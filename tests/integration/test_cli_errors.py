@@ -324,6 +324,10 @@ def test_ctrl_c_while_migrating_is_one_line_and_exit_130() -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # As from a terminal, whatever started this suite: a shell without job
+            # control starts its background commands with SIGINT ignored, and the
+            # command would inherit that (Python then leaves Ctrl-C ignored).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             silent.settimeout(60)
