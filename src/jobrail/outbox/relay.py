@@ -118,7 +118,7 @@ class OutboxPublisher:
 
     async def dispatch_each_envelopes(self, commits: Sequence[Sequence[Envelope]]) -> None:
         """The commits' envelopes as one batch of dispatches (the caller collected them:
-        ``outbox.transactional.DetachedDispatch``), without waiting for the loop turn."""
+        ``outbox.committing.DetachedDispatch``), without waiting for the loop turn."""
         batches = [envelopes for envelopes in commits if envelopes]
         if batches:
             await self._traced(sum(len(b) for b in batches), self._publish_counted(batches))

@@ -327,7 +327,7 @@ class SqlaJobStore:
 
 class SqlaJobIntake:
     """A job and its encoded message in one transaction (the Postgres store does it in
-    one statement): the store under ``outbox.transactional.RecordingIntake``."""
+    one statement): the store under ``outbox.committing.RecordingIntake``."""
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self._sessionmaker = sessionmaker

@@ -50,7 +50,7 @@ class _Intake:
 
 class PgJobIntake(_Pg):
     """Adds a job and its encoded message in one statement (the store under
-    ``outbox.transactional.RecordingIntake``). Adds made in the
+    ``outbox.committing.RecordingIntake``). Adds made in the
     same loop turn (or window) share that statement ("group commit"); each caller
     still gets its own answer: its job, the job an earlier request made with its key,
     a conflict, or its own refusal."""
