@@ -9,10 +9,11 @@ runtime against RabbitMQ (the messages stay queued; nothing consumes them).
 
 Run: the runner over the Postgres store (claim -> no-op handler -> record, 64 jobs at a
 time, the worker's 1 ms batch window, no broker), as `bench.progress_cost` runs it: the
-batch's members through `FlowRecordingStore` (as `jobrail.runtime.container` wraps the
-store: each end is one transaction that locks the flow's row, records the member and counts it), the
-plain jobs through the `PgJobStore` alone. At the end of each round the batch's row must
-count 1,000 successes and its `then` job must have been released (pending).
+batch's members through `FlowRecordingStore` (as `jobrail.runtime.container` gives the
+runner for flows: each end is one transaction that locks the flow's row, records the
+member and counts it), the plain jobs through the `PgJobStore` alone. At the end of each
+round the batch's row must count 1,000 successes and its `then` job must have been
+released (pending).
 
 Rounds alternate the two (and which goes first), so that a noisy neighbour hits both.
 
@@ -73,7 +74,7 @@ async def noop(payload: Mapping[str, Any], ctx: JobContext) -> None:
     return None
 
 
-def _runner(store: JobStore) -> JobRunner:
+def _runner(store: JobStore, flows: JobStore | None = None) -> JobRunner:
     nothing = NoMessages()
     return JobRunner(
         store,
@@ -82,6 +83,7 @@ def _runner(store: JobStore) -> JobRunner:
         SystemClock(),
         RetryPolicy(base_s=1, cap_s=60),
         RunnerConfig("jobs.dlq", timedelta(seconds=10), timedelta(seconds=5)),
+        flows=flows,
     )
 
 
@@ -197,9 +199,9 @@ async def run(count: int = COUNT, rounds: int = ROUNDS) -> dict[str, Any]:
         service = await runtime.container.get(FlowService)
         factory = await runtime.container.get(UnitOfWorkFactory)
         store = PgJobStore(pool, window_s=0.001)  # the worker's default batch window
-        # As jobrail.runtime.container wraps the worker's store: a member's end in one transaction.
+        # As jobrail.runtime.container gives the runner: a member's end in one transaction.
         recording = FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
-        runners = {"plain": _runner(store), "batch": _runner(recording)}
+        runners = {"plain": _runner(store), "batch": _runner(store, flows=recording)}
         for n in range(rounds):
             async with engine.begin() as conn:
                 await conn.execute(text("TRUNCATE jobs, outbox, flows"))

@@ -1,4 +1,4 @@
-"""The attempt's middleware chain (jobrail.worker.middleware) as the runner runs it, and the
+"""The attempt's middleware chain (jobrail.worker.attempt) as the runner runs it, and the
 limits-and-lock middleware (jobrail.worker.admission) on its own over a scripted gate."""
 
 import json
@@ -12,10 +12,18 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.limits.model import JobLimits, Lock, TokenBucket
 from jobrail.worker.admission import Held, LimitsAndLock
-from jobrail.worker.attempt import Attempt, JobRun
+from jobrail.worker.attempt import (
+    Attempt,
+    AttemptMiddleware,
+    Defer,
+    Ending,
+    GiveBack,
+    JobRun,
+    NotStartable,
+    Step,
+)
 from jobrail.worker.context import JobContext
 from jobrail.worker.gating import Deferred, job_owner
-from jobrail.worker.middleware import AttemptMiddleware, Defer, GiveBack, NotStartable
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from jobrail.worker.wait_notes import WaitNotes
 from jobrail.worker.watchdog import Kept
@@ -53,28 +61,25 @@ class Recording:
         if self.fail_at == hook:
             raise RuntimeError(f"{self.name} broke in {hook}")
 
-    async def before_claim(self, attempt: Attempt) -> str | Defer | NotStartable:
+    async def __call__(self, attempt: Attempt, call_next: Step) -> Ending:
         self._hook("before_claim")
         if isinstance(self.stop, Defer | NotStartable):
             return self.stop
-        return f"{self.name}'s state"
 
-    async def after_claim(self, attempt: Attempt, state: str) -> str | GiveBack:
-        self._hook("after_claim")
-        assert state == f"{self.name}'s state"
-        if isinstance(self.stop, GiveBack):
-            return self.stop
-        return state
+        async def claimed(attempt: Attempt) -> GiveBack | None:
+            self._hook("after_claim")
+            return self.stop if isinstance(self.stop, GiveBack) else None
 
-    async def after_attempt(self, attempt: Attempt, state: str) -> None:
-        self.left.append(attempt)
-        self._hook("after_attempt")
+        attempt.on_claimed += (claimed,)
+        try:
+            return await call_next(attempt)
+        finally:
+            self.left.append(attempt)
+            self._hook("after_attempt")
 
 
 class Worker:
-    def __init__(
-        self, *middleware: AttemptMiddleware[Any], notes_every_s: float | None = None
-    ) -> None:
+    def __init__(self, *middleware: AttemptMiddleware, notes_every_s: float | None = None) -> None:
         self.clock = FixedClock()
         self.store = FakeJobStore()
         self.notes = WaitNotes(self.store, notes_every_s) if notes_every_s is not None else None

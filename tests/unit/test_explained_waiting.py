@@ -11,10 +11,9 @@ from jobrail.jobs.domain import JobStatus, Wait, WaitsOn
 from jobrail.jobs.messages import JobMessage
 from jobrail.limits.model import JobLimits, Lock
 from jobrail.worker.admission import LimitsAndLock
-from jobrail.worker.attempt import JobRun
+from jobrail.worker.attempt import Defer, GiveUp, JobRun
 from jobrail.worker.context import JobContext
 from jobrail.worker.gating import Deferred
-from jobrail.worker.middleware import Defer, GiveUp
 from jobrail.worker.wait_notes import WaitNotes
 from tests.fakes import FakeJobStore, FixedClock, make_job
 from tests.unit.test_attempt_chain import ScriptedGate, _attempt

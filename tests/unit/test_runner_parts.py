@@ -22,17 +22,23 @@ from jobrail.kernel.errors import (
 )
 from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
 from jobrail.worker.context import JobCancelledError
-from jobrail.worker.outcomes import Next, Verdict, classify, conclude, retry_limit, stored_result
-from jobrail.worker.rerouting import (
+from jobrail.worker.outcomes import (
+    HOLD_LEASES,
     ComeBack,
     Done,
+    Next,
     Refuse,
+    Verdict,
+    classify,
+    conclude,
     leased_elsewhere,
+    retry_limit,
     sent_on,
+    stored_result,
     unclaimed,
+    wait_out_lease,
     when_due,
 )
-from jobrail.worker.takeover import HOLD_LEASES, wait_out_lease
 from jobrail.worker.watchdog import LeaseLostError, Watchdog
 from tests.fakes import START, FixedClock, make_job
 

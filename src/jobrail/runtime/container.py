@@ -281,15 +281,10 @@ class PlatformProvider(Provider):
         pool: PgPool | None,
         engine: AsyncEngine,
         settings: Settings,
-        factory: UnitOfWorkFactory,
     ) -> JobStore:
-        store: JobStore = (
-            SqlaJobStore(engine)
-            if pool is None
-            else PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
-        )
-        # The end of a batch's or chain's member is recorded with what it does to the rest.
-        return FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows)
+        if pool is None:
+            return SqlaJobStore(engine)
+        return PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
 
     @provide(scope=Scope.APP)
     async def runner(
@@ -302,6 +297,7 @@ class PlatformProvider(Provider):
         gate: JobGate,
         settings: Settings,
         metrics: Metrics,
+        factory: UnitOfWorkFactory,
     ) -> AsyncIterator[JobRunner]:
         config = RunnerConfig(
             dead_letter_queue=settings.rabbit.dead_letter_queue,
@@ -311,8 +307,8 @@ class PlatformProvider(Provider):
             max_result_bytes=settings.jobs.max_result_bytes,
             progress_interval=timedelta(milliseconds=settings.jobs.progress_interval_ms),
         )
-        # The attempt's middleware, in order: each lets the delivery in before the claim
-        # after those before it, and is told the attempt is over before them.
+        # The attempt's middleware, in order: each lets the delivery in after those before
+        # it, and lets go of it before them.
         middleware = (LimitsAndLock(gate, clock),)
         wait_notes = WaitNotes(store)
         yield JobRunner(
@@ -325,6 +321,9 @@ class PlatformProvider(Provider):
             middleware,
             observer=metrics.jobs,
             wait_notes=wait_notes,
+            # The end of a batch's or chain's member is recorded with what it does to
+            # the rest; every other job's outcome goes to the store's one statement.
+            flows=FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows),
         )
         await wait_notes.close()  # before the store's connections close
 

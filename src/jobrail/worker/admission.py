@@ -1,5 +1,5 @@
 """The job's rate limits and its lock, as one middleware of the attempt's chain
-(``jobrail.worker.middleware``): asked of the gate (``jobrail.worker.gating``, implemented on
+(``jobrail.worker.attempt``): asked of the gate (``jobrail.worker.gating``, implemented on
 Redis by ``jobrail.worker.gate``) before the claim, held while the job runs, released
 after.
 
@@ -11,7 +11,7 @@ row while the limits store was away.
 
 Turned away only by locks or slots the job's own earlier admissions hold (a dead
 attempt's: ``Deferred.own``), the job is let in without them and, once claimed, takes
-them over (see ``jobrail.worker.takeover``): a claim means no other attempt of the job is
+them over (see ``jobrail.worker.outcomes``): a claim means no other attempt of the job is
 alive. Turned away at that point (by a rate limit), the job gives its claim and attempt
 back (`GiveBack`).
 
@@ -39,9 +39,17 @@ from jobrail.jobs.domain import Wait
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.clock import Clock
 from jobrail.limits.model import JobLimits
-from jobrail.worker.attempt import Attempt, JobRun
+from jobrail.worker.attempt import (
+    Attempt,
+    Defer,
+    Ending,
+    GiveBack,
+    GiveUp,
+    JobRun,
+    NotStartable,
+    Step,
+)
 from jobrail.worker.gating import Admitted, Deferred, JobGate, job_owner
-from jobrail.worker.middleware import Defer, GiveBack, GiveUp, NotStartable
 
 log = logging.getLogger("jobrail.runner")
 
@@ -70,6 +78,32 @@ class LimitsAndLock:
 
     def applies_to(self, run: JobRun) -> bool:
         return bool(run.limits)
+
+    async def __call__(self, attempt: Attempt, call_next: Step) -> Ending:
+        """Admit the delivery before the claim, check it again once claimed (taking
+        over, or giving the claim back), and release what it holds at the end."""
+        admitted = await self.before_claim(attempt)
+        if not isinstance(admitted, Held):
+            return admitted  # turned away before the claim
+        held = admitted
+
+        async def claimed(attempt: Attempt) -> GiveBack | None:
+            nonlocal held
+            after = await self.after_claim(attempt, held)
+            if isinstance(after, GiveBack):
+                return after
+            held = after
+            return None
+
+        attempt.on_claimed += (claimed,)
+        try:
+            return await call_next(attempt)
+        finally:
+            try:
+                await self.after_attempt(attempt, held)
+            except Exception:
+                # Logged, never raised: the outcome is recorded, and its messages go.
+                log.exception("job %s: releasing its limits failed", attempt.delivery.job_id)
 
     async def before_claim(self, attempt: Attempt) -> Held | Defer | NotStartable | GiveUp:
         delivery, limits = attempt.delivery, attempt.run.limits

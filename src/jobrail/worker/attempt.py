@@ -1,14 +1,39 @@
-"""What the runner works with: a job type as it runs it (`JobRun`), its settings
-(`RunnerConfig`), who it tells what happened (`JobObserver`), and one delivery's way
-through it as its middleware see it (`Attempt`, see ``jobrail.worker.middleware``)."""
+"""One delivery's attempt as the runner and its middleware see it.
 
-from collections.abc import Awaitable, Callable, Mapping
+What the runner works with: a job type as it runs it (`JobRun`), its settings
+(`RunnerConfig`), who it tells what happened (`JobObserver`), one delivery on its way
+(`Attempt`), and the attempt's middleware (`AttemptMiddleware`): callables composed
+around the runner's own step (claim → attempt → record), as Starlette's and dramatiq's
+middleware are around a request or a message.
+
+Taskiq's own middleware cannot host them: an exception in ``pre_execute`` leaves the
+RabbitMQ message unacknowledged, and ``pre_execute`` cannot skip the task. So the runner
+(``jobrail.worker.runner``) runs this chain inside task execution, where being turned away
+is a deferral. The chain and its order are set in one place, the composition root
+(``jobrail.runtime.container``); the limits and the job's lock are one middleware
+(``jobrail.worker.admission``).
+
+A middleware is called with the attempt and the rest of the chain (`call_next`). It lets
+the delivery in by awaiting `call_next` and returning what it returns, or turns it away
+by returning `Defer`, `NotStartable` or `GiveUp` instead; what it does after `call_next`
+(in a ``finally``) runs once the delivery is done with, whatever happened. To act once
+the job is claimed, before its handler starts, it adds a hook to `Attempt.on_claimed`:
+the hooks run first to last, and one may give the claim back (`GiveBack`). Only the
+middleware that apply to a job type (`applies_to`) are in its chain: a job type none
+applies to runs the runner's step alone.
+
+Whatever the chain returns, the runner acts on it once every middleware has let go:
+it sends a deferred message round, claims and fails a job that gave up, waits out
+another attempt's lease, or sends the messages of a recorded outcome.
+"""
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from jobrail.jobs.domain import Job
-from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.domain import Job, Wait
+from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimToken
 from jobrail.limits.model import JobLimits
 from jobrail.worker.context import JobContext
@@ -32,13 +57,73 @@ class JobRun:
     it last ran, before it fails (None: as long as it takes)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Turned away before the claim: `message` goes round again instead; the job notes
+    what it waits for (`wait`), when known."""
+
+    message: JobMessage
+    wait: Wait | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Turned away for good before the claim: the job has waited longer than its type
+    allows. It is claimed and failed with `reason`, without running."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotStartable:
+    """The job, as read at `now` (`current`, None if there is none), cannot start: the
+    delivery goes where an unclaimed one goes (``jobrail.worker.outcomes.unclaimed``)."""
+
+    current: Job | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Turned away after the claim: the job gives its claim and its attempt back (it is
+    throttled at `now` with `reason`) and `message` goes round again."""
+
+    message: JobMessage
+    reason: str
+    now: datetime
+
+    @property
+    def run_after(self) -> datetime:
+        assert self.message.not_before is not None
+        return self.message.not_before
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """The claim failed on a live lease: `job`, as read, is another attempt's."""
+
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The outcome is written: `messages` are sent once the middleware have let go."""
+
+    messages: Sequence[Outgoing] = ()
+
+
+Ending = Defer | NotStartable | GiveUp | Leased | Recorded | None
+"""What a delivery's way through the chain ends in (None: nothing more to do)."""
+
+
 @dataclass(slots=True)
 class Attempt:
     """One delivery on its way through admit → claim → attempt → record.
 
     The runner fills in `job` and `token` once it has claimed the job; the middleware
-    say, after the claim, what the attempt holds: the `fence` the handler gets, and what
-    the attempt's watchdog must keep renewed while the handler runs (`kept`)."""
+    say, in their `on_claimed` hooks, what the attempt holds: the `fence` the handler
+    gets, and what the attempt's watchdog must keep renewed while the handler runs
+    (`kept`)."""
 
     delivery: JobMessage
     run: JobRun
@@ -48,6 +133,30 @@ class Attempt:
     token: ClaimToken | None = None
     fence: int | None = None
     kept: tuple[Kept, ...] = ()
+    outcome: Sequence[Outgoing] = ()
+    """The recorded outcome's messages, once written (sent even if a middleware fails
+    as it lets go)."""
+    on_claimed: tuple[Callable[["Attempt"], Awaitable[GiveBack | None]], ...] = ()
+
+
+Step = Callable[[Attempt], Awaitable[Ending]]
+"""The rest of the chain, the runner's own step last."""
+
+
+class AttemptMiddleware(Protocol):
+    """One link of the chain (see the module)."""
+
+    def applies_to(self, run: JobRun) -> bool:
+        """Whether it takes part in the attempts of this job type."""
+        ...
+
+    async def __call__(self, attempt: Attempt, call_next: Step) -> Ending:
+        """Let the delivery in (`await call_next(attempt)`) or turn it away; no attempt
+        is spent either way, but for giving up. An exception before `call_next` sends
+        the message round again; after the claim, the job keeps its lease and the lease
+        sweep brings it back. What it does once the delivery is done with should not
+        raise: an exception there is logged, and the outcome's messages still go."""
+        ...
 
 
 class JobObserver(Protocol):

@@ -3,7 +3,7 @@
 It deliberately does not gate jobs. A Taskiq ``pre_execute`` hook that raises
 leaves the RabbitMQ message unacknowledged, and one that returns cannot skip the
 task; so the gate runs inside task execution, in the job runner's own middleware chain
-(``jobrail.worker.middleware``, the limits and lock in ``jobrail.worker.admission``), where a
+(``jobrail.worker.attempt``, the limits and lock in ``jobrail.worker.admission``), where a
 denial becomes a deferral. Here the worker loads the Lua scripts before its first job,
 so that no job pays for loading them.
 """

@@ -1,10 +1,12 @@
-"""What the end of an attempt means: the error classification and the retry decision.
+"""What a delivery and its attempt come to: the decisions of the runner, without I/O
+but for the wait on another attempt's lease.
 
-`classify` turns what a handler raised into a `Verdict`, `retry_limit` says how many
-attempts that kind of failure may use, and `conclude` applies the verdict to the job and
-says which message goes next (its next attempt's, or its dead letter), without I/O: the
-runner records the job and sends the message. Between attempts a job waits its type's
-retry policy (``jobrail.jobs.retry``: exponential backoff with full jitter).
+**An attempt's end.** `classify` turns what a handler raised into a `Verdict`,
+`retry_limit` says how many attempts that kind of failure may use, and `conclude`
+applies the verdict to the job and says which message goes next (its next attempt's,
+or its dead letter): the runner records the job and sends the message. Between
+attempts a job waits its type's retry policy (``jobrail.jobs.retry``: exponential
+backoff with full jitter).
 
 | raised                                         | verdict                                   |
 |------------------------------------------------|-------------------------------------------|
@@ -17,19 +19,56 @@ retry policy (``jobrail.jobs.retry``: exponential backoff with full jitter).
 
 (``max_attempts_unknown`` unless the job type declares its own ``max_attempts``: that one
 then holds for every error that is retried, see `RetryPolicy.attempts_for`.)
+
+**Messages that cannot run now.** A delivery's job may not be startable when the
+message arrives: the message came back early from a delay tier (tiers are coarse),
+names a job that does not exist or that is another tenant's or type's, names a
+finished job (a duplicate), or the job is not due yet or still leased by a live
+attempt. `when_due`, `unclaimed` and `sent_on` decide, from the message and the job as
+read; the runner sends the message on.
+
+**Taking over a dead worker's job.** When a worker dies, RabbitMQ hands its
+unacknowledged messages to the other consumers at once, at the head of the queue. The
+job row is still claimed by the dead attempt, so the claim fails (`leased_elsewhere`);
+the worker then *holds* the delivery (`wait_out_lease`), looking at the row about once
+a second, and claims the job as soon as that lease has ended: a dead worker's job
+starts again about one lease after its death, whatever the backlog behind it.
+(Re-publishing the message to come back at the lease end, as the runner once did, put
+it at the back of the queue: with a backlog, the job waited for all of it.) A delivery
+whose job stays leased for `HOLD_LEASES` leases belongs to a live attempt (a duplicate
+message, or one RabbitMQ redelivered after a channel closed under a working worker):
+the runner re-publishes it to come back when that lease ends, so that it does not hold
+a worker slot for a long job's whole run.
+
+A job with a lock or concurrency slots: the dead attempt's lock (its TTL often far
+longer than the lease) would turn the delivery away. The holder tokens of a job's
+admissions name the job (``jobs.gating.job_owner``), so the admission says when only
+the job's own earlier admissions hold what it needs (``Deferred.own``). The limits
+middleware then lets the job be claimed first (holding the delivery while the old
+lease lasts, as above) and, claimed, takes the lock and slots over: a claim means no
+other attempt of the job is alive (the dead one stopped itself before its lease ended;
+a duplicate delivery's admission will fail its claim). The lock's fence grows, so the
+dead attempt's fenced writes are refused. Turned away at that point (a rate limit), the
+job gives its claim and attempt back and is deferred (``GiveBack``).
+
+Worker heartbeats would detect a death about as fast, but need a table, a writer per
+process and a second liveness rule beside the lease; the short lease is the one rule,
+and only jobs longer than a third of it write anything more.
 """
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from jobrail.jobs.domain import Job
+from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage, Outgoing
+from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.retry import RetryPolicy
+from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import (
     BrokerUnavailableError,
     PermanentError,
@@ -44,9 +83,9 @@ from jobrail.worker.watchdog import LeaseLostError
 
 log = logging.getLogger("jobrail.runner")
 
-# Infrastructure the handler needed being away counts as transient.
 # One encoder for every result: ``json.dumps`` with options makes a new one each time.
 _RESULT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+# Infrastructure the handler needed being away counts as transient.
 _TRANSIENT = (TransientError, StoreUnavailableError, BrokerUnavailableError, LimitsUnavailableError)
 
 
@@ -89,11 +128,7 @@ def classify(exc: BaseException, timeout: timedelta) -> Verdict:
         return Verdict(
             Next.THROTTLE, describe(exc), retry_after=timedelta(seconds=exc.retry_after_s)
         )
-    if isinstance(
-        exc,
-        TransientError | StoreUnavailableError | BrokerUnavailableError | LimitsUnavailableError,
-    ):
-        # Infrastructure the handler needed was away: as transient as it gets.
+    if isinstance(exc, _TRANSIENT):
         return Verdict(Next.RETRY, describe(exc))
     if isinstance(exc, TimeoutError):
         return Verdict(Next.RETRY, f"timed out after {timeout.total_seconds():g}s")
@@ -207,3 +242,156 @@ def stored_result(result: Mapping[str, Any] | None, max_bytes: int) -> dict[str,
 def describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# A message this close to its time waits in the worker instead of in a delay tier.
+SHORT_WAIT = timedelta(milliseconds=30)
+# A job that is not claimable, with no time of its own to come back at, is looked at
+# again this much later.
+LOOK_AGAIN = timedelta(seconds=1)
+
+
+def when_due(message: JobMessage, now: datetime) -> tuple[bool, float]:
+    """Whether the message goes round again (it is early by more than SHORT_WAIT), and
+    otherwise how many seconds to wait here first (0 when it is due)."""
+    if message.not_before is None:
+        return False, 0.0
+    early = (message.not_before - now).total_seconds()
+    if early > SHORT_WAIT.total_seconds():
+        return True, 0.0
+    return False, max(early, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Dead-letter the message with `reason`; the job row is left alone."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The job is finished already: acknowledge the message, run nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComeBack:
+    """Send the message round again, to arrive at `at`."""
+
+    at: datetime
+
+
+def unclaimed(message: JobMessage, current: Job | None, now: datetime) -> Refuse | Done | ComeBack:
+    """Where a message goes whose claim failed (`current`: the job as it is, if any)."""
+    if current is None:
+        return Refuse(f"job {message.job_id} does not exist")
+    if not message.names(current):
+        # Someone published a message naming a job of another tenant or type: it is
+        # never run on the message's word.
+        return Refuse(f"the message's tenant or type does not match job {message.job_id}")
+    if current.status.is_terminal:
+        return Done()
+    if current.status is JobStatus.BLOCKED:
+        # Waiting for the rest of its batch or chain: the release sends its own message.
+        return Done()
+    # Not due yet, or still leased by a live attempt: come back when that ends.
+    at = (
+        current.lease_until
+        if current.lease_until and current.lease_until > now
+        else current.run_after
+    )
+    if at is None or at <= now + DUE_TOLERANCE:
+        at = now + LOOK_AGAIN
+    return ComeBack(at)
+
+
+def leased_elsewhere(message: JobMessage, current: Job | None, now: datetime) -> bool:
+    """Whether the job the message names is running under a lease that has not ended."""
+    return (
+        current is not None
+        and message.names(current)
+        and current.status is JobStatus.RUNNING
+        and current.lease_until is not None
+        and current.lease_until > now
+    )
+
+
+def sent_on(
+    message: JobMessage, current: Job | None, now: datetime, dead_letter_queue: str
+) -> Outgoing | None:
+    """What to publish for a delivery whose claim failed (`current`: the job as it is, if
+    any): its dead letter, itself again later, or nothing (acknowledge it as it is)."""
+    route = unclaimed(message, current, now)
+    if isinstance(route, Refuse):
+        log.warning("message %s dead-lettered: %s", message.message_id, route.reason)
+        return refused(message, route.reason, dead_letter_queue, now)
+    if isinstance(route, Done):
+        assert current is not None
+        log.info(
+            "job %s is already %s; message %s acknowledged without running",
+            current.id,
+            current.status.value,
+            message.message_id,
+        )
+        return None
+    log.debug("job %s not claimable now; deferred to %s", message.job_id, route.at)
+    return message.again(not_before=route.at)
+
+
+def refused(
+    message: JobMessage, reason: str, dead_letter_queue: str, now: datetime
+) -> DeadLetterMessage:
+    """The dead letter of a message the runner will not run, with the reason."""
+    return DeadLetterMessage(
+        message=replace(message.again(), message_id=message.message_id),
+        reason=reason,
+        source_queue=message.queue,
+        dead_letter_queue=dead_letter_queue,
+        at=now,
+    )
+
+
+# A delivery whose job another attempt holds looks at the job this often while it waits
+# for that lease to end (so that it lets go soon after that attempt finishes)...
+TAKEOVER_POLL = timedelta(seconds=1)
+# ...for at most this many of the job's leases: longer, and the holder is alive.
+HOLD_LEASES = 2
+
+
+async def wait_out_lease(
+    leased: Job,
+    until: datetime,
+    read: Callable[[], Awaitable[Job | None]],
+    clock: Clock,
+    sleep: Callable[[float], Awaitable[None]],
+) -> Job | None:
+    """Hold the delivery while the attempt that holds `leased` keeps its lease, reading
+    the job (`read`) every TAKEOVER_POLL. None once that lease has ended or the attempt
+    has ended (claim again, or find the job finished); the job as last read if it is
+    still leased at `until` (its attempt is alive and renewing)."""
+    token = ClaimToken.of(leased)
+    job = leased
+    while True:
+        now = clock.now()
+        assert job.lease_until is not None
+        if job.lease_until <= now:
+            log.info(
+                "job %s: the lease of attempt %d ended (its worker stopped renewing it); "
+                "taking the job over",
+                job.id,
+                token.attempt,
+            )
+            return None
+        if now >= until:
+            return job
+        wake_at = min(job.lease_until, until, now + TAKEOVER_POLL)
+        await sleep((wake_at - now).total_seconds())
+        current = await read()
+        if (
+            current is None
+            or current.status is not JobStatus.RUNNING
+            or current.lease_until is None
+            or ClaimToken.of(current) != token
+        ):
+            return None
+        job = current

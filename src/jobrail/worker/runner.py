@@ -1,13 +1,14 @@
 """The worker side of every job: admit → claim → attempt → record.
 
-The runner is the orchestrator: the attempt's middleware (``jobrail.worker.middleware``,
-in the order the composition root gives them; the job's limits and lock are one,
-``jobrail.worker.admission``) let the delivery in before the claim and say what the
-attempt holds after it; the parts beside it classify the outcome and decide the retry
-and apply it to the job (``jobrail.worker.outcomes``), keep the attempt's holds
-(``jobrail.worker.watchdog``), route messages that cannot run now
-(``jobrail.worker.rerouting``), take over a dead worker's job (``jobrail.worker.takeover``)
-and wait out outages (``jobrail.worker.waiting``).
+This module is the loop; two others hold the rest. ``jobrail.worker.outcomes`` decides
+what an attempt's end means (classify, retry, fail), where a message goes that cannot
+run now, and when a dead worker's job is taken over; ``jobrail.worker.watchdog`` keeps
+what a running attempt holds. The attempt's middleware (``jobrail.worker.attempt``, in
+the order the composition root gives them; the job's limits and lock are one,
+``jobrail.worker.admission``) are composed around the runner's own step, claim →
+attempt → record, once per job type: a type none of them applies to runs the step
+alone, and the end of a batch's or chain's member is recorded with its flow
+(``jobrail.worker.flow_recording``) while every other job's goes straight to the store.
 
 A delivery is acknowledged only after the runner returns. The runner returns once
 the outcome is in the database (or the message was safely re-published); while
@@ -33,17 +34,16 @@ lock's fence comes from Redis's clock, so fenced writes stay safe.) Taking the
 database's now() in the claim and the renewal would lift the assumption, at the price
 of a store that no longer runs on the clock it is given.
 
-Taking over a dead worker's job: a claim that fails on a live lease holds the delivery
-until that lease ends (``jobrail.worker.takeover``), so a dead worker's job starts again
-about one lease after its death, whatever the backlog behind it, and takes over its
-lock and slots too.
+Waiting out an outage: while the database or the broker is away, the runner tries
+again with the platform's backoff (``jobrail.jobs.retry.backoff``), holding the
+delivery, logging the first failure and every twentieth (`hold`).
 """
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage, Outgoing
@@ -52,16 +52,38 @@ from jobrail.jobs.publishing import OutboxDispatcher, Publisher
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
-from jobrail.worker.attempt import Attempt, JobObserver, JobRun, NoObserver, RunnerConfig
+from jobrail.worker.attempt import (
+    Attempt,
+    AttemptMiddleware,
+    Defer,
+    Ending,
+    GiveBack,
+    GiveUp,
+    JobObserver,
+    JobRun,
+    Leased,
+    NoObserver,
+    NotStartable,
+    Recorded,
+    RunnerConfig,
+    Step,
+)
 from jobrail.worker.context import JobContext
-from jobrail.worker.job_store import JobIdentity, JobStore
-from jobrail.worker.middleware import AttemptMiddleware, Defer, GiveBack, GiveUp, NotStartable
-from jobrail.worker.outcomes import Verdict, classify, conclude, failed, stored_result
+from jobrail.worker.job_store import ClaimResult, JobIdentity, JobStore
+from jobrail.worker.outcomes import (
+    HOLD_LEASES,
+    Verdict,
+    classify,
+    conclude,
+    failed,
+    leased_elsewhere,
+    sent_on,
+    stored_result,
+    wait_out_lease,
+    when_due,
+)
 from jobrail.worker.progress import ProgressReporter
-from jobrail.worker.rerouting import leased_elsewhere, sent_on, when_due
-from jobrail.worker.takeover import HOLD_LEASES, wait_out_lease
 from jobrail.worker.wait_notes import WaitNotes
-from jobrail.worker.waiting import hold
 from jobrail.worker.watchdog import Kept, KeptClaim, Watchdog
 
 __all__ = ["JobObserver", "JobRun", "JobRunner", "RunnerConfig"]
@@ -69,6 +91,10 @@ __all__ = ["JobObserver", "JobRun", "JobRunner", "RunnerConfig"]
 log = logging.getLogger("jobrail.runner")
 
 T = TypeVar("T")
+
+FIRST_WAIT_S = 0.05
+# Chains composed for this many job types at most (a process has a few dozen).
+_CHAINS_MAX = 1024
 
 
 class JobRunner:
@@ -80,18 +106,22 @@ class JobRunner:
         clock: Clock,
         retry: RetryPolicy,
         config: RunnerConfig,
-        middleware: Sequence[AttemptMiddleware[Any]] = (),
+        middleware: Sequence[AttemptMiddleware] = (),
         observer: JobObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wait_notes: WaitNotes | None = None,
+        flows: JobStore | None = None,
     ) -> None:
-        """`middleware`: the attempt's chain, in order (see ``jobrail.worker.middleware``);
-        `wait_notes`: where a deferred job notes what it waits for."""
+        """`middleware`: the attempt's chain, in order (see ``jobrail.worker.attempt``);
+        `wait_notes`: where a deferred job notes what it waits for; `flows`: where the
+        outcomes of batch and chain members are recorded (else `store`)."""
         self._sleep = sleep
         self._wait_notes = wait_notes
         self._middleware = tuple(middleware)
+        self._chains: dict[int, tuple[JobRun, Step]] = {}
         self._observer = observer or NoObserver()
         self._store = store
+        self._flows = flows or store
         self._dispatcher = dispatcher
         self._publisher = publisher
         self._clock = clock
@@ -108,110 +138,92 @@ class JobRunner:
             return
         if wait_s > 0:
             await asyncio.sleep(wait_s)  # shorter than the shortest tier: wait here
-        claimed: list[Job] = []
+        chain = self._chain(job_run)
+        attempt: Attempt | None = None
         try:
             hold_until: datetime | None = None
-            while (leased := await self._run(delivery, job_run, claimed)) is not None:
+            while True:
+                attempt = Attempt(delivery, job_run, lambda: self._read(delivery))
+                ending = await chain(attempt)
+                if not isinstance(ending, Leased):
+                    await self._act_on(ending, attempt)
+                    return
                 # Another attempt holds the job: wait here for its lease to end, keeping
                 # the message (and its place at the head of the queue).
                 if hold_until is None:
                     lease, _ = self._config.lease_of(job_run.timeout)
                     hold_until = self._clock.now() + HOLD_LEASES * lease
                 still_leased = await wait_out_lease(
-                    leased,
-                    hold_until,
-                    lambda: self._hold_store(lambda: self._store.get(delivery.job_id)),
-                    self._clock,
-                    self._sleep,
+                    ending.job, hold_until, attempt.read, self._clock, self._sleep
                 )
                 if still_leased is not None:
                     await self._not_claimed(delivery, still_leased, self._clock.now())
                     return
         except Exception:
             log.exception("job %s: unexpected error in the runner", delivery.job_id)
-            if not claimed:
+            if attempt is None or attempt.job is None:
                 await self._defer_after_error(delivery)
+            elif attempt.outcome:  # recorded; a middleware failed as it let go
+                await self._dispatcher.dispatch(attempt.outcome)
             # After a claim, the job keeps its lease; the lease sweeper republishes it
             # once the lease ends (see OutboxRelay).
 
-    async def _run(self, delivery: JobMessage, job_run: JobRun, claimed: list[Job]) -> Job | None:
-        """Admit, claim, attempt, record, through the middleware that apply to the job
-        (``jobrail.worker.middleware``). Returns the job, as read, when another attempt
-        holds its lease (the middleware having given back what they took); else None."""
-        attempt = Attempt(
-            delivery, job_run, lambda: self._hold_store(lambda: self._store.get(delivery.job_id))
-        )
-        entered: list[tuple[AttemptMiddleware[Any], Any]] = []
-        give_up: GiveUp | None = None
-        try:
-            for middleware in self._middleware:
-                if not middleware.applies_to(job_run):
-                    continue
-                state = await middleware.before_claim(attempt)
-                if isinstance(state, Defer):
-                    noted_at = self._clock.now()
-                    await self._hold_broker(state.message)
-                    if state.wait is not None and self._wait_notes is not None:
-                        self._wait_notes.note(delivery.job_id, state.wait, noted_at)
-                    return None
-                if isinstance(state, NotStartable):
-                    await self._not_claimed(delivery, state.current, state.now)
-                    return None
-                if isinstance(state, GiveUp):
-                    give_up = state
-                    break
-                entered.append((middleware, state))
-            if job_run.limits and not entered and give_up is None:
-                # Fail closed: a limited job never runs unlimited because the chain was
-                # built without the middleware that enforces its limits.
-                raise RuntimeError(
-                    f"job {delivery.job_id} ({delivery.job_type}) declares limits, but no "
-                    "attempt middleware enforces them"
-                )
-            lease, renewed = self._config.lease_of(job_run.timeout)
-            # The clock is read when the claim is made, not before the waits above:
-            # a lease computed from an old "now" could already have ended.
-            claim = await self._hold_store(
-                lambda: self._store.claim(
-                    delivery.job_id,
-                    self._clock.now(),
-                    lease,
-                    JobIdentity(delivery.tenant_id, delivery.job_type),
-                )
-            )
-            if claim.job is None:
-                now = self._clock.now()
-                if leased_elsewhere(delivery, claim.current, now):
-                    return claim.current
-                await self._not_claimed(delivery, claim.current, now)
-                return None
-            job = attempt.job = claim.job
-            claimed.append(job)
-            token = attempt.token = ClaimToken.of(job)
-            if give_up is not None:
-                # Claimed only to fail it, as an attempt that ran out of attempts is.
-                log.warning("job %s failed without running: %s", job.id, give_up.reason)
-                self._observer.claimed(job)
-                now = self._clock.now()
-                letter = (
-                    failed(job, give_up.reason, delivery, self._config.dead_letter_queue, now),
-                )
-                if await self._hold_store(lambda: self._store.record(job, token, letter)):
-                    self._observer.recorded(job, token.started_at)
-                    await self._dispatcher.dispatch(letter)
-                return None
-            for i, (middleware, state) in enumerate(entered):
-                after = await middleware.after_claim(attempt, state)
-                if isinstance(after, GiveBack):
-                    await self._give_back(job, token, after)
-                    return None
-                entered[i] = (middleware, after)
-            self._observer.claimed(job)
-            outbox = await self._attempt(job, token, attempt, lease if renewed else None)
-            recorded = await self._hold_store(lambda: self._store.record(job, token, outbox))
-        finally:
-            if entered:
-                await self._leave(attempt, entered)
+    def _chain(self, job_run: JobRun) -> Step:
+        """The job type's chain: the middleware that apply to it around `_step`, composed
+        once per type."""
+        known = self._chains.get(id(job_run))
+        if known is not None and known[0] is job_run:
+            return known[1]
+        chain: Step = self._step
+        applying = [m for m in self._middleware if m.applies_to(job_run)]
+        if job_run.limits and not applying:
+            # Fail closed: a limited job never runs unlimited because the chain was
+            # built without the middleware that enforces its limits.
+            chain = _unenforced
+        for middleware in reversed(applying):
+            chain = _link(middleware, chain)
+        if len(self._chains) >= _CHAINS_MAX:
+            self._chains.clear()
+        self._chains[id(job_run)] = (job_run, chain)
+        return chain
+
+    async def _act_on(self, ending: Ending, attempt: Attempt) -> None:
+        """What the chain ended in, once every middleware has let go of the delivery."""
+        delivery = attempt.delivery
+        if isinstance(ending, Recorded):
+            if ending.messages:
+                await self._dispatcher.dispatch(ending.messages)
+        elif isinstance(ending, Defer):
+            noted_at = self._clock.now()
+            await self._hold_broker(ending.message)
+            if ending.wait is not None and self._wait_notes is not None:
+                self._wait_notes.note(delivery.job_id, ending.wait, noted_at)
+        elif isinstance(ending, NotStartable):
+            await self._not_claimed(delivery, ending.current, ending.now)
+        elif isinstance(ending, GiveUp):
+            await self._give_up(attempt, ending.reason)
+
+    async def _step(self, attempt: Attempt) -> Ending:
+        """Claim, attempt, record: the innermost link of every chain."""
+        delivery, job_run = attempt.delivery, attempt.run
+        lease, renewed = self._config.lease_of(job_run.timeout)
+        # The clock is read when the claim is made, not before the middleware's waits:
+        # a lease computed from an old "now" could already have ended.
+        claim = await self._claim(delivery, lease)
+        if claim.job is None:
+            now = self._clock.now()
+            if claim.current is not None and leased_elsewhere(delivery, claim.current, now):
+                return Leased(claim.current)
+            return NotStartable(claim.current, now)
+        job = attempt.job = claim.job
+        token = attempt.token = ClaimToken.of(job)
+        for hook in attempt.on_claimed:
+            given = await hook(attempt)
+            if given is not None:
+                return await self._give_back(job, token, given)
+        self._observer.claimed(job)
+        outbox = await self._attempt(job, token, attempt, lease if renewed else None)
+        recorded = await self._hold_store(lambda: self._record(job, token, outbox))
         if not recorded:
             log.warning(
                 "job %s attempt %d finished after another worker took it over; "
@@ -222,30 +234,34 @@ class JobRunner:
             )
             return None
         self._observer.recorded(job, token.started_at)
-        if outbox:
-            await self._dispatcher.dispatch(outbox)
-        return None
+        attempt.outcome = outbox
+        return Recorded(outbox)
 
-    async def _leave(
-        self, attempt: Attempt, entered: list[tuple[AttemptMiddleware[Any], Any]]
-    ) -> None:
-        """The middleware that let the attempt in, told it is over, the last first."""
-        for middleware, state in reversed(entered):
-            try:
-                await middleware.after_attempt(attempt, state)
-            except Exception:
-                log.exception(
-                    "job %s: %s failed after the attempt",
-                    attempt.delivery.job_id,
-                    type(middleware).__name__,
-                )
+    async def _give_up(self, attempt: Attempt, reason: str) -> None:
+        """Claim the job only to fail it, as an attempt that ran out of attempts is."""
+        delivery = attempt.delivery
+        lease, _ = self._config.lease_of(attempt.run.timeout)
+        claim = await self._claim(delivery, lease)
+        if claim.job is None:
+            await self._not_claimed(delivery, claim.current, self._clock.now())
+            return
+        job = attempt.job = claim.job
+        token = ClaimToken.of(job)
+        log.warning("job %s failed without running: %s", job.id, reason)
+        self._observer.claimed(job)
+        now = self._clock.now()
+        letter = (failed(job, reason, delivery, self._config.dead_letter_queue, now),)
+        if await self._hold_store(lambda: self._record(job, token, letter)):
+            self._observer.recorded(job, token.started_at)
+            await self._dispatcher.dispatch(letter)
 
-    async def _give_back(self, job: Job, token: ClaimToken, given: GiveBack) -> None:
+    async def _give_back(self, job: Job, token: ClaimToken, given: GiveBack) -> Ending:
         """A middleware turned away a job already claimed: give the claim and its
         attempt back and send the message round, as a denial before the claim would."""
         job.throttled(given.reason, given.run_after, given.now)
-        if await self._hold_store(lambda: self._store.record(job, token, (given.message,))):
-            await self._dispatcher.dispatch((given.message,))
+        if await self._hold_store(lambda: self._record(job, token, (given.message,))):
+            return Recorded((given.message,))
+        return None
 
     async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
@@ -321,6 +337,20 @@ class JobRunner:
         if message is not None:
             await self._hold_broker(message)
 
+    async def _claim(self, delivery: JobMessage, lease: timedelta) -> ClaimResult:
+        identity = JobIdentity(delivery.tenant_id, delivery.job_type)
+        return await self._hold_store(
+            lambda: self._store.claim(delivery.job_id, self._clock.now(), lease, identity)
+        )
+
+    def _record(self, job: Job, token: ClaimToken, outbox: Sequence[Outgoing]) -> Awaitable[bool]:
+        """Record through the flows' recorder only what may end a flow's member."""
+        store = self._store if job.flow is None else self._flows
+        return store.record(job, token, outbox)
+
+    async def _read(self, delivery: JobMessage) -> Job | None:
+        return await self._hold_store(lambda: self._store.get(delivery.job_id))
+
     async def _hold_store(self, operation: Callable[[], Awaitable[T]]) -> T:
         return await hold(
             operation, StoreUnavailableError, "database", self._config.store_retry_max
@@ -333,3 +363,38 @@ class JobRunner:
             "broker",
             self._config.store_retry_max,
         )
+
+
+async def hold(
+    operation: Callable[[], Awaitable[T]],
+    unavailable: type[Exception],
+    what: str,
+    max_delay: timedelta,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run `operation` until the service it needs answers, backing off up to `max_delay`."""
+    failures = 0
+    while True:
+        try:
+            result = await operation()
+        except unavailable as exc:
+            if failures == 0 or (failures + 1) % 20 == 0:
+                log.warning("%s unavailable (%s); holding the delivery and retrying", what, exc)
+            await sleep(backoff(failures, FIRST_WAIT_S, max_delay.total_seconds()))
+            failures += 1
+        else:
+            if failures:
+                log.info("%s is back after %d failed tries", what, failures)
+            return result
+
+
+def _link(middleware: AttemptMiddleware, call_next: Step) -> Step:
+    return lambda attempt: middleware(attempt, call_next)
+
+
+async def _unenforced(attempt: Attempt) -> Ending:
+    delivery = attempt.delivery
+    raise RuntimeError(
+        f"job {delivery.job_id} ({delivery.job_type}) declares limits, but no "
+        "attempt middleware enforces them"
+    )
