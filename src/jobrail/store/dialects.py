@@ -1,12 +1,27 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, literal, select
+from sqlalchemy import ColumnElement, Table, and_, exists, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.kernel.errors import ConflictError
+
+# The unique index of jobs and of flows: one row per tenant and idempotency key (NULL
+# keys never collide).
+IDEMPOTENCY_KEY = ("tenant_id", "idempotency_key")
+
+
+def keyed(table: Table, *, tenant_id: Any, idempotency_key: Any) -> ColumnElement[bool]:
+    """The row of `table` (jobs or flows) that the tenant's idempotency key made."""
+    return and_(table.c.tenant_id == tenant_id, table.c.idempotency_key == idempotency_key)
+
+
+def key_is_free(table: Table, *, tenant_id: Any, idempotency_key: Any) -> ColumnElement[bool]:
+    """The tenant's key made no row of `table`: a key names one request, whether it
+    started a job or a batch."""
+    return ~exists().where(keyed(table, tenant_id=tenant_id, idempotency_key=idempotency_key))
 
 
 def upsert_insert(dialect_name: str, table: Table) -> Any:
@@ -35,24 +50,17 @@ async def insert_or_existing(
     else:
         # One statement still: the row is left out, as for a key of its own table, when
         # the key made a row of `other`.
-        taken = select(other.c.tenant_id).where(
-            other.c.tenant_id == row["tenant_id"], other.c.idempotency_key == key
-        )
+        free = key_is_free(other, tenant_id=row["tenant_id"], idempotency_key=key)
         values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
-        statement = upsert_insert(dialect, table).from_select(
-            list(row), values.where(~taken.exists())
-        )
-    statement = statement.on_conflict_do_nothing(
-        index_elements=["tenant_id", "idempotency_key"]
-    ).returning(table.c.id)
+        statement = upsert_insert(dialect, table).from_select(list(row), values.where(free))
+    statement = statement.on_conflict_do_nothing(index_elements=IDEMPOTENCY_KEY).returning(
+        table.c.id
+    )
     inserted = (await session.execute(statement, execution_options=options)).scalar_one_or_none()
     if inserted is not None:
         return None
     existing = await session.execute(
-        select(table).where(
-            table.c.tenant_id == row["tenant_id"],
-            table.c.idempotency_key == row["idempotency_key"],
-        ),
+        select(table).where(keyed(table, tenant_id=row["tenant_id"], idempotency_key=key)),
         execution_options=options,
     )
     found = existing.mappings().first()
@@ -76,7 +84,7 @@ async def key_used_for(
     flows = "kind" in table.c
     query = (
         select(table.c.kind if flows else table.c.id)
-        .where(table.c.tenant_id == tenant_id, table.c.idempotency_key == key)
+        .where(keyed(table, tenant_id=tenant_id, idempotency_key=key))
         .limit(1)
     )
     found = (await session.execute(query, execution_options=options)).first()
