@@ -14,6 +14,7 @@ from jobrail.store.dialects import insert_or_existing
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.platform_schema import qualified
+from jobrail.store.queries import FLOW_ORDER
 from jobrail.store.tables import flows, jobs
 
 
@@ -121,7 +122,7 @@ class SqlaFlowRepository:
             query = query.where(jobs.c.flow_role.in_([role.value for role in roles]))
         if statuses is not None:
             query = query.where(jobs.c.status.in_([status.value for status in statuses]))
-        query = query.order_by(jobs.c.flow_step, jobs.c.created_at, jobs.c.id).limit(limit)
+        query = query.order_by(*FLOW_ORDER).limit(limit)
         if for_update:
             query = query.with_for_update()
         with database_errors():

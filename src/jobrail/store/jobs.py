@@ -5,21 +5,15 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, or_, select, text, true, update
+from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from jobrail.jobs.domain import (
-    CLAIMABLE_STATUSES,
-    DUE_TOLERANCE,
-    FlowRole,
-    Job,
-    JobProgress,
-    JobStatus,
-)
+from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobProgress
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
+from jobrail.store import queries as q
 from jobrail.store.dialects import insert_or_existing
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row, job_row, job_state, progress_document
@@ -28,8 +22,6 @@ from jobrail.store.platform_schema import qualified
 from jobrail.store.tables import flows, jobs
 from jobrail.transport.codec import Envelope, encode
 from jobrail.worker.job_store import ClaimResult, JobIdentity, WaitNote
-
-_CLAIMABLE = [status.value for status in CLAIMABLE_STATUSES]
 
 
 class SqlaJobRepository:
@@ -122,7 +114,7 @@ class SqlaJobRepository:
         del state["cancel_requested"]  # as SqlaJobStore.record
         with database_errors():
             result = await self._session.execute(
-                update(jobs).where(*_held_by(job.id, claim)).values(state),
+                update(jobs).where(q.held(_holding(job.id, claim))).values(state),
                 execution_options=self._options,
             )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
@@ -135,9 +127,9 @@ class SqlaJobRepository:
         jobs_ = [job for job, _ in held]
         with database_errors():
             rows = await self._session.execute(
-                _SAVE_HELD_MANY,
+                q.SAVE_HELD_MANY,
                 {
-                    "id": [job.id for job in jobs_],
+                    "job_id": [job.id for job in jobs_],
                     "claimed_attempt": [claim.attempt for _, claim in held],
                     "claimed_at": [claim.started_at for _, claim in held],
                     "status": [job.status.value for job in jobs_],
@@ -162,42 +154,15 @@ class SqlaJobRepository:
         return [job.id in written for job in jobs_]
 
 
-# save_held for many jobs at once (Postgres): as the worker's RECORD_MANY (persistence.pg),
-# in the session's transaction, with `waiting` too.
-_SAVE_HELD_MANY = text("""
-UPDATE jobs
-   SET status = r.status, attempts = r.attempts, last_error = r.last_error,
-       result = r.result, updated_at = r.updated_at, started_at = r.started_at,
-       finished_at = r.finished_at, run_after = r.run_after, lease_until = r.lease_until,
-       waiting = r.waiting
-  FROM unnest(CAST(:id AS uuid[]), CAST(:claimed_attempt AS int[]),
-              CAST(:claimed_at AS timestamptz[]), CAST(:status AS text[]),
-              CAST(:attempts AS int[]), CAST(:last_error AS text[]),
-              CAST(:result AS jsonb[]), CAST(:updated_at AS timestamptz[]),
-              CAST(:started_at AS timestamptz[]), CAST(:finished_at AS timestamptz[]),
-              CAST(:run_after AS timestamptz[]), CAST(:lease_until AS timestamptz[]),
-              CAST(:waiting AS jsonb[]))
-       AS r(id, claimed_attempt, claimed_at, status, attempts, last_error, result,
-            updated_at, started_at, finished_at, run_after, lease_until, waiting)
- WHERE jobs.id = r.id AND jobs.status = 'running'
-   AND jobs.attempts = r.claimed_attempt AND jobs.started_at = r.claimed_at
-RETURNING jobs.id
-""")
-
-
-def _held_by(job_id: JobId, claim: ClaimToken) -> tuple[Any, ...]:
-    """The job is still running the attempt of `claim` (a write of that attempt's)."""
-    return (
-        jobs.c.id == job_id,
-        jobs.c.status == JobStatus.RUNNING.value,
-        jobs.c.attempts == claim.attempt,
-        jobs.c.started_at == claim.started_at,
-    )
+def _holding(job_id: JobId, claim: ClaimToken) -> dict[str, Any]:
+    """The parameters of queries.held: the attempt of `claim` still holds the job."""
+    return {"job_id": job_id, "claimed_attempt": claim.attempt, "claimed_at": claim.started_at}
 
 
 class SqlaJobStore:
     """Each method is one short transaction of its own: a worker never holds a
-    transaction open while a job runs."""
+    transaction open while a job runs. Its statements are queries.py's, as the
+    Postgres store's are."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -205,61 +170,34 @@ class SqlaJobStore:
     async def get(self, job_id: JobId) -> Job | None:
         with database_errors():
             async with self._engine.connect() as conn:
-                row = (
-                    (await conn.execute(select(jobs).where(jobs.c.id == job_id))).mappings().first()
-                )
+                row = (await conn.execute(q.GET, {"job_id": job_id})).mappings().first()
         return job_from_row(row) if row else None
 
     async def claim(
         self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
     ) -> ClaimResult:
-        # Mirrors Job.can_start and Job.is_due, as one conditional update, so that two
-        # workers holding the same message cannot both start the job.
-        claimable = and_(
-            jobs.c.status.in_(_CLAIMABLE),
-            or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now + DUE_TOLERANCE),
-        )
-        # `now` is the claiming worker's clock, as is the lease_until the holder wrote:
-        # workers' clocks must agree to within the renewal margin (see jobs.runner).
-        abandoned = and_(jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_until <= now)
-        owned = (
-            and_(jobs.c.tenant_id == expect.tenant_id, jobs.c.type == expect.job_type)
-            if expect
-            else true()
-        )
-        statement = (
-            update(jobs)
-            .where(jobs.c.id == job_id, or_(claimable, abandoned), owned)
-            .values(
-                status=JobStatus.RUNNING.value,
-                attempts=jobs.c.attempts + 1,
-                started_at=now,
-                updated_at=now,
-                lease_until=now + lease,
-                run_after=None,
-                waiting=None,
-            )
-            .returning(*jobs.c)
-        )
+        claiming = {
+            "job_id": job_id,
+            "now": now,
+            "lease_until": now + lease,
+            "due_by": now + DUE_TOLERANCE,
+            "expect_tenant_id": expect.tenant_id if expect else None,
+            "expect_job_type": expect.job_type if expect else None,
+        }
         with database_errors():
             async with self._engine.begin() as conn:
-                row = (await conn.execute(statement)).mappings().first()
+                row = (await conn.execute(q.CLAIM, claiming)).mappings().first()
                 if row is not None:
                     return ClaimResult(job=job_from_row(row))
-                current = (
-                    (await conn.execute(select(jobs).where(jobs.c.id == job_id))).mappings().first()
-                )
+                current = (await conn.execute(q.GET, {"job_id": job_id})).mappings().first()
         return ClaimResult(job=None, current=job_from_row(current) if current else None)
 
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         state = job_state(job)
-        # cancel_requested belongs to whoever asked to cancel; the worker only reads it.
-        del state["cancel_requested"]
-        statement = update(jobs).where(*_held_by(job.id, claim)).values(state)
+        recording = {**_holding(job.id, claim), **{name: state[name] for name in q.RECORDED}}
         with database_errors():
             async with self._engine.begin() as conn:
-                result = await conn.execute(statement)
-                if result.rowcount == 0:
+                if (await conn.execute(q.RECORD, recording)).first() is None:
                     return False
                 if outbox:
                     await insert_outbox_rows(
@@ -268,61 +206,38 @@ class SqlaJobStore:
         return True
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
-        statement = update(jobs).where(*_held_by(job_id, claim)).values(lease_until=until)
+        extending = {**_holding(job_id, claim), "lease_until": until}
         with database_errors():
             async with self._engine.begin() as conn:
-                result = await conn.execute(statement)
-        return bool(result.rowcount == 1)
+                written = (await conn.execute(q.EXTEND_LEASE, extending)).first()
+        return written is not None
 
     async def cancel_requested(self, job_id: JobId) -> bool:
         with database_errors():
             async with self._engine.connect() as conn:
-                value = await conn.scalar(
-                    select(jobs.c.cancel_requested).where(jobs.c.id == job_id)
-                )
+                value = await conn.scalar(q.CANCEL_REQUESTED, {"job_id": job_id})
         return bool(value)
 
     async def flow_members(self, flow_id: uuid.UUID) -> list[Job]:
-        query = (
-            select(jobs)
-            .where(jobs.c.flow_id == flow_id, jobs.c.flow_role == FlowRole.MEMBER.value)
-            .order_by(jobs.c.flow_step, jobs.c.created_at, jobs.c.id)
-        )
         with database_errors():
             async with self._engine.connect() as conn:
-                rows = (await conn.execute(query)).mappings().all()
+                rows = (await conn.execute(q.FLOW_MEMBERS, {"flow_id": flow_id})).mappings().all()
         return [job_from_row(row) for row in rows]
 
     async def note_waits(self, notes: Sequence[WaitNote]) -> None:
         if not notes:
             return
-        statement = (
-            update(jobs)
-            .where(
-                jobs.c.id == bindparam("note_id"),
-                # Spelled out: an IN list cannot be executed many times in one call.
-                or_(*(jobs.c.status == status for status in _CLAIMABLE)),
-                jobs.c.updated_at <= bindparam("note_at"),
-            )
-            .values(waiting=bindparam("note_waiting"))
-        )
-        rows = [
-            {"note_id": n.job_id, "note_at": n.at, "note_waiting": n.wait.as_json()} for n in notes
-        ]
+        rows = [{"job_id": n.job_id, "at": n.at, "waiting": n.wait.as_json()} for n in notes]
         with database_errors():
             async with self._engine.begin() as conn:
-                await conn.execute(statement, rows)
+                await conn.execute(q.NOTE_WAIT, rows)
 
     async def write_progress(self, job_id: JobId, claim: ClaimToken, progress: JobProgress) -> bool:
-        statement = (
-            update(jobs)
-            .where(*_held_by(job_id, claim))
-            .values(progress=progress_document(progress))
-        )
+        writing = {**_holding(job_id, claim), "progress": progress_document(progress)}
         with database_errors():
             async with self._engine.begin() as conn:
-                result = await conn.execute(statement)
-        return bool(result.rowcount == 1)
+                written = (await conn.execute(q.WRITE_PROGRESS, writing)).first()
+        return written is not None
 
 
 class SqlaJobIntake:
