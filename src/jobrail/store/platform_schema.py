@@ -4,8 +4,8 @@ clash with a host's own tables).
 
 Every connection jobrail opens itself (its SQLAlchemy engine, its asyncpg pool, the
 platform's migrations) puts that schema first on its ``search_path``, ahead of the
-database's own search path: the statements name the tables bare, the Core and ORM ones
-and the hand-written SQL of the hot paths (``store/pg_queries.py``) and of the migrations
+database's own search path: the statements name the tables bare, the Core and ORM ones,
+the hot paths' SQL compiled from them (``store/pg_queries.py``) and the migrations' SQL
 alike, and find the platform's tables in the schema and every other table (the
 contexts', a host's) where they were before. This is set once per connection, when it
 opens, rather than by qualifying each statement: the contexts' tables share jobrail's
