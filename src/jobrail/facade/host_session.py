@@ -11,51 +11,51 @@ it, as does a session closed without a commit.
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Self
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
 from jobrail.kernel.clock import Clock
-from jobrail.outbox.committing import AfterCommit
+from jobrail.outbox.committing import AfterCommit, Recorder, TransactionIntake, UnitOfWork
 from jobrail.outbox.relay import SqlaOutbox
-from jobrail.outbox.transactional import TransactionIntake
 from jobrail.store.jobs import SqlaJobRepository
 from jobrail.transport.codec import Envelope
 
 _KEY = "jobrail.after_commit"
 
 
-class HostSessionUnit:
-    """An ``EnqueueUnitOfWork`` over the host's session: ``EnqueueJob.into`` records in
-    it, and ``commit`` only hands what it recorded to the session's commit, which the
-    host makes (or not).
+def host_session_unit(
+    session: AsyncSession,
+    clock: Clock,
+    hooks: "SessionHooks",
+    schema: str | None = None,
+) -> UnitOfWork:
+    """A unit of work over the host's session: ``EnqueueJob.into`` records in it, and
+    its `commit` only hands what it recorded to the session's commit, which the host
+    makes (or not).
 
     The host's connections do not put the platform's `schema` on their search path: the
     statements it runs in the session name its tables in that schema."""
+    intake = TransactionIntake(
+        SqlaJobRepository(session, schema), SqlaOutbox(session, clock, schema)
+    )
+    return UnitOfWork(intake, HostSessionCommit(session, hooks))
 
-    def __init__(
-        self,
-        session: AsyncSession,
-        clock: Clock,
-        hooks: "SessionHooks",
-        schema: str | None = None,
-    ) -> None:
+
+class HostSessionCommit:
+    """Who commits in a unit over the host's session: the host. The unit's `commit`
+    holds what it recorded in `hooks` until the session's transaction ends."""
+
+    def __init__(self, session: AsyncSession, hooks: "SessionHooks") -> None:
         self._session = session
-        self._outbox = SqlaOutbox(session, clock, schema)
         self._hooks = hooks
-        self.intake = TransactionIntake(SqlaJobRepository(session, schema), self._outbox)
 
-    async def __aenter__(self) -> Self:
-        return self
+    async def commit(self, recorded: Recorder) -> None:
+        self._hooks.hold(self._session, *recorded.take())
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def end(self) -> None:
         return None
-
-    async def commit(self) -> None:
-        messages, self._outbox.pending = self._outbox.pending, []
-        self._hooks.hold(self._session, messages, self.intake.take_created())
 
 
 @dataclass(slots=True)

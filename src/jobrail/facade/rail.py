@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from jobrail.facade.handle import JobHandle
-from jobrail.facade.host_session import HostSessionUnit, SessionHooks
+from jobrail.facade.host_session import SessionHooks, host_session_unit
 from jobrail.facade.routes import jobs_router
 from jobrail.http.auth import ApiServices
 from jobrail.jobs.enqueue import EnqueueJob
@@ -323,7 +323,7 @@ class JobRail:
         enqueue = await self._enqueue_job()
         if session is None:
             return await enqueue(cmd)
-        unit = HostSessionUnit(
+        unit = host_session_unit(
             session,
             await self.container.get(Clock),
             await self._session_hooks(),

@@ -1,13 +1,16 @@
-"""What happens once a transaction that enqueued commits, and the unit of work of one
-statement that ``EnqueueJob`` uses on its own.
+"""The unit of work, and what happens once a transaction that enqueued commits.
 
+- ``UnitOfWork`` is the one unit of work: a transaction that jobs and their messages
+  are recorded in, through its `intake`; its `commit` makes them durable, then hands
+  them over. Its kinds differ only in who commits (a ``Committer``): the store's own
+  statement (``StatementCommit``, the units ``EnqueueJob`` uses on its own: routes, the
+  scheduler), a session of the unit's own (``outbox.uow.SqlaUnitOfWork``, the base of the
+  contexts' units), or the host's session (``facade.host_session``).
 - ``AfterCommit`` is the one place where what a committed transaction enqueued
   leaves: its messages go to the outbox's fast path, its new jobs are counted. A
   message is encoded once, for its outbox row, and that envelope is what leaves
-  (``RecordingIntake`` encodes it; ``SqlaOutbox`` does for a unit of work's rows).
+  (``RecordingIntake`` encodes it; ``SqlaOutbox`` does for a session's rows).
   ``DetachedDispatch`` lets the committer go on while they are published.
-- ``IntakeUnitOfWork`` is the unit of work of one statement that ``EnqueueJob`` uses
-  on its own (routes, the scheduler), over ``RecordingIntake``.
 """
 
 import asyncio
@@ -21,6 +24,7 @@ from opentelemetry import trace
 from jobrail.jobs.domain import Job
 from jobrail.jobs.intake import EnqueueCounter
 from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.ports import JobRepository, Outbox
 from jobrail.transport.codec import Envelope, encode
 
 log = logging.getLogger("jobrail.outbox")
@@ -146,10 +150,67 @@ class DetachedDispatch(Generic[T]):
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+class Recorder(Protocol):
+    """A unit of work's `intake` (a ``JobIntake``), which also notes, for the commit,
+    what is new: the envelopes to dispatch and the types of the jobs created.
+    ``RecordingIntake`` over a store of one statement, ``TransactionIntake`` over a
+    session's repositories."""
+
+    async def add(self, job: Job, message: JobMessage) -> Job: ...
+
+    def take(self) -> tuple[Sequence[Envelope], Sequence[str]]:
+        """What is new since the last call (an idempotent replay is not), and forget it."""
+        ...
+
+
+class Committer(Protocol):
+    """Who makes a unit of work's writes durable, the one thing its kinds differ in."""
+
+    async def commit(self, recorded: Recorder) -> None:
+        """Make the unit's writes durable, then hand what `recorded` took note of to
+        ``AfterCommit``; or, where someone else commits, see that it is handed over
+        once they have."""
+        ...
+
+    async def end(self) -> None:
+        """The unit is left, committed or not: drop what did not commit, and give back
+        what the unit held."""
+        ...
+
+
+class UnitOfWork:
+    """A transaction that jobs and their messages are recorded in (``EnqueueUnitOfWork``).
+    `intake` records them; `commit` makes them durable and then hands the new messages
+    to the outbox's fast path and counts the new jobs, in one place (``AfterCommit``).
+    Nothing leaves, and nothing is counted, unless it commits. `committer` is who
+    commits; recording and handing over are the same whoever it is.
+
+    `commit` and `__aexit__` hand back the committer's coroutine rather than await it in
+    one of their own: an enqueue on its own is the API's hot path, and its unit adds no
+    coroutine to those of the store and ``AfterCommit``."""
+
+    intake: Recorder
+    _committer: Committer
+
+    def __init__(self, intake: Recorder, committer: Committer) -> None:
+        self.intake = intake
+        self._committer = committer
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    def __aexit__(self, *exc_info: object) -> Coroutine[Any, Any, None]:
+        return self._committer.end()
+
+    def commit(self) -> Coroutine[Any, Any, None]:
+        return self._committer.commit(self.intake)
+
+
 class RecordingIntake:
-    """The ``JobIntake`` of ``IntakeUnitOfWork``: encodes the message, once, adds the job
-    and that envelope through `store`, and notes what was new, for the commit: a new
-    job's type (it is counted) and its envelope (it is dispatched as it was stored)."""
+    """The intake of a unit over a store of one statement: encodes the message, once,
+    adds the job and that envelope through `store`, and notes what was new, for the
+    commit: a new job's type (it is counted) and its envelope (it is dispatched as it
+    was stored)."""
 
     def __init__(self, store: EnvelopeStore) -> None:
         self._store = store
@@ -170,30 +231,61 @@ class RecordingIntake:
         return envelopes, created
 
 
-class IntakeUnitOfWork:
-    """A unit of work of one statement: the store's `add` writes the job and its
-    message atomically on its own (on Postgres in one statement, shared with the
-    enqueues made at the same moment), so it is the commit point, and `commit` runs
-    what follows a commit. It holds nothing else: a use case that writes more uses
-    its context's unit of work and `EnqueueJob.into`."""
+class PendingOutbox(Outbox, Protocol):
+    """An outbox that keeps, in `pending`, the envelopes of the rows it added for
+    dispatch after the commit (``SqlaOutbox``)."""
 
-    def __init__(self, store: EnvelopeStore, after_commit: AfterCommit) -> None:
+    pending: list[Envelope]
+
+
+class TransactionIntake:
+    """The intake of a unit over a session's repositories: the job through its
+    repository, its message through its outbox (dispatched with the outbox's other
+    messages after the commit), in the unit's transaction."""
+
+    def __init__(self, jobs: JobRepository, outbox: PendingOutbox) -> None:
+        self._jobs = jobs
+        self._outbox = outbox
+
+    async def add(self, job: Job, message: JobMessage) -> Job:
+        stored = await self._jobs.add(job)
+        if stored.id == job.id:
+            await self._outbox.add(message)
+        return stored
+
+    def take(self) -> tuple[list[Envelope], Sequence[str]]:
+        """Every message the outbox is to dispatch and every job the repository created,
+        these and any other (a batch's, a chain's): the outbox and the repository are
+        where every new one of the transaction is noted."""
+        envelopes, self._outbox.pending = self._outbox.pending, []
+        return envelopes, self._jobs.take_created()
+
+
+class StatementCommit:
+    """Who commits in a unit over a store whose `add` commits on its own (on Postgres in
+    one statement, shared with the enqueues made at the same moment): that statement is
+    the commit point, so the unit's `commit` only hands over. It holds nothing of a
+    unit's: one serves them all. Such a unit holds nothing else either: a use case that
+    writes more uses its context's unit of work and `EnqueueJob.into`."""
+
+    def __init__(self, after_commit: AfterCommit) -> None:
         self._after_commit = after_commit
-        self.intake = RecordingIntake(store)
 
-    async def __aenter__(self) -> Self:
-        return self
+    def commit(self, recorded: Recorder) -> Coroutine[Any, Any, None]:
+        return self._after_commit(*recorded.take())
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def end(self) -> None:
         return None
 
-    async def commit(self) -> None:
-        await self._after_commit(*self.intake.take())
+
+def statement_units(store: EnvelopeStore, after_commit: AfterCommit) -> Callable[[], UnitOfWork]:
+    """Units of work of one statement over `store`, for `EnqueueJob`."""
+    committer = StatementCommit(after_commit)
+    return lambda: UnitOfWork(RecordingIntake(store), committer)
 
 
 def intake_units(
     store: EnvelopeStore, dispatcher: Dispatcher[Envelope], counter: EnqueueCounter | None = None
-) -> Callable[[], IntakeUnitOfWork]:
-    """Units of work of one statement over `store`, for `EnqueueJob`."""
-    after_commit = AfterCommit(dispatcher, counter)
-    return lambda: IntakeUnitOfWork(store, after_commit)
+) -> Callable[[], UnitOfWork]:
+    """`statement_units` with an AfterCommit of their own, over `dispatcher` and `counter`."""
+    return statement_units(store, AfterCommit(dispatcher, counter))

@@ -1,11 +1,10 @@
 """Enqueueing in a transaction.
 
-- ``TransactionIntake`` notes what a unit of work enqueued, for its commit (what
-  follows a commit is ``jobrail.outbox.committing``).
 - ``TransactionJobQueue``, ``TransactionWorkflows`` and ``OutboxEventPublisher`` are
   what a unit of work offers its use cases besides repositories: enqueueing jobs,
   starting batches and chains, and publishing integration events in the caller's
-  transaction.
+  transaction (a unit of work, and what follows its commit, are
+  ``jobrail.outbox.committing``'s).
 """
 
 import logging
@@ -13,11 +12,9 @@ import uuid
 from collections.abc import Sequence
 
 from jobrail.events.catalog import EventCatalog
-from jobrail.jobs.domain import Job
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.intake import EnqueueUnitOfWork
-from jobrail.jobs.messages import JobMessage
-from jobrail.jobs.ports import JobRepository, JobsUnitOfWork, Outbox
+from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.workflows import (
     BatchCommand,
     ChainCommand,
@@ -29,27 +26,6 @@ from jobrail.kernel.events import IntegrationEvent
 from jobrail.kernel.ids import JobId, TenantId
 
 log = logging.getLogger("jobrail.outbox")
-
-
-class TransactionIntake:
-    """The intake of a unit of work over repositories: the job through its
-    repository, its message through its outbox (dispatched with the outbox's other
-    messages after the commit), in the unit's transaction."""
-
-    def __init__(self, jobs: JobRepository, outbox: Outbox) -> None:
-        self._jobs = jobs
-        self._outbox = outbox
-
-    async def add(self, job: Job, message: JobMessage) -> Job:
-        stored = await self._jobs.add(job)
-        if stored.id == job.id:
-            await self._outbox.add(message)
-        return stored
-
-    def take_created(self) -> Sequence[str]:
-        """The jobs the repository created, these and any other (a batch's, a chain's):
-        the repository is where every new job of the transaction is noted."""
-        return self._jobs.take_created()
 
 
 class TransactionJobQueue:

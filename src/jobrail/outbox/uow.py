@@ -1,4 +1,8 @@
-from typing import Any, Self, TypeVar
+"""The unit of work on a session of its own: ``SqlaUnitOfWork``, the base of the contexts'
+units, and ``UnitOfWorkFactory``, which makes them. It is ``outbox.committing.UnitOfWork``
+with the session's repositories, committed by ``SessionCommit``."""
+
+from typing import Self, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -7,12 +11,17 @@ from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.intake import EnqueueCounter, JobCatalog
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock
-from jobrail.outbox.committing import AfterCommit, Dispatcher
+from jobrail.outbox.committing import (
+    AfterCommit,
+    Dispatcher,
+    Recorder,
+    TransactionIntake,
+    UnitOfWork,
+)
 from jobrail.outbox.inbox import SqlaInbox
 from jobrail.outbox.relay import SqlaOutbox
 from jobrail.outbox.transactional import (
     OutboxEventPublisher,
-    TransactionIntake,
     TransactionJobQueue,
     TransactionWorkflows,
 )
@@ -24,7 +33,31 @@ from jobrail.transport.codec import Envelope
 U = TypeVar("U", bound="SqlaUnitOfWork")
 
 
-class SqlaUnitOfWork:
+class SessionCommit:
+    """Who commits in a unit on a session of its own: the unit. `commit` commits the
+    session, then hands over; a unit left without a commit rolls it back; either way
+    the session is closed."""
+
+    def __init__(self, session: AsyncSession, after_commit: AfterCommit) -> None:
+        self._session = session
+        self._after_commit = after_commit
+        self.committed = False
+
+    async def commit(self, recorded: Recorder) -> None:
+        with database_errors():
+            await self._session.commit()
+        self.committed = True
+        await self._after_commit(*recorded.take())
+
+    async def end(self) -> None:
+        try:
+            if not self.committed:
+                await self._session.rollback()
+        finally:
+            await self._session.close()
+
+
+class SqlaUnitOfWork(UnitOfWork):
     """One session, one transaction. Rolls back unless `commit()` is called; after the
     commit, AfterCommit dispatches the messages the transaction added to the outbox
     and counts the jobs it created (every one its job repository inserted: enqueued,
@@ -52,13 +85,19 @@ class SqlaUnitOfWork:
         enqueue: EnqueueJob,
         workflows: Workflows,
     ) -> None:
+        # Not UnitOfWork's __init__: its intake and committer are made when it is
+        # entered, on the session it opens then.
         self._sessionmaker = sessionmaker
         self._after_commit = after_commit
         self._clock = clock
         self._event_catalog = event_catalog
         self._enqueue = enqueue
         self._workflows = workflows
-        self.committed = False
+        self._session_commit: SessionCommit | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self._session_commit is not None and self._session_commit.committed
 
     async def __aenter__(self) -> Self:
         self.session = self._sessionmaker()
@@ -70,22 +109,8 @@ class SqlaUnitOfWork:
         self.queue = TransactionJobQueue(self._enqueue, self)
         self.workflows = TransactionWorkflows(self._workflows, self)
         self.events = OutboxEventPublisher(self.queue, self._event_catalog)
-        self.committed = False
+        self._committer = self._session_commit = SessionCommit(self.session, self._after_commit)
         return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        try:
-            if not self.committed:
-                await self.session.rollback()
-        finally:
-            await self.session.close()
-
-    async def commit(self) -> None:
-        with database_errors():
-            await self.session.commit()
-        self.committed = True
-        pending, self.outbox.pending = self.outbox.pending, []
-        await self._after_commit(pending, self.jobs.take_created())
 
 
 class UnitOfWorkFactory:

@@ -34,7 +34,7 @@ from jobrail.limits.counters import LimitCounters
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
 from jobrail.limits.redis import RedisLimits
-from jobrail.outbox.committing import AfterCommit, DetachedDispatch, EnvelopeStore, IntakeUnitOfWork
+from jobrail.outbox.committing import AfterCommit, DetachedDispatch, EnvelopeStore, statement_units
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import RedisSettings, Settings
@@ -364,7 +364,7 @@ class PlatformProvider(Provider):
         settings: Settings,
     ) -> EnqueueJob:
         return EnqueueJob(
-            lambda: IntakeUnitOfWork(intake, after_commit),
+            statement_units(intake, after_commit),
             catalog,
             clock,
             settings.retry.max_attempts,
