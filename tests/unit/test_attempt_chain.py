@@ -18,6 +18,7 @@ from jobrail.worker.attempt import (
     Defer,
     Ending,
     GiveBack,
+    GiveUp,
     JobRun,
     NotStartable,
     Step,
@@ -27,7 +28,7 @@ from jobrail.worker.gating import Deferred, job_owner
 from jobrail.worker.runner import JobRunner, RunnerConfig
 from jobrail.worker.wait_notes import WaitNotes
 from jobrail.worker.watchdog import Kept
-from tests.fakes import FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
+from tests.fakes import START, FakeDispatcher, FakeJobStore, FakePublisher, FixedClock, make_job
 
 TIMEOUT = timedelta(seconds=30)
 LOCKED = JobLimits(lock=Lock(key="account:{message}", ttl_s=30))
@@ -63,7 +64,7 @@ class Recording:
 
     async def __call__(self, attempt: Attempt, call_next: Step) -> Ending:
         self._hook("before_claim")
-        if isinstance(self.stop, Defer | NotStartable):
+        if isinstance(self.stop, Defer | NotStartable | GiveUp):
             return self.stop
 
         async def claimed(attempt: Attempt) -> GiveBack | None:
@@ -99,7 +100,11 @@ class Worker:
             ),
             middleware,
             wait_notes=self.notes,
+            sleep=self.sleep,
         )
+
+    async def sleep(self, seconds: float) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
 
     def add(self) -> Job:
         job = make_job()
@@ -532,3 +537,56 @@ async def test_a_job_late_again_after_its_second_admission_gives_its_claim_back(
     assert given.message.not_before > clock.now()
     assert again.released == [False]
     assert late.released == [False]
+
+
+class BrokenFilter(Recording):
+    def applies_to(self, run: JobRun) -> bool:
+        raise RuntimeError("applies_to broke")
+
+
+async def test_a_middleware_failing_to_say_whether_it_applies_does_not_lose_the_delivery() -> None:
+    w = Worker(BrokenFilter("a", []))
+
+    done = await w.run(w.add())
+
+    assert w.events == []
+    assert done.status is JobStatus.PENDING
+    [again] = w.publisher.published  # sent round again, later, as any error before the claim
+    assert again.not_before is not None
+    assert again.not_before > w.clock.now()
+
+
+async def test_a_job_that_gives_up_while_another_attempt_holds_it_waits_out_that_lease() -> None:
+    events: list[str] = []
+    a = Recording("a", events, stop=GiveUp("waited longer than its type allows"))
+    w = Worker(a)
+    job = w.add()
+    job.start(w.clock.now(), timedelta(seconds=5))  # a dead worker's attempt, its lease live
+
+    done = await w.run(job)
+
+    # Held here until that lease ended, then claimed and failed: not sent to the back of
+    # the queue behind a delay tier.
+    assert w.publisher.published == []
+    assert done.status is JobStatus.FAILED
+    assert done.last_error == "waited longer than its type allows"
+    [letter] = w.dispatcher.dispatched
+    assert letter.queue == "jobs.dlq"
+    assert w.clock.now() >= START + timedelta(seconds=5)
+
+
+async def test_a_give_back_is_sent_even_if_a_middleware_fails_as_it_lets_go() -> None:
+    events: list[str] = []
+    a = Recording("a", events, fail_at="after_attempt")
+    b = Recording("b", events)
+    w = Worker(a, b)
+    job = w.add()
+    later = w.clock.now() + timedelta(seconds=7)
+    b.stop = GiveBack(w.delivery(job).again(later, deferred=True), "limited", w.clock.now())
+
+    done = await w.run(job)
+
+    assert done.status is JobStatus.RETRYING
+    assert done.attempts == 0
+    [again] = w.dispatcher.dispatched
+    assert again.not_before == later

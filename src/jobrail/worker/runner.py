@@ -26,24 +26,14 @@ renewals run on the worker's event loop: a handler that blocks the loop for long
 a lease cannot renew, may be taken over, and stops at its next await. Blocking work
 belongs in a thread, or needs a longer `JOBRAIL_JOBS__LEASE_S`.)
 
-Clocks. Leases are written and compared with the clock of the worker that claims or
-renews (`Clock`), not the database's: workers must agree on the time to better than
-RENEWAL_MARGIN of a lease (1 s of the default 6 s), which NTP gives by far. A worker
-whose clock runs that far ahead may claim a job whose holder is still running it. (The
-lock's fence comes from Redis's clock, so fenced writes stay safe.) Taking the
-database's now() in the claim and the renewal would lift the assumption, at the price
-of a store that no longer runs on the clock it is given.
-
-Waiting out an outage: while the database or the broker is away, the runner tries
-again with the platform's backoff (``jobrail.jobs.retry.backoff``), holding the
-delivery, logging the first failure and every twentieth (`hold`).
+Leases are written with the worker's clock (see ``jobrail.worker.watchdog``, "Clocks").
 """
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import TypeVar, assert_never
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage, Outgoing
@@ -69,10 +59,9 @@ from jobrail.worker.attempt import (
     Step,
 )
 from jobrail.worker.context import JobContext
-from jobrail.worker.job_store import ClaimResult, JobIdentity, JobStore
+from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.outcomes import (
     HOLD_LEASES,
-    Verdict,
     classify,
     conclude,
     failed,
@@ -138,13 +127,15 @@ class JobRunner:
             return
         if wait_s > 0:
             await asyncio.sleep(wait_s)  # shorter than the shortest tier: wait here
-        chain = self._chain(job_run)
         attempt: Attempt | None = None
         try:
+            chain = self._chain(job_run)
             hold_until: datetime | None = None
             while True:
                 attempt = Attempt(delivery, job_run, lambda: self._read(delivery))
                 ending = await chain(attempt)
+                if isinstance(ending, GiveUp):
+                    ending = await self._give_up(attempt, ending.reason)
                 if not isinstance(ending, Leased):
                     await self._act_on(ending, attempt)
                     return
@@ -170,16 +161,16 @@ class JobRunner:
 
     def _chain(self, job_run: JobRun) -> Step:
         """The job type's chain: the middleware that apply to it around `_step`, composed
-        once per type."""
+        once per type (kept while the type's `JobRun` is, which the entry holds)."""
         known = self._chains.get(id(job_run))
-        if known is not None and known[0] is job_run:
+        if known is not None:
             return known[1]
-        chain: Step = self._step
         applying = [m for m in self._middleware if m.applies_to(job_run)]
-        if job_run.limits and not applying:
-            # Fail closed: a limited job never runs unlimited because the chain was
-            # built without the middleware that enforces its limits.
-            chain = _unenforced
+        if not applying and not job_run.limits:
+            return self._step  # nothing to compose (an unknown type's run among them)
+        # Fail closed: a limited job never runs unlimited because the chain was built
+        # without the middleware that enforces its limits.
+        chain: Step = _unenforced if not applying else self._step
         for middleware in reversed(applying):
             chain = _link(middleware, chain)
         if len(self._chains) >= _CHAINS_MAX:
@@ -187,44 +178,72 @@ class JobRunner:
         self._chains[id(job_run)] = (job_run, chain)
         return chain
 
-    async def _act_on(self, ending: Ending, attempt: Attempt) -> None:
-        """What the chain ended in, once every middleware has let go of the delivery."""
+    async def _act_on(
+        self, ending: Recorded | Defer | NotStartable | None, attempt: Attempt
+    ) -> None:
+        """What the chain ended in, once every middleware has let go of the delivery
+        (the loop, `run`, takes a give-up and another attempt's lease)."""
         delivery = attempt.delivery
-        if isinstance(ending, Recorded):
-            if ending.messages:
-                await self._dispatcher.dispatch(ending.messages)
-        elif isinstance(ending, Defer):
-            noted_at = self._clock.now()
-            await self._hold_broker(ending.message)
-            if ending.wait is not None and self._wait_notes is not None:
-                self._wait_notes.note(delivery.job_id, ending.wait, noted_at)
-        elif isinstance(ending, NotStartable):
-            await self._not_claimed(delivery, ending.current, ending.now)
-        elif isinstance(ending, GiveUp):
-            await self._give_up(attempt, ending.reason)
+        match ending:
+            case Recorded(messages):
+                if messages:
+                    await self._dispatcher.dispatch(messages)
+            case Defer(message, wait):
+                noted_at = self._clock.now()
+                await self._hold_broker(message)
+                if wait is not None and self._wait_notes is not None:
+                    self._wait_notes.note(delivery.job_id, wait, noted_at)
+            case NotStartable(current, now):
+                await self._not_claimed(delivery, current, now)
+            case None:
+                pass
+            case _:
+                assert_never(ending)
 
     async def _step(self, attempt: Attempt) -> Ending:
         """Claim, attempt, record: the innermost link of every chain."""
-        delivery, job_run = attempt.delivery, attempt.run
-        lease, renewed = self._config.lease_of(job_run.timeout)
-        # The clock is read when the claim is made, not before the middleware's waits:
-        # a lease computed from an old "now" could already have ended.
-        claim = await self._claim(delivery, lease)
-        if claim.job is None:
-            now = self._clock.now()
-            if claim.current is not None and leased_elsewhere(delivery, claim.current, now):
-                return Leased(claim.current)
-            return NotStartable(claim.current, now)
-        job = attempt.job = claim.job
-        token = attempt.token = ClaimToken.of(job)
+        lease, renewed = self._config.lease_of(attempt.run.timeout)
+        job = await self._claim(attempt, lease)
+        if not isinstance(job, Job):
+            return job
+        token = ClaimToken.of(job)
         for hook in attempt.on_claimed:
             given = await hook(attempt)
             if given is not None:
-                return await self._give_back(job, token, given)
+                return await self._give_back(attempt, job, given)
         self._observer.claimed(job)
         outbox = await self._attempt(job, token, attempt, lease if renewed else None)
-        recorded = await self._hold_store(lambda: self._record(job, token, outbox))
-        if not recorded:
+        return await self._recorded(attempt, job, outbox)
+
+    async def _give_up(
+        self, attempt: Attempt, reason: str
+    ) -> Recorded | Leased | NotStartable | None:
+        """Claim the job only to fail it, as an attempt that ran out of attempts is."""
+        lease, _ = self._config.lease_of(attempt.run.timeout)
+        job = await self._claim(attempt, lease)
+        if not isinstance(job, Job):
+            return job
+        log.warning("job %s failed without running: %s", job.id, reason)
+        self._observer.claimed(job)
+        now = self._clock.now()
+        dlq = self._config.dead_letter_queue
+        return await self._recorded(
+            attempt, job, (failed(job, reason, attempt.delivery, dlq, now),)
+        )
+
+    async def _give_back(self, attempt: Attempt, job: Job, given: GiveBack) -> Recorded | None:
+        """A middleware turned away a job already claimed: give the claim and its
+        attempt back and send the message round, as a denial before the claim would."""
+        job.throttled(given.reason, given.run_after, given.now)
+        return await self._recorded(attempt, job, (given.message,))
+
+    async def _recorded(
+        self, attempt: Attempt, job: Job, outbox: Sequence[Outgoing]
+    ) -> Recorded | None:
+        """Record the attempt's outcome; its messages go once the middleware let go."""
+        assert attempt.token is not None
+        token = attempt.token
+        if not await self._hold_store(lambda: self._record(job, token, outbox)):
             log.warning(
                 "job %s attempt %d finished after another worker took it over; "
                 "its outcome (%s) was discarded",
@@ -236,32 +255,6 @@ class JobRunner:
         self._observer.recorded(job, token.started_at)
         attempt.outcome = outbox
         return Recorded(outbox)
-
-    async def _give_up(self, attempt: Attempt, reason: str) -> None:
-        """Claim the job only to fail it, as an attempt that ran out of attempts is."""
-        delivery = attempt.delivery
-        lease, _ = self._config.lease_of(attempt.run.timeout)
-        claim = await self._claim(delivery, lease)
-        if claim.job is None:
-            await self._not_claimed(delivery, claim.current, self._clock.now())
-            return
-        job = attempt.job = claim.job
-        token = ClaimToken.of(job)
-        log.warning("job %s failed without running: %s", job.id, reason)
-        self._observer.claimed(job)
-        now = self._clock.now()
-        letter = (failed(job, reason, delivery, self._config.dead_letter_queue, now),)
-        if await self._hold_store(lambda: self._record(job, token, letter)):
-            self._observer.recorded(job, token.started_at)
-            await self._dispatcher.dispatch(letter)
-
-    async def _give_back(self, job: Job, token: ClaimToken, given: GiveBack) -> Ending:
-        """A middleware turned away a job already claimed: give the claim and its
-        attempt back and send the message round, as a denial before the claim would."""
-        job.throttled(given.reason, given.run_after, given.now)
-        if await self._hold_store(lambda: self._record(job, token, (given.message,))):
-            return Recorded((given.message,))
-        return None
 
     async def _defer_after_error(self, delivery: JobMessage) -> None:
         """An unexpected error before the claim: never let the delivery be acknowledged
@@ -302,46 +295,50 @@ class JobRunner:
             watchdog = Watchdog(holds, job.id, time_limit_s=timeout.total_seconds())
             result = await watchdog.run(lambda: job_run.handler(job.payload, ctx))
             stored = stored_result(result, self._config.max_result_bytes)
-        except Exception as exc:  # every ending has its verdict (jobrail.worker.outcomes)
+        except Exception as exc:  # every ending has its verdict, applied by `conclude`
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
-            return await self._conclude(job, verdict, job_run, attempt.delivery)
+            cancel_requested = verdict.runs_again and await self._hold_store(
+                lambda: self._store.cancel_requested(job.id)
+            )
+            return conclude(
+                job,
+                verdict,
+                now=self._clock.now(),
+                policy=self._retry.for_type(job_run.retry_base_s, job_run.retry_cap_s),
+                cancel_requested=cancel_requested,
+                limits=job_run.limits,
+                delivery=attempt.delivery,
+                dead_letter_queue=self._config.dead_letter_queue,
+            )
         finally:
             # The latest report lands before the outcome is recorded.
             await progress.close()
         job.succeed(stored, self._clock.now())
         return ()
 
-    async def _conclude(
-        self, job: Job, verdict: Verdict, job_run: JobRun, delivery: JobMessage
-    ) -> Sequence[Outgoing]:
-        """Apply an attempt's failure to the job (``jobrail.worker.outcomes.conclude``);
-        return the messages to send."""
-        cancel_requested = verdict.runs_again and await self._hold_store(
-            lambda: self._store.cancel_requested(job.id)
-        )
-        return conclude(
-            job,
-            verdict,
-            now=self._clock.now(),
-            policy=self._retry.for_type(job_run.retry_base_s, job_run.retry_cap_s),
-            cancel_requested=cancel_requested,
-            limits=job_run.limits,
-            delivery=delivery,
-            dead_letter_queue=self._config.dead_letter_queue,
-        )
-
     async def _not_claimed(self, delivery: JobMessage, current: Job | None, now: datetime) -> None:
         message = sent_on(delivery, current, now, self._config.dead_letter_queue)
         if message is not None:
             await self._hold_broker(message)
 
-    async def _claim(self, delivery: JobMessage, lease: timedelta) -> ClaimResult:
+    async def _claim(self, attempt: Attempt, lease: timedelta) -> Job | Leased | NotStartable:
+        """Claim the attempt's job (`Attempt.job`, `Attempt.token`), or say why not. The
+        clock is read when the claim is made, not before the middleware's waits: a lease
+        computed from an old "now" could already have ended."""
+        delivery = attempt.delivery
         identity = JobIdentity(delivery.tenant_id, delivery.job_type)
-        return await self._hold_store(
+        claim = await self._hold_store(
             lambda: self._store.claim(delivery.job_id, self._clock.now(), lease, identity)
         )
+        if claim.job is None:
+            now = self._clock.now()
+            if claim.current is not None and leased_elsewhere(delivery, claim.current, now):
+                return Leased(claim.current)
+            return NotStartable(claim.current, now)
+        attempt.job, attempt.token = claim.job, ClaimToken.of(claim.job)
+        return claim.job
 
     def _record(self, job: Job, token: ClaimToken, outbox: Sequence[Outgoing]) -> Awaitable[bool]:
         """Record through the flows' recorder only what may end a flow's member."""
@@ -372,7 +369,9 @@ async def hold(
     max_delay: timedelta,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """Run `operation` until the service it needs answers, backing off up to `max_delay`."""
+    """Run `operation` until the service it needs (the database, the broker) answers,
+    holding the delivery: the platform's backoff up to `max_delay`, the first failure
+    logged and every twentieth."""
     failures = 0
     while True:
         try:

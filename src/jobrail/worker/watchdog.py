@@ -12,6 +12,14 @@ The watchdog runs the attempt in the caller's task and renews on one timer (the 
 of its holds' renewals and deadlines, and the attempt's own time limit), not in tasks of
 its own: most jobs end before the first renewal is due and pay for one timer, nothing
 more.
+
+Clocks. Leases are written and compared with the clock of the worker that claims or
+renews (`Clock`), not the database's: workers must agree on the time to better than
+RENEWAL_MARGIN of a lease (1 s of the default 6 s), which NTP gives by far. A worker
+whose clock runs that far ahead may claim a job whose holder is still running it. (The
+lock's fence comes from Redis's clock, so fenced writes stay safe.) Taking the
+database's now() in the claim and the renewal would lift the assumption, at the price
+of a store that no longer runs on the clock it is given.
 """
 
 import asyncio
