@@ -272,6 +272,9 @@ class StatementCommit:
         self._after_commit = after_commit
 
     def commit(self, recorded: Recorder) -> Coroutine[Any, Any, None]:
+        # What was recorded is taken now, when `commit()` is called, not when it is
+        # awaited: every caller awaits it at once. (Were one not to, its messages would
+        # miss the fast path only: their rows are committed, and the relay sends them.)
         return self._after_commit(*recorded.take())
 
     async def end(self) -> None:
