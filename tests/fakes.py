@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, Job, JobProgress, JobStatus
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, Job, JobStatus
 from jobrail.jobs.flow import Flow
 from jobrail.jobs.messages import DeadLetter, Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
+from jobrail.jobs.progress import JobProgress
 from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.kernel.ids import JobId, TenantId
@@ -33,6 +34,10 @@ class FixedClock:
         self.current += delta
 
 
+# The statuses in which a job holds its unique key (the partial unique index's).
+ACTIVE = frozenset({JobStatus.PENDING, JobStatus.RETRYING, JobStatus.RUNNING})
+
+
 class FakeJobRepository:
     def __init__(self, jobs: dict[JobId, Job]) -> None:
         self._jobs = jobs
@@ -44,6 +49,14 @@ class FakeJobRepository:
                     job.tenant_id,
                     job.idempotency_key,
                 ):
+                    return copy.deepcopy(existing)
+        if job.unique_key is not None:
+            for existing in self._jobs.values():
+                if (existing.tenant_id, existing.type, existing.unique_key) == (
+                    job.tenant_id,
+                    job.type,
+                    job.unique_key,
+                ) and existing.status in ACTIVE:
                     return copy.deepcopy(existing)
         self._jobs[job.id] = copy.deepcopy(job)
         return job
@@ -258,6 +271,14 @@ class FakeJobStore:
             return ClaimResult(job=None, current=copy.deepcopy(job))
         job.start(now, lease)
         return ClaimResult(job=copy.deepcopy(job))
+
+    async def expire(self, job_id: JobId, now: datetime) -> Job | None:
+        self._maybe_fail()
+        job = self.jobs.get(job_id)
+        if job is None or not job.can_expire(now):
+            return None
+        job.expire(now)
+        return copy.deepcopy(job)
 
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         self._maybe_fail()

@@ -12,8 +12,9 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from jobrail.cli.schema import migrate
-from jobrail.jobs.domain import Job, JobProgress, JobStatus, Wait, WaitsOn
+from jobrail.jobs.domain import Job, JobStatus, Wait, WaitsOn
 from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.progress import JobProgress
 from jobrail.settings import DatabaseSettings, Settings
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
 from jobrail.store.pg_intake import PgJobIntake
@@ -559,3 +560,107 @@ async def test_a_claim_clears_what_the_job_waited_for(subject: StoreUnderTest) -
     assert claimed is not None
     assert claimed.waiting is None
     assert (await subject.read(job)).waiting is None
+
+
+# -- deadlines ----------------------------------------------------------------------------
+
+
+async def test_no_attempt_starts_at_or_after_the_deadline_and_the_job_expires(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job(deadline=START + timedelta(seconds=10))
+    await subject.put(job)
+    deadline = START + timedelta(seconds=10)
+
+    early = await subject.store.expire(job.id, deadline - timedelta(seconds=1))
+    late_claim = await subject.store.claim(job.id, deadline, LEASE)
+    expired = await subject.store.expire(job.id, deadline)
+    again = await subject.store.expire(job.id, deadline + timedelta(seconds=1))
+
+    assert early is None
+    assert late_claim.job is None
+    assert late_claim.current is not None
+    assert late_claim.current.status is JobStatus.PENDING
+    assert expired is not None
+    assert expired.status is JobStatus.EXPIRED
+    stored = await subject.read(job)
+    assert stored.status is JobStatus.EXPIRED
+    assert stored.attempts == 0  # it never ran
+    assert stored.started_at is None
+    assert stored.finished_at == deadline
+    assert stored.last_error == "not started by its deadline"
+    assert again is None  # ended: nothing to expire
+
+
+async def test_a_job_claimed_before_its_deadline_runs_and_is_not_expired_while_held(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job(deadline=START + timedelta(seconds=10))
+    await subject.put(job)
+
+    claimed = await subject.store.claim(job.id, START, LEASE)
+    held = await subject.store.expire(job.id, START + timedelta(seconds=11))
+
+    assert claimed.job is not None
+    assert held is None
+    assert (await subject.read(job)).status is JobStatus.RUNNING
+
+
+async def test_a_dead_workers_job_past_its_deadline_expires_instead_of_being_taken_over(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job(deadline=START + timedelta(seconds=10))
+    await subject.put(job)
+    await subject.store.claim(job.id, START, LEASE)  # its worker dies
+
+    takeover = await subject.store.claim(job.id, START + LEASE, LEASE)
+    expired = await subject.store.expire(job.id, START + LEASE)
+
+    assert takeover.job is None
+    assert expired is not None
+    assert expired.status is JobStatus.EXPIRED
+    assert expired.attempts == 1
+
+
+# -- unique keys --------------------------------------------------------------------------
+
+
+async def test_a_unique_key_returns_the_active_job_of_its_type_whatever_the_payload(
+    intake: Any,
+) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    first = make_job(unique_key="sync:42", payload={"n": 1})
+    second = make_job(unique_key="sync:42", payload={"n": 2})
+    other_type = make_job(unique_key="sync:42", type="demo.other")
+    other_tenant = make_job(unique_key="sync:42", tenant_id="globex")
+
+    def message(job: Job) -> JobMessage:
+        return JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+
+    stored = [await store.add(job, message(job)) for job in (first, second, other_type)]
+    stored.append(await store.add(other_tenant, message(other_tenant)))
+
+    assert [job.id for job in stored] == [first.id, first.id, other_type.id, other_tenant.id]
+    assert stored[1].payload == {"n": 1}
+    assert await messages() == 3
+
+
+async def test_unique_enqueues_made_together_store_one_job_and_one_message(intake: Any) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    jobs_ = [make_job(unique_key="together", payload={"n": n}) for n in range(5)]
+
+    stored = await asyncio.gather(
+        *(
+            store.add(
+                job, JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="a")
+            )
+            for job in jobs_
+        )
+    )
+
+    assert len({job.id for job in stored}) == 1
+    assert await messages() == 1

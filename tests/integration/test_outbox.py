@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.ports import ClaimToken
 from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.store.outbox_rows import insert_outbox_rows
@@ -315,3 +316,55 @@ async def test_a_round_that_fails_as_a_whole_keeps_the_marks_of_the_rounds_befor
     assert set(publisher.published) == {str(batch[0].id) for batch in batches}
     assert marks.statements == 1
     assert await _unpublished(engine) == 3
+
+
+async def test_the_deadline_sweep_expires_the_waiting_jobs_past_their_deadline_alone(
+    engine: AsyncEngine,
+) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from jobrail.jobs.domain import JobStatus
+    from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
+    from jobrail.store.tables import job_events, jobs
+
+    now = START + timedelta(minutes=10)
+    past, retrying, ahead, running, plain = (
+        make_job(deadline=now - timedelta(seconds=1)),
+        make_job(deadline=now),
+        make_job(deadline=now + timedelta(seconds=1)),
+        make_job(deadline=now - timedelta(seconds=1)),
+        make_job(),
+    )
+    async with AsyncSession(engine) as session:
+        for job in (past, retrying, ahead, running, plain):
+            await SqlaJobRepository(session).add(job)
+        await session.commit()
+    store = SqlaJobStore(engine)
+    claimed = (await store.claim(retrying.id, START, timedelta(seconds=30))).job
+    assert claimed is not None
+    claimed.retry_later("boom", START + timedelta(minutes=20), START)
+    assert await store.record(claimed, ClaimToken.of(claimed), [])
+    await store.claim(running.id, START, timedelta(hours=1))  # runs on a live lease
+    relay = OutboxRelay(
+        engine,
+        SlowCountingPublisher(),
+        FixedClock(now),
+        NO_TYPES,
+        batch=1,  # one at a time: the sweep goes on until none is left
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )
+
+    swept = [await relay.expire_overdue() for _ in range(3)]
+
+    assert swept == [1, 1, 0]
+    async with engine.connect() as conn:
+        statuses = dict((await conn.execute(select(jobs.c.id, jobs.c.status))).all())
+        events = (
+            await conn.execute(select(job_events.c.job_id).where(job_events.c.name == "expired"))
+        ).all()
+    assert statuses[past.id] == statuses[retrying.id] == JobStatus.EXPIRED.value
+    assert statuses[ahead.id] == JobStatus.PENDING.value
+    assert statuses[running.id] == JobStatus.RUNNING.value
+    assert statuses[plain.id] == JobStatus.PENDING.value
+    assert sorted(str(row.job_id) for row in events) == sorted([str(past.id), str(retrying.id)])

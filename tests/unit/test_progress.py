@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.domain import JobProgress, JobStatus
+from jobrail.jobs.domain import JobStatus
 from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.errors import TransientError
 from jobrail.kernel.ids import JobId
 from jobrail.worker.context import JobContext

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from jobrail.jobs.domain import JobProgress, JobStatus, Wait
+from jobrail.jobs.domain import JobStatus, Wait
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 
@@ -30,6 +31,7 @@ EVENT_NAMES = (
     "succeeded",
     "failed",
     "cancelled",
+    "expired",
     "released",
     "redriven",
 )
@@ -37,11 +39,12 @@ EVENT_NAMES = (
 claimed it; progress: the attempt reported how far it got; deferred: a limit or lock
 turned it away (its `waiting` says what and until when); retrying: an attempt failed,
 or a vendor's 429 (ThrottledError) asked it to wait, and it runs again later;
-succeeded, failed, cancelled: it ended; released: a flow released a blocked job;
+succeeded, failed, cancelled: it ended; expired: its deadline passed before it could
+start, and it never ran; released: a flow released a blocked job;
 redriven: an operator ran a failed or cancelled job again. A job whose worker was lost
 is taken over by another: that shows as its next `started`."""
 
-ENDED = frozenset({"succeeded", "failed", "cancelled"})
+ENDED = frozenset({"succeeded", "failed", "cancelled", "expired"})
 
 FOLDED = "progress"
 """The event a job's story folds (`StoryLine`): an attempt reports its progress several

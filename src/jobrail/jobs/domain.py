@@ -6,19 +6,20 @@
        │                 │  ├──fail──► failed ──redrive──► pending
        │                 │  └──cancelled (at a checkpoint, after cancel was requested)
     pending | retrying | blocked ──cancel──► cancelled
+    pending | retrying ──expire──► expired   (its deadline passed before it could start)
 
 A running job whose lease has ended (its worker died) may be started again: the
 new start is a takeover and counts as an attempt.
 """
 
-import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from jobrail.kernel.errors import ConflictError
+from jobrail.jobs.progress import JobProgress
+from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.kernel.keys import fitted_or_none
 
@@ -33,18 +34,23 @@ class JobStatus(StrEnum):
     BLOCKED = "blocked"
     """Waits for other jobs to end (its chain's step before it, its batch's members);
     it has no message until they release it (jobrail.jobs.flow)."""
+    EXPIRED = "expired"
+    """Its deadline passed before an attempt could start: it never ran (again)."""
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL_STATUSES
 
 
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+TERMINAL_STATUSES = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
 CLAIMABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.RETRYING})
 # A job in one of these may be cancelled at once (none of its attempts is running).
 IDLE_STATUSES = CLAIMABLE_STATUSES | {JobStatus.BLOCKED}
 
 MAX_ERROR_LENGTH = 2000
+EXPIRED_ERROR = "not started by its deadline"
 
 # A job deferred to a time may start this much before it (timers and clocks differ).
 DUE_TOLERANCE = timedelta(milliseconds=10)
@@ -102,53 +108,6 @@ class Wait:
         )
 
 
-MAX_PROGRESS_MESSAGE_LENGTH = 200
-
-
-@dataclass(frozen=True, slots=True)
-class JobProgress:
-    """How far the running attempt says it has got: `current` of `total` (None: a total
-    not known), with a short message. Numbers are finite and not negative, and `current`
-    is at most `total` when both are given."""
-
-    current: int | float
-    total: int | float | None
-    message: str | None
-    updated_at: datetime
-
-    def __post_init__(self) -> None:
-        check_progress(self.current, self.total, self.message)
-
-
-def check_progress(current: object, total: object, message: object) -> None:
-    """Raise ValueError, naming the problem, unless these make a JobProgress. (Cheap
-    enough for a handler that reports in a tight loop.)"""
-    _require_amount("current", current)
-    if total is not None:
-        _require_amount("total", total)
-        if current > total:  # type: ignore[operator]
-            raise ValueError(f"progress current ({current}) is larger than its total ({total})")
-    if message is not None:
-        if not isinstance(message, str):
-            raise ValueError("progress message must be a string")
-        if len(message) > MAX_PROGRESS_MESSAGE_LENGTH:
-            raise ValueError(
-                f"progress message is longer than {MAX_PROGRESS_MESSAGE_LENGTH} characters"
-            )
-        if "\x00" in message:
-            raise ValueError("progress message holds a NUL character")
-
-
-def _require_amount(name: str, value: object) -> None:
-    # bool is an int to Python, never an amount of work.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"progress {name} must be a number, not {type(value).__name__}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"progress {name} must be finite, not {value}")
-    if value < 0:
-        raise ValueError(f"progress {name} must not be negative ({value})")
-
-
 class FlowRole(StrEnum):
     """A job's part in its batch or chain."""
 
@@ -199,6 +158,11 @@ class Job:
     run_after: datetime | None = None
     lease_until: datetime | None = None
     cancel_requested: bool = False
+    deadline: datetime | None = None
+    """No attempt starts at or after it: a job still waiting then ends expired."""
+    unique_key: str | None = None
+    """While the job is active, another enqueue of its tenant and type with this key
+    returns it instead of making a new job."""
     waiting: Wait | None = None
     """What the job waits for while its limits defer it (None once it starts)."""
     progress: JobProgress | None = None
@@ -230,9 +194,16 @@ class Job:
         trace_context: dict[str, str] | None = None,
         flow: FlowLink | None = None,
         blocked: bool = False,
+        deadline: datetime | None = None,
+        unique_key: str | None = None,
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        if deadline is not None and deadline <= (run_after or now):
+            raise InvalidInputError(
+                f"deadline {deadline.isoformat()} is not after the job is due "
+                f"({(run_after or now).isoformat()})"
+            )
         return cls(
             id=id,
             type=type,
@@ -249,12 +220,37 @@ class Job:
             trace_context=dict(trace_context or {}),
             flow=flow,
             status=JobStatus.BLOCKED if blocked else JobStatus.PENDING,
+            deadline=deadline,
+            unique_key=fitted_or_none(unique_key),
         )
 
     def can_start(self, now: datetime) -> bool:
+        if self.past_deadline(now):
+            return False
         if self.status in CLAIMABLE_STATUSES:
             return self.is_due(now)
         return self.status is JobStatus.RUNNING and self.lease_expired(now)
+
+    def past_deadline(self, now: datetime) -> bool:
+        return self.deadline is not None and self.deadline <= now
+
+    def can_expire(self, now: datetime) -> bool:
+        """Its deadline has passed while it waits to start (pending or retrying), or
+        while a worker that died held it: no attempt of it may start any more."""
+        if not self.past_deadline(now):
+            return False
+        if self.status in CLAIMABLE_STATUSES:
+            return True
+        return self.status is JobStatus.RUNNING and self.lease_expired(now)
+
+    def expire(self, now: datetime) -> None:
+        """The deadline passed before an attempt could start: the job ends, never run."""
+        if not self.can_expire(now):
+            raise IllegalTransitionError(self, "expire")
+        self.status = JobStatus.EXPIRED
+        self.last_error = EXPIRED_ERROR
+        self.run_after = None
+        self._finish(now)
 
     def lease_expired(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until <= now

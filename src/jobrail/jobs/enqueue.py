@@ -30,6 +30,11 @@ class EnqueueJob:
     - The job type must be registered and the payload must fit its schema.
     - The same tenant and Idempotency-Key return the job made the first time and
       publish nothing new; the key reused for a different type or payload is a conflict.
+    - A unique key: while a job of the tenant and type with that key is pending,
+      retrying or running, the enqueue returns it (created False), whatever its
+      payload; once it has ended, a new job is made.
+    - A deadline: no attempt starts at or after it; a job still waiting then ends
+      expired (it must be after the job is due).
     - Every job belongs to the tenant that asked for it.
     - The job keeps the trace context of its enqueue: its messages carry it, and the
       worker's spans join the caller's trace.
@@ -75,8 +80,9 @@ class EnqueueJob:
         job = await uow.intake.add(candidate, message_for(candidate, job_type))
         created = job.id == candidate.id
         _traced(span, job, created=created)
-        if not created:
+        if not created and _same_key(job.idempotency_key, candidate.idempotency_key):
             _ensure_same_request(job, candidate)
+        # Else the active job that holds the unique key: returned whatever its payload.
         return EnqueueResult(job=job, created=created)
 
 
@@ -96,6 +102,8 @@ def new_job(
         idempotency_key=cmd.idempotency_key,
         run_after=cmd.run_after,
         trace_context=dict(cmd.trace_context) or _current_trace_context(),
+        deadline=cmd.deadline,
+        unique_key=cmd.unique_key,
     )
 
 
@@ -138,6 +146,10 @@ def message_for(
         limit_keys=None if job_type is None else job_type.limit_keys(job.payload, job.tenant_id),
         not_before=not_before or job.run_after,
     )
+
+
+def _same_key(existing: str | None, candidate: str | None) -> bool:
+    return candidate is not None and existing == candidate
 
 
 def _ensure_same_request(existing: Job, candidate: Job) -> None:

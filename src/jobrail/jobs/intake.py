@@ -29,6 +29,8 @@ class EnqueueJobCommand:
     idempotency_key: str | None = None
     entity_id: str | None = None
     run_after: datetime | None = None
+    deadline: datetime | None = None
+    unique_key: str | None = None
     trace_context: Mapping[str, str] = field(default_factory=dict)
 
 

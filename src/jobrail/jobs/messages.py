@@ -50,6 +50,9 @@ class JobMessage:
     """Deferrals in a row because the limits store could not be reached (its backoff)."""
     waiting_since: datetime | None = None
     """When the limits first deferred the job since it last ran (None: never)."""
+    deadline: datetime | None = None
+    """The job's deadline: a worker that gets the message at or after it expires the job
+    without gating or claiming it."""
 
     @classmethod
     def of(
@@ -69,6 +72,7 @@ class JobMessage:
             not_before=not_before,
             limit_keys=None if limit_keys is None else tuple(limit_keys),
             trace_context=dict(job.trace_context),
+            deadline=job.deadline,
         )
 
     def names(self, job: Job) -> bool:

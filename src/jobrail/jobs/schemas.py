@@ -20,7 +20,7 @@ from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
 
 JobStatusName = Literal[
-    "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked"
+    "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked", "expired"
 ]
 
 
@@ -131,6 +131,15 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     run_after: datetime | None = Field(description="When a retrying job's next attempt is due.")
+    deadline: datetime | None = Field(
+        default=None,
+        description="No attempt starts at or after it: a job still waiting then ends expired.",
+    )
+    unique_key: str | None = Field(
+        default=None,
+        description="While this job is pending, retrying or running, an enqueue of its type "
+        "with this key returns it instead of making a new one.",
+    )
     waiting: WaitingOut | None = Field(
         default=None,
         description="A due job its limits or lock defer: what it waits for, until when.",
@@ -162,6 +171,8 @@ class JobOut(BaseModel):
             started_at=job.started_at,
             finished_at=job.finished_at,
             run_after=job.run_after,
+            deadline=job.deadline,
+            unique_key=job.unique_key,
             waiting=None
             if job.waiting is None
             else WaitingOut(

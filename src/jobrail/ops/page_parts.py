@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import datetime
 
-from jobrail.jobs.domain import Job, JobProgress
+from jobrail.jobs.domain import Job
 from jobrail.jobs.flow import Flow, FlowCounts, FlowStatus
+from jobrail.jobs.progress import JobProgress
 
 # The path the API is mounted at (the ASGI root_path, "/jobrail" under a host's
 # app.mount("/jobrail", ...)), for the console's links, forms, redirects and cookies:

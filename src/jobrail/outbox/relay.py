@@ -8,7 +8,8 @@
   relays at once are safe because each batch is taken with FOR UPDATE SKIP LOCKED.
   It also sweeps leases: a job still "running" long after its lease ended lost both
   its worker and its message (an unexpected error, a message dropped by an
-  operator), so the relay publishes it again and the next claim takes it over.
+  operator), so the relay publishes it again and the next claim takes it over. And
+  it expires the jobs still waiting when their deadline passes.
 
 Each batch published is a span (``outbox publish``, ``outbox relay``). The messages
 carry their job's trace context from the enqueue, so a worker's span joins the
@@ -17,7 +18,7 @@ enqueue's trace whichever path published the message.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +37,7 @@ from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.outbox_rows import insert_outbox_rows
+from jobrail.store.queries import EXPIRE_OVERDUE
 from jobrail.store.tables import jobs, outbox
 from jobrail.transport.codec import Envelope, EnvelopePublisher, encode
 
@@ -201,6 +203,16 @@ class OutboxPublisher:
             log.info("fast path left %d messages to the relay: %s", left_over, why)
 
 
+async def _swept(what: str, sweep: Callable[[], Awaitable[int]]) -> None:
+    try:
+        await sweep()
+    except StoreUnavailableError as exc:
+        # An outage, said once a sweep by the relay below: no traceback.
+        log.warning("%s: database unavailable (%s)", what, exc)
+    except Exception:
+        log.exception("%s failed; trying again later", what)
+
+
 class EnvelopeDispatch:
     """An ``OutboxPublisher`` as a dispatcher of envelopes (``dispatch`` and
     ``dispatch_each`` as the OutboxDispatcher port has them, over encoded messages)."""
@@ -223,6 +235,7 @@ class OutboxRelay:
         interval: timedelta,
         sweep_every: timedelta = timedelta(seconds=30),
         sweep_after: timedelta = timedelta(seconds=60),
+        expire_every: timedelta = timedelta(seconds=5),
     ) -> None:
         self._engine = engine
         self._publisher = publisher
@@ -234,6 +247,8 @@ class OutboxRelay:
         self._sweep_every = sweep_every.total_seconds()
         self._sweep_after = sweep_after
         self._last_sweep = 0.0
+        self._expire_every = expire_every.total_seconds()
+        self._last_expiry = 0.0
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Relay and sweep until `stop` is set (never, without one): it is looked at
@@ -243,13 +258,10 @@ class OutboxRelay:
         while not stop.is_set():
             if loop.time() - self._last_sweep >= self._sweep_every:
                 self._last_sweep = loop.time()
-                try:
-                    await self.sweep_leases()
-                except StoreUnavailableError as exc:
-                    # An outage, said once a sweep by the relay below: no traceback.
-                    log.warning("lease sweep: database unavailable (%s)", exc)
-                except Exception:
-                    log.exception("lease sweep failed; trying again later")
+                await _swept("lease sweep", self.sweep_leases)
+            if loop.time() - self._last_expiry >= self._expire_every:
+                self._last_expiry = loop.time()
+                await _swept("deadline sweep", self.expire_overdue)
             try:
                 published = await self.relay_once()
             except StoreUnavailableError as exc:
@@ -328,6 +340,19 @@ class OutboxRelay:
                 .values(attempts=outbox.c.attempts + 1, last_error=str(first_error)[:500])
             )
         return len(published)
+
+    async def expire_overdue(self) -> int:
+        """Expire the waiting jobs whose deadline has passed, a batch at a time: a job
+        whose message is parked behind a delay or a limit ends on time all the same (a
+        worker that gets the message first expires it as well). How many expired."""
+        now = self._clock.now()
+        with database_errors():
+            async with self._engine.begin() as conn:
+                rows = await conn.execute(EXPIRE_OVERDUE, {"now": now, "batch": self._batch})
+                expired = len(rows.all())
+        if expired:
+            log.info("%d jobs expired: not started by their deadline", expired)
+        return expired
 
     async def sweep_leases(self) -> int:
         """Publish again the jobs whose lease ended more than `sweep_after` ago."""

@@ -1,7 +1,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, exists, literal, select
+from sqlalchemy import ColumnElement, Select, Table, and_, exists, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -37,12 +37,14 @@ async def insert_or_existing(
     options: Mapping[str, Any],
     what: str,
     other: Table | None = None,
+    holder: Select[Any] | None = None,
 ) -> RowMapping | None:
     """Insert `row` into `table` (jobs or flows) unless the tenant has a row of its
-    idempotency key already: None when inserted, else that row. ConflictError, naming
-    `what` ("a job"), while that other row is not visible yet (its transaction is still
-    open), and when the key made a row of `other` (flows for a job, jobs for a flow): a
-    key names one request, whether it started a job or a batch."""
+    idempotency key already, or (a job with a unique key) `holder` finds the active job
+    that holds its unique key: None when inserted, else that row. ConflictError, naming `what` ("a
+    job"), while that other row is not visible yet (its transaction is still open), and
+    when the key made a row of `other` (flows for a job, jobs for a flow): a key names
+    one request, whether it started a job or a batch."""
     key = row["idempotency_key"]
     dialect = session.get_bind().dialect.name
     if other is None or key is None:
@@ -53,24 +55,30 @@ async def insert_or_existing(
         free = key_is_free(other, tenant_id=row["tenant_id"], idempotency_key=key)
         values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
         statement = upsert_insert(dialect, table).from_select(list(row), values.where(free))
-    statement = statement.on_conflict_do_nothing(index_elements=IDEMPOTENCY_KEY).returning(
-        table.c.id
-    )
+    # No target: a row that any unique index refuses (its idempotency key's, or its
+    # unique key's while an active job holds it) is left out alike.
+    statement = statement.on_conflict_do_nothing().returning(table.c.id)
     inserted = (await session.execute(statement, execution_options=options)).scalar_one_or_none()
     if inserted is not None:
         return None
-    existing = await session.execute(
-        select(table).where(keyed(table, tenant_id=row["tenant_id"], idempotency_key=key)),
-        execution_options=options,
-    )
-    found = existing.mappings().first()
-    if found is not None:
-        return found
-    if other is not None:
-        used_for = await key_used_for(session, other, row["tenant_id"], key, options)
-        if used_for is not None:
-            raise ConflictError(f"Idempotency-Key {key!r} was already used for {used_for}")
-    raise ConflictError(f"{what} with this Idempotency-Key is being created; try again")
+    if key is not None:
+        existing = await session.execute(
+            select(table).where(keyed(table, tenant_id=row["tenant_id"], idempotency_key=key)),
+            execution_options=options,
+        )
+        found = existing.mappings().first()
+        if found is not None:
+            return found
+        if other is not None:
+            used_for = await key_used_for(session, other, row["tenant_id"], key, options)
+            if used_for is not None:
+                raise ConflictError(f"Idempotency-Key {key!r} was already used for {used_for}")
+    if holder is not None:
+        held = await session.execute(holder, execution_options=options)
+        active: RowMapping | None = held.mappings().first()
+        if active is not None:
+            return active
+    raise ConflictError(f"{what} with this key is being created; try again")
 
 
 async def key_used_for(

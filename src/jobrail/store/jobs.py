@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobProgress
+from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store import queries as q
@@ -36,7 +37,13 @@ class SqlaJobRepository:
     async def add(self, job: Job) -> Job:
         with database_errors():
             existing = await insert_or_existing(
-                self._session, jobs, job_row(job), self._options, "a job", other=flows
+                self._session,
+                jobs,
+                job_row(job),
+                self._options,
+                "a job",
+                other=flows,
+                holder=None if job.unique_key is None else _unique_holder(job),
             )
         if existing is not None:
             return job_from_row(existing)
@@ -159,6 +166,11 @@ def _holding(job_id: JobId, claim: ClaimToken) -> dict[str, Any]:
     return {"job_id": job_id, "claimed_attempt": claim.attempt, "claimed_at": claim.started_at}
 
 
+def _unique_holder(job: Job) -> Any:
+    """The active job of `job`'s tenant, type and unique key."""
+    return q.BY_UNIQUE.params(tenant_id=job.tenant_id, type=job.type, unique_key=job.unique_key)
+
+
 class SqlaJobStore:
     """Each method is one short transaction of its own: a worker never holds a
     transaction open while a job runs. Its statements are queries.py's, as the
@@ -171,6 +183,13 @@ class SqlaJobStore:
         with database_errors():
             async with self._engine.connect() as conn:
                 row = (await conn.execute(q.GET, {"job_id": job_id})).mappings().first()
+        return job_from_row(row) if row else None
+
+    async def expire(self, job_id: JobId, now: datetime) -> Job | None:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                expiring = {"job_id": job_id, "now": now}
+                row = (await conn.execute(q.EXPIRE, expiring)).mappings().first()
         return job_from_row(row) if row else None
 
     async def claim(

@@ -3,7 +3,8 @@
 from datetime import datetime
 from typing import Any
 
-from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobProgress, JobStatus, Wait
+from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus, Wait
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.ids import JobId, TenantId
 
 
@@ -30,6 +31,8 @@ def job_from_row(row: Any) -> Job:
         run_after=row["run_after"],
         lease_until=row["lease_until"],
         cancel_requested=row["cancel_requested"],
+        deadline=row["deadline"],
+        unique_key=row["unique_key"],
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
         flow=(
@@ -93,5 +96,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "flow_id": None if job.flow is None else job.flow.flow_id,
         "flow_role": None if job.flow is None else job.flow.role.value,
         "flow_step": None if job.flow is None else job.flow.step,
+        "deadline": job.deadline,
+        "unique_key": job.unique_key,
         **job_state(job),
     }

@@ -19,10 +19,13 @@ from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.store import json_codec
 from jobrail.store.mapping import job_from_row
 from jobrail.store.pg_pool import _Pg
-from jobrail.store.pg_queries import BY_KEY, ENQUEUE, FLOW_BY_KEY, MARK_PUBLISHED
+from jobrail.store.pg_queries import BY_KEY, BY_UNIQUE, ENQUEUE, FLOW_BY_KEY, MARK_PUBLISHED
 from jobrail.transport.codec import Envelope
 
 log = logging.getLogger("jobrail.outbox")
+
+# An enqueue whose unique key's active job ended while it looked tries this often.
+_UNIQUE_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +69,35 @@ class PgJobIntake(_Pg):
         self._marks = marks
 
     async def add(self, job: Job, envelope: Envelope) -> Job:
-        if await self._adds.submit(_Intake.of(job, envelope)):
-            return job
-        existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
-        if existing is not None:
-            return job_from_row(existing)
-        flow = await self._fetchrow(FLOW_BY_KEY, job.tenant_id, job.idempotency_key)
-        if flow is not None:
-            raise ConflictError(
-                f"Idempotency-Key {job.idempotency_key!r} was already used for a {flow['kind']}"
-            )
-        raise ConflictError("a job with this Idempotency-Key is being created; try again")
+        intake = _Intake.of(job, envelope)
+        for _ in range(_UNIQUE_TRIES):
+            if await self._adds.submit(intake):
+                return job
+            existing = await self._existing(job)
+            if existing is not None:
+                return existing
+            if job.unique_key is None:
+                break
+            # The active job that held the unique key ended meanwhile: try again.
+        raise ConflictError("a job with this key is being created; try again")
+
+    async def _existing(self, job: Job) -> Job | None:
+        """The job that kept `job` out: its idempotency key's, or the active job of its
+        unique key. ConflictError if its idempotency key started a batch or chain."""
+        if job.idempotency_key is not None:
+            existing = await self._fetchrow(BY_KEY, job.tenant_id, job.idempotency_key)
+            if existing is not None:
+                return job_from_row(existing)
+            flow = await self._fetchrow(FLOW_BY_KEY, job.tenant_id, job.idempotency_key)
+            if flow is not None:
+                raise ConflictError(
+                    f"Idempotency-Key {job.idempotency_key!r} was already used for a {flow['kind']}"
+                )
+        if job.unique_key is not None:
+            active = await self._fetchrow(BY_UNIQUE, job.tenant_id, job.type, job.unique_key)
+            if active is not None:
+                return job_from_row(active)
+        return None
 
     async def _add_many(self, adds: Sequence[_Intake]) -> Sequence[bool | BaseException]:
         try:
@@ -135,6 +156,8 @@ class PgJobIntake(_Pg):
             [job.finished_at for job in jobs_],
             [job.run_after for job in jobs_],
             [job.lease_until for job in jobs_],
+            [job.deadline for job in jobs_],
+            [job.unique_key for job in jobs_],
             [job.id for job in jobs_],
             [m.id for m in messages],
             [m.queue for m in messages],

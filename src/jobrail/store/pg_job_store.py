@@ -12,9 +12,10 @@ from typing import Any
 
 import asyncpg
 
-from jobrail.jobs.domain import DUE_TOLERANCE, Job, JobProgress
+from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.ids import JobId
 from jobrail.store.mapping import job_from_row, progress_document
@@ -23,6 +24,7 @@ from jobrail.store.pg_queries import (
     CANCEL_REQUESTED,
     CLAIM,
     CLAIM_MANY,
+    EXPIRE,
     EXTEND_LEASE,
     FLOW_MEMBERS,
     GET,
@@ -110,6 +112,10 @@ class PgJobStore(_Pg):
         claimed = {row["id"]: job_from_row(row) for row in rows}
         # A job asked for twice in one turn is claimed once: the first asker gets it.
         return [claimed.pop(c.job_id, None) for c in claims]
+
+    async def expire(self, job_id: JobId, now: datetime) -> Job | None:
+        row = await self._fetchrow(EXPIRE, job_id, now)
+        return job_from_row(row) if row else None
 
     async def record(self, job: Job, claim: ClaimToken, outbox: Sequence[Outgoing]) -> bool:
         if not outbox:

@@ -47,8 +47,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.types import TypeEngine
 
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, FlowRole, JobStatus
-from jobrail.store.dialects import IDEMPOTENCY_KEY, key_is_free, keyed
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, EXPIRED_ERROR, FlowRole, JobStatus
+from jobrail.store.dialects import key_is_free, keyed
 from jobrail.store.tables import Json, UtcDateTime, flows, jobs, outbox
 
 Types = Mapping[str, TypeEngine[Any]]
@@ -132,8 +132,10 @@ ENQUEUED = (
     "finished_at",
     "run_after",
     "lease_until",
+    "deadline",
+    "unique_key",
 )
-assert (*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step") == tuple(
+assert {*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step"} == set(
     jobs.c.keys()
 ), "the jobs table changed: update ENQUEUED, and the enqueue's parameters (PgJobIntake)"
 FLOW_ORDER = (jobs.c.flow_step, jobs.c.created_at, jobs.c.id)
@@ -167,6 +169,8 @@ assert set(RECORDING) == {*HELD, *RECORDED}
 PROGRESS: Types = {**HELD, "progress": Json}
 NOTE: Types = {**JOB, "waiting": Json, "at": UtcDateTime()}
 KEY: Types = {"tenant_id": Text(), "idempotency_key": Text()}
+UNIQUE: Types = {"tenant_id": Text(), "type": Text(), "unique_key": Text()}
+EXPIRING: Types = {**JOB, "now": UtcDateTime()}
 MESSAGE: Types = {
     "id": Uuid(),
     "queue": Text(),
@@ -186,13 +190,23 @@ ENQUEUING: Types = {
 
 
 def claimable(v: Values) -> ColumnElement[bool]:
-    """Job.can_start as a condition: pending or retrying and due by `due_by` (now and
-    DUE_TOLERANCE, see Job.is_due), or running on a lease that ended by `now`. `now` is
-    the claiming worker's clock, as is the lease_until the holder wrote: workers' clocks
-    must agree to within the renewal margin (see worker.runner)."""
+    """Job.can_start as a condition: before its deadline, pending or retrying and due by
+    `due_by` (now and DUE_TOLERANCE, see Job.is_due), or running on a lease that ended by
+    `now`. `now` is the claiming worker's clock, as is the lease_until the holder wrote:
+    workers' clocks must agree to within the renewal margin (see worker.runner)."""
     due = or_(jobs.c.run_after.is_(None), jobs.c.run_after <= v["due_by"])
-    abandoned = and_(jobs.c.status == RUNNING, jobs.c.lease_until <= v["now"])
-    return or_(and_(jobs.c.status.in_(CLAIMABLE), due), abandoned)
+    in_time = or_(jobs.c.deadline.is_(None), jobs.c.deadline > v["now"])
+    return and_(in_time, or_(and_(jobs.c.status.in_(CLAIMABLE), due), _abandoned(v)))
+
+
+def _abandoned(v: Values) -> ColumnElement[bool]:
+    return and_(jobs.c.status == RUNNING, jobs.c.lease_until <= v["now"])
+
+
+def expirable(v: Values) -> ColumnElement[bool]:
+    """Job.can_expire as a condition: past its deadline at `now`, and waiting to start
+    or held by a worker whose lease ended."""
+    return and_(jobs.c.deadline <= v["now"], or_(jobs.c.status.in_(CLAIMABLE), _abandoned(v)))
 
 
 def owned(v: Values) -> ColumnElement[bool]:
@@ -232,6 +246,24 @@ def _claim(v: Values) -> Update:
             lease_until=v["lease_until"],
             run_after=null(),
             waiting=null(),
+        )
+        .returning(*jobs.c)
+    )
+
+
+def _expire(v: Values, where: ColumnElement[bool]) -> Update:
+    """As Job.expire: the jobs of `where` that may expire end expired, never run."""
+    return (
+        update(jobs)
+        .where(where, expirable(v))
+        .values(
+            status=_literal(JobStatus.EXPIRED.value),
+            last_error=_literal(EXPIRED_ERROR),
+            run_after=null(),
+            lease_until=null(),
+            waiting=null(),
+            finished_at=v["now"],
+            updated_at=v["now"],
         )
         .returning(*jobs.c)
     )
@@ -277,6 +309,32 @@ WRITE_PROGRESS = _held_write(bound(PROGRESS), ("progress",))
 # Executed once per note (many parameter sets, one call).
 NOTE_WAIT = _note_waits(bound(NOTE))
 BY_KEY = select(jobs).where(keyed(jobs, **bound(KEY)))
+# The active job of a tenant's type and unique key (the partial unique index's rows).
+_unique = bound(UNIQUE)
+BY_UNIQUE = select(jobs).where(
+    *(jobs.c[name] == _unique[name] for name in UNIQUE), jobs.c.status.in_([*CLAIMABLE, RUNNING])
+)
+EXPIRE = _expire(bound(EXPIRING), jobs.c.id == bound(EXPIRING)["job_id"])
+
+
+def _overdue() -> Update:
+    """Up to `batch` of the waiting jobs whose deadline has passed by `now`, expired (the
+    sweep: a job whose message is parked behind a delay or a limit ends on time)."""
+    v = bound({"now": UtcDateTime(), "batch": Integer()})
+    due = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.deadline.is_not(None),
+            jobs.c.status.in_(CLAIMABLE),
+            jobs.c.deadline <= v["now"],
+        )
+        .order_by(jobs.c.deadline)
+        .limit(v["batch"])
+    )
+    return _expire(v, jobs.c.id.in_(due.scalar_subquery()))
+
+
+EXPIRE_OVERDUE = _overdue()
 FLOW_BY_KEY = select(flows.c.kind).where(keyed(flows, **bound(KEY)))
 
 # -- Postgres only: many jobs in one statement (the worker's coalesced calls, see
@@ -322,7 +380,9 @@ def _enqueue() -> Select[Any]:
     added = (
         pg_insert(jobs)
         .from_select(ENQUEUED, rows)
-        .on_conflict_do_nothing(index_elements=IDEMPOTENCY_KEY)
+        # No target: a row whose idempotency key is taken, or whose unique key an active
+        # job of its type holds, is left out alike (the caller tells which).
+        .on_conflict_do_nothing()
         .returning(jobs.c.id)
         .cte("added")
     )

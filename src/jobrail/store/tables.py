@@ -66,11 +66,14 @@ JOB_STATUSES = (
     "failed",
     "cancelled",
     "blocked",
+    "expired",
 )
 
 # A query must say it the same way, with the literal and not a bound parameter, for the
 # planners to use the partial index on it (a generic plan, or SQLite, cannot otherwise).
 WEBHOOK_DELIVERIES = text("type = 'webhooks.deliver'")
+ACTIVE_UNIQUE = text("unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'running')")
+WAITING_DEADLINE = text("deadline IS NOT NULL AND status IN ('pending', 'retrying')")
 
 jobs = Table(
     "jobs",
@@ -103,6 +106,11 @@ jobs = Table(
     Column("flow_id", Uuid),
     Column("flow_role", String(16)),
     Column("flow_step", Integer),
+    # Not started by then, the job ends expired and never runs (jobrail.jobs.domain).
+    Column("deadline", UtcDateTime),
+    # While the job is active, another enqueue of its tenant and type with this key
+    # returns it (the partial unique index below).
+    Column("unique_key", String(255)),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
@@ -117,6 +125,23 @@ jobs = Table(
         "flow_step",
         postgresql_where=text("flow_id IS NOT NULL"),
         sqlite_where=text("flow_id IS NOT NULL"),
+    ),
+    # A key is taken only while its job is active: one that has ended frees it.
+    Index(
+        "uq_jobs_active_unique_key",
+        "tenant_id",
+        "type",
+        "unique_key",
+        unique=True,
+        postgresql_where=ACTIVE_UNIQUE,
+        sqlite_where=ACTIVE_UNIQUE,
+    ),
+    # The jobs that wait with a deadline, for the sweep that expires them.
+    Index(
+        "ix_jobs_waiting_deadline",
+        "deadline",
+        postgresql_where=WAITING_DEADLINE,
+        sqlite_where=WAITING_DEADLINE,
     ),
     # The ops page's webhook deliveries of the last day (jobrail.webhooks): the delivery
     # jobs alone, so its refreshes read those and not every job of the day.

@@ -127,6 +127,8 @@ def encode(message: Outgoing) -> Envelope:
         labels["outages"] = message.outages
     if message.waiting_since is not None:
         labels["waiting_since"] = message.waiting_since.timestamp()
+    if message.deadline is not None:
+        labels["deadline"] = message.deadline.timestamp()
     labels.update(message.trace_context)
     body: dict[str, Any] = {
         "task_id": message.message_id,
@@ -243,6 +245,7 @@ def from_parts(
         outages=labels.get("outages") or 0,
         not_before=_time("not_before", not_before),
         waiting_since=_time("waiting_since", waiting_since),
+        deadline=_time("deadline", labels.get("deadline")),
         prepaid=tuple(labels.get("prepaid") or ()),
         limit_keys=None if limit_keys is None else tuple(limit_keys),
         trace_context={
@@ -277,6 +280,7 @@ def _check_labels(labels: Mapping[str, Any]) -> None:
         ("outages", "a whole number >= 0", lambda v: type(v) is int and v >= 0),
         ("not_before", "a number", lambda v: type(v) in (int, float)),
         ("waiting_since", "a number", lambda v: type(v) in (int, float)),
+        ("deadline", "a number", lambda v: type(v) in (int, float)),
         ("prepaid", "a list of strings", _strings),
         ("limit_keys", "a list of strings", _strings),
     ):

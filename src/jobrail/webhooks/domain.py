@@ -38,7 +38,7 @@ from jobrail.webhooks.special_addresses import special_purpose_block
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, no secret)
 MAX_URL_LENGTH = 2048
-DEFAULT_EVENTS = ("succeeded", "failed", "cancelled")
+DEFAULT_EVENTS = ("succeeded", "failed", "cancelled", "expired")
 """What a webhook receives unless it names its events: how each job ended."""
 
 

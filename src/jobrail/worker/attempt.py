@@ -200,3 +200,27 @@ class RunnerConfig:
         if self.lease is not None and lease > self.lease:
             return self.lease, True
         return lease, False
+
+
+def compose(applying: Sequence[AttemptMiddleware], job_run: JobRun, step: Step) -> Step:
+    """`step` inside the middleware that apply to `job_run`, the first outermost: `step`
+    itself when none applies and the type declares no limits. Fail closed: a limited
+    type's chain without a middleware that enforces its limits refuses to run."""
+    if not applying and not job_run.limits:
+        return step
+    chain: Step = _unenforced if not applying else step
+    for middleware in reversed(applying):
+        chain = _link(middleware, chain)
+    return chain
+
+
+def _link(middleware: AttemptMiddleware, call_next: Step) -> Step:
+    return lambda attempt: middleware(attempt, call_next)
+
+
+async def _unenforced(attempt: Attempt) -> Ending:
+    delivery = attempt.delivery
+    raise RuntimeError(
+        f"job {delivery.job_id} ({delivery.job_type}) declares limits, but no "
+        "attempt middleware enforces them"
+    )

@@ -3,7 +3,8 @@
 from dataclasses import dataclass
 from typing import Any
 
-from jobrail.jobs.domain import FlowLink, FlowRole, JobStatus, check_progress
+from jobrail.jobs.domain import FlowLink, FlowRole, JobStatus
+from jobrail.jobs.progress import check_progress
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.worker.job_store import JobStore
 from jobrail.worker.progress import ProgressReporter

@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobrail.jobs.domain import FlowRole, Job, JobProgress
+from jobrail.jobs.domain import FlowRole, Job
 from jobrail.jobs.flow import Flow, FlowId
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken, JobsUnitOfWork
+from jobrail.jobs.progress import JobProgress
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.ids import JobId
@@ -89,6 +90,9 @@ class FlowRecordingStore:
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
         return await self._store.extend_lease(job_id, claim, until)
+
+    async def expire(self, job_id: JobId, now: datetime) -> Job | None:
+        return await self._store.expire(job_id, now)
 
     async def cancel_requested(self, job_id: JobId) -> bool:
         return await self._store.cancel_requested(job_id)

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from jobrail.jobs.domain import Job, JobProgress, Wait
+from jobrail.jobs.domain import Job, Wait
 from jobrail.jobs.flow import FlowId
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.ids import JobId
 
 
@@ -68,6 +69,11 @@ class JobStore(Protocol):
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
         """Move the lease of a running job to `until`, only if it is still running that
         claim. False when it is not (another worker took it over, or it ended)."""
+        ...
+
+    async def expire(self, job_id: JobId, now: datetime) -> Job | None:
+        """End the job expired if it may (see `Job.can_expire`), atomically: the job
+        expired, or None if it may not (it ended, started, or its deadline is ahead)."""
         ...
 
     async def cancel_requested(self, job_id: JobId) -> bool: ...

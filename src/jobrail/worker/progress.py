@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from jobrail.jobs.domain import JobProgress, check_progress
 from jobrail.jobs.ports import ClaimToken
+from jobrail.jobs.progress import JobProgress, check_progress
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import JobId
 from jobrail.worker.job_store import JobStore

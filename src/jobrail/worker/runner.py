@@ -1,32 +1,23 @@
 """The worker side of every job: admit → claim → attempt → record.
 
-This module is the loop; two others hold the rest. ``jobrail.worker.outcomes`` decides
-what an attempt's end means (classify, retry, fail), where a message goes that cannot
-run now, and when a dead worker's job is taken over; ``jobrail.worker.watchdog`` keeps
-what a running attempt holds. The attempt's middleware (``jobrail.worker.attempt``, in
-the order the composition root gives them; the job's limits and lock are one,
-``jobrail.worker.admission``) are composed around the runner's own step, claim →
-attempt → record, once per job type: a type none of them applies to runs the step
-alone, and the end of a batch's or chain's member is recorded with its flow
-(``jobrail.worker.flow_recording``) while every other job's goes straight to the store.
+This module is the loop. ``jobrail.worker.outcomes`` decides what an attempt's end
+means, where a message that cannot run now goes, and when a dead worker's job is taken
+over; ``jobrail.worker.watchdog`` keeps what a running attempt holds. The attempt's
+middleware (``jobrail.worker.attempt``; the limits and lock are one) are composed around
+the runner's step, claim → attempt → record, once per job type. A flow member's end is
+recorded with its flow (``jobrail.worker.flow_recording``), every other job's in the store.
 
-A delivery is acknowledged only after the runner returns. The runner returns once
-the outcome is in the database (or the message was safely re-published); while
-the database or the broker cannot be reached it waits and tries again, holding the
-delivery, so a crash at any point means redelivery, never loss.
+A delivery is acknowledged only once the outcome is in the database (or the message was
+safely re-published); while the database or the broker is away the runner waits,
+holding the delivery: a crash at any point means redelivery, never loss.
 
-A claim is a lease on the job: until it ends no other worker may start the job.
-Every claim is short: `RunnerConfig.lease` (a few seconds), renewed every third of
-it while the job runs (``jobrail.worker.watchdog``), or the job's timeout + grace when that is
-shorter. A job that ends before its first renewal (most do) costs one claim and one
-record, nothing more; a job that runs long keeps its claim for as long as its worker
-renews it, and stops itself shortly before its lease would end if no renewal is
-confirmed in time, so that it never runs beside the worker that takes it over. (The
-renewals run on the worker's event loop: a handler that blocks the loop for longer than
-a lease cannot renew, may be taken over, and stops at its next await. Blocking work
-belongs in a thread, or needs a longer `JOBRAIL_JOBS__LEASE_S`.)
-
-Leases are written with the worker's clock (see ``jobrail.worker.watchdog``, "Clocks").
+A claim is a lease on the job (`RunnerConfig.lease`, a few seconds, or the job's timeout
+and grace when shorter), renewed while the job runs and given up shortly before it would
+end unconfirmed (``jobrail.worker.watchdog``): a job that ends before its first renewal
+costs one claim and one record. A handler that blocks the event loop for longer than a
+lease cannot renew: blocking work belongs in a thread, or needs a longer
+`JOBRAIL_JOBS__LEASE_S`. Leases are written with the worker's clock (see
+``jobrail.worker.watchdog``, "Clocks"). A job past its deadline is expired, never run.
 """
 
 import asyncio
@@ -42,6 +33,7 @@ from jobrail.jobs.publishing import OutboxDispatcher, Publisher
 from jobrail.jobs.retry import RetryPolicy, backoff
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
+from jobrail.kernel.ids import JobId
 from jobrail.worker.attempt import (
     Attempt,
     AttemptMiddleware,
@@ -57,6 +49,7 @@ from jobrail.worker.attempt import (
     Recorded,
     RunnerConfig,
     Step,
+    compose,
 )
 from jobrail.worker.context import JobContext
 from jobrail.worker.job_store import JobIdentity, JobStore
@@ -120,6 +113,9 @@ class JobRunner:
     async def run(self, delivery: JobMessage, job_run: JobRun) -> None:
         """Run one delivery to its end. Returns once the outcome is recorded or the
         message is safely back on the bus; only then may the delivery be acknowledged."""
+        if delivery.deadline is not None and delivery.deadline <= self._clock.now():
+            await self._expire(delivery.job_id)  # neither the limits nor a claim are asked
+            return
         round_again, wait_s = when_due(delivery, self._clock.now())
         if round_again:
             # Back early from a delay tier (tiers are coarse): round again for the rest.
@@ -165,14 +161,9 @@ class JobRunner:
         known = self._chains.get(id(job_run))
         if known is not None:
             return known[1]
-        applying = [m for m in self._middleware if m.applies_to(job_run)]
-        if not applying and not job_run.limits:
-            return self._step  # nothing to compose (an unknown type's run among them)
-        # Fail closed: a limited job never runs unlimited because the chain was built
-        # without the middleware that enforces its limits.
-        chain: Step = _unenforced if not applying else self._step
-        for middleware in reversed(applying):
-            chain = _link(middleware, chain)
+        chain = compose([m for m in self._middleware if m.applies_to(job_run)], job_run, self._step)
+        if chain is self._step:
+            return chain  # nothing composed (an unknown type's run among them)
         if len(self._chains) >= _CHAINS_MAX:
             self._chains.clear()
         self._chains[id(job_run)] = (job_run, chain)
@@ -333,12 +324,22 @@ class JobRunner:
             lambda: self._store.claim(delivery.job_id, self._clock.now(), lease, identity)
         )
         if claim.job is None:
-            now = self._clock.now()
-            if claim.current is not None and leased_elsewhere(delivery, claim.current, now):
-                return Leased(claim.current)
-            return NotStartable(claim.current, now)
+            now, current = self._clock.now(), claim.current
+            if current is not None and leased_elsewhere(delivery, current, now):
+                return Leased(current)
+            if current is not None and delivery.names(current) and current.can_expire(now):
+                current = await self._expire(current.id) or current
+            return NotStartable(current, now)
         attempt.job, attempt.token = claim.job, ClaimToken.of(claim.job)
         return claim.job
+
+    async def _expire(self, job_id: JobId) -> Job | None:
+        """Expire the job if it may (else it ended or runs: a dead worker's job comes
+        back through the lease sweep, and is expired then)."""
+        expired = await self._hold_store(lambda: self._store.expire(job_id, self._clock.now()))
+        if expired is not None:
+            log.info("job %s expired: not started by its deadline", job_id)
+        return expired
 
     def _record(self, job: Job, token: ClaimToken, outbox: Sequence[Outgoing]) -> Awaitable[bool]:
         """Record through the flows' recorder only what may end a flow's member."""
@@ -385,15 +386,3 @@ async def hold(
             if failures:
                 log.info("%s is back after %d failed tries", what, failures)
             return result
-
-
-def _link(middleware: AttemptMiddleware, call_next: Step) -> Step:
-    return lambda attempt: middleware(attempt, call_next)
-
-
-async def _unenforced(attempt: Attempt) -> Ending:
-    delivery = attempt.delivery
-    raise RuntimeError(
-        f"job {delivery.job_id} ({delivery.job_type}) declares limits, but no "
-        "attempt middleware enforces them"
-    )
