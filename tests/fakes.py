@@ -457,6 +457,15 @@ class FakeTenantDirectory:
     async def list_tenants(self) -> list[Any]:
         return sorted(self.tenants.values(), key=lambda t: t.id)
 
+    async def set_max_queued(self, tenant_id: Any, cap: int | None) -> Any:
+        import dataclasses
+
+        tenant = self.tenants.get(tenant_id)
+        if tenant is None:
+            return None
+        self.tenants[tenant_id] = dataclasses.replace(tenant, max_queued=cap)
+        return self.tenants[tenant_id]
+
     async def add_key(self, key: Any, key_digest: str) -> None:
         from jobrail.tenants.ports import KeyExistsError
 

@@ -196,3 +196,33 @@ async def test_marks_carried_by_a_statement_the_server_refused_are_written_later
     assert isinstance(results[1], Job)
     assert await _unmarked(intake) == 1  # only the new job's row, published by nobody
     await marks.close()
+
+
+async def test_a_tenant_at_its_cap_is_refused_naming_it_until_one_of_its_jobs_starts(
+    intake: CountingIntake,
+) -> None:
+    from jobrail.kernel.errors import QueuedCapError
+
+    pool = intake._pool
+    await pool.execute("DELETE FROM api_keys WHERE tenant_id IN ('capped', 'other')")
+    await pool.execute("DELETE FROM tenants WHERE id IN ('capped', 'other')")
+    await pool.execute(
+        "INSERT INTO tenants (id, admin, created_at, max_queued) VALUES "
+        "('capped', false, now(), 2), ('other', false, now(), NULL)"
+    )
+    first, second = make_job(tenant_id="capped"), make_job(tenant_id="capped")
+    await _add(intake, first)
+    await _add(intake, second)
+
+    with pytest.raises(QueuedCapError) as refused:
+        await _add(intake, make_job(tenant_id="capped"))
+    others = [await _add(intake, make_job(tenant_id="other")) for _ in range(3)]
+    await pool.execute("UPDATE jobs SET status = 'running' WHERE id = $1", first.id)
+    after_a_start = await _add(intake, make_job(tenant_id="capped"))
+
+    assert refused.value.cap == 2
+    assert "max_queued" in str(refused.value)
+    assert len(others) == 3
+    assert after_a_start.tenant_id == "capped"
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant_id = 'capped'") == 3
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 6

@@ -80,3 +80,26 @@ async def test_the_cli_refuses_a_taken_or_malformed_name_with_a_message(
     assert malformed.returncode == 1
     assert "tenant name 'Not A Name' is invalid" in malformed.stderr
     assert taken.stdout == malformed.stdout == ""
+
+
+async def test_the_cli_sets_and_removes_a_tenants_cap_and_refuses_bad_ones_in_a_line(
+    stack_env: dict[str, str], api: ApiClient
+) -> None:
+    capped = ok(stack_env, "create", "capped")
+    headers = {"Authorization": f"Bearer {capped['api_key']}"}
+
+    assert ok(stack_env, "set-cap", "capped", "1") == {"tenant_id": "capped", "max_queued": 1}
+    listed = {t["tenant_id"]: t["max_queued"] for t in ok(stack_env, "list")["tenants"]}
+    assert listed["capped"] == 1
+    assert ok(stack_env, "set-cap", "capped", "none")["max_queued"] is None
+    assert (await api.post("/demo/echo", json={"message": "c"}, headers=headers)).status_code == 202
+
+    bad = jobrail(stack_env, "set-cap", "capped", "lots")
+    zero = jobrail(stack_env, "set-cap", "capped", "0")
+    nobody = jobrail(stack_env, "set-cap", "nobody", "5")
+    for refused in (bad, zero, nobody):
+        assert refused.returncode != 0
+        assert "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) <= 3, refused.stderr
+    assert "max_queued must be" in zero.stderr
+    assert "not found" in nobody.stderr

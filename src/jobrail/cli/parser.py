@@ -112,6 +112,7 @@ examples:
   jobrail tenants create ops --admin     # an operator's key, for the admin endpoints
   jobrail tenants add-key acme           # a second key, to rotate: deploy it, then...
   jobrail tenants revoke-key KEY_ID      # ...revoke the old one
+  jobrail tenants set-cap acme 1000      # at most 1000 jobs waiting to start
   jobrail tenants list""",
     ),
 }
@@ -146,6 +147,18 @@ seconds. Prints {"tenant_id", "key_id", "hint", "revoked_at"}.
 
 example:
   jobrail tenants revoke-key 0190f5d2-7a4c-7c6e-9d35-1b2c3d4e5f60""",
+    ),
+    "set-cap": CommandHelp(
+        "cap a tenant's jobs waiting to start",
+        """\
+Cap how many of a tenant's jobs may wait to start (pending or retrying) in the database
+at JOBRAIL_DATABASE__URL: beyond it, its enqueues are refused with HTTP 429
+(error queued_cap, with the cap) until some of its jobs start. `none` removes the cap.
+The jobs already queued stay. Prints {"tenant_id", "max_queued"}.
+
+examples:
+  jobrail tenants set-cap acme 1000
+  jobrail tenants set-cap acme none""",
     ),
     "list": CommandHelp(
         "tenants and their keys (hints only)",
@@ -212,5 +225,18 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
     command(actions, "add-key", TENANT_HELP["add-key"]).add_argument("name")
     revoke = command(actions, "revoke-key", TENANT_HELP["revoke-key"])
     revoke.add_argument("key_id", type=uuid.UUID)
+    cap = command(actions, "set-cap", TENANT_HELP["set-cap"])
+    cap.add_argument("name")
+    cap.add_argument("max_queued", type=_cap, help="a whole number of jobs, or none")
     command(actions, "list", TENANT_HELP["list"])
     return parser
+
+
+def _cap(text: str) -> int | None:
+    """A cap as typed: a whole number, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or none") from None

@@ -18,7 +18,7 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     from jobrail.kernel.ids import TenantId
     from jobrail.store.engine import create_engine
     from jobrail.store.tenants import SqlaTenantDirectory
-    from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey
+    from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey, SetQueuedCap
 
     engine = create_engine(settings.database)
     directory = SqlaTenantDirectory(engine)
@@ -28,6 +28,9 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
             issued = await CreateTenant(directory, clock)(args.name, admin=args.admin)
         elif args.action == "add-key":
             issued = await IssueApiKey(directory, clock)(TenantId(args.name))
+        elif args.action == "set-cap":
+            tenant = await SetQueuedCap(directory)(TenantId(args.name), args.max_queued)
+            return {"tenant_id": tenant.id, "max_queued": tenant.max_queued}
         elif args.action == "revoke-key":
             revoked = await RevokeApiKey(directory, clock)(args.key_id)
             return {
@@ -42,6 +45,7 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
                     {
                         "tenant_id": tenant.id,
                         "admin": tenant.admin,
+                        "max_queued": tenant.max_queued,
                         "keys": [
                             {
                                 "key_id": str(key.id),

@@ -30,6 +30,7 @@ from jobrail.kernel.errors import (
     DomainError,
     InvalidInputError,
     NotFoundError,
+    QueuedCapError,
     StoreUnavailableError,
 )
 from jobrail.limits.model import LimitsUnavailableError
@@ -195,6 +196,10 @@ def _one_line(exc: Exception) -> str:
 
 
 def _domain_error(exc: DomainError) -> JSONResponse:
+    if isinstance(exc, QueuedCapError):
+        # Nothing says when a queued job starts: look again in a few seconds.
+        details = [{"cap": exc.cap}]
+        return error_response(429, "queued_cap", str(exc), details, {"Retry-After": "5"})
     if isinstance(exc, NotFoundError):
         return error_response(404, "not_found", str(exc))
     if isinstance(exc, ConflictError):

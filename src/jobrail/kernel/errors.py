@@ -27,6 +27,18 @@ class InvalidInputError(DomainError):
         self.details = details or []
 
 
+class QueuedCapError(DomainError):
+    """The tenant has as many jobs waiting to start as its cap allows: the enqueue is
+    refused (HTTP 429) until some of them start."""
+
+    def __init__(self, tenant_id: str, cap: int) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} has {cap} jobs waiting to start, its cap (max_queued): "
+            "try again once some have started"
+        )
+        self.cap = cap
+
+
 class TransientError(Exception):
     """A failure that may go away by itself: retry the job later with backoff."""
 

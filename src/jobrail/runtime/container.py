@@ -47,7 +47,13 @@ from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.telemetry.backlog import Backlog
 from jobrail.telemetry.metrics import Metrics
 from jobrail.tenants.ports import TenantDirectory
-from jobrail.tenants.use_cases import Authenticate, CreateTenant, IssueApiKey, RevokeApiKey
+from jobrail.tenants.use_cases import (
+    Authenticate,
+    CreateTenant,
+    IssueApiKey,
+    RevokeApiKey,
+    SetQueuedCap,
+)
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 from jobrail.worker.admission import LimitsAndLock
@@ -273,6 +279,7 @@ class PlatformProvider(Provider):
 
     create_tenant = provide(CreateTenant, scope=Scope.APP)
     issue_api_key = provide(IssueApiKey, scope=Scope.APP)
+    set_queued_cap = provide(SetQueuedCap, scope=Scope.APP)
     revoke_api_key = provide(RevokeApiKey, scope=Scope.APP)
 
     @provide(scope=Scope.APP)

@@ -1,12 +1,25 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Table, and_, exists, literal, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from jobrail.kernel.errors import ConflictError
+from jobrail.kernel.errors import ConflictError, QueuedCapError
+from jobrail.store.tables import jobs, tenants
 
 # The unique index of jobs and of flows: one row per tenant and idempotency key (NULL
 # keys never collide).
@@ -24,6 +37,36 @@ def key_is_free(table: Table, *, tenant_id: Any, idempotency_key: Any) -> Column
     return ~exists().where(keyed(table, tenant_id=tenant_id, idempotency_key=idempotency_key))
 
 
+# The statuses of a job waiting to start, which a tenant's cap counts (literals: never
+# bound, so that a compiled statement has only its callers' parameters).
+WAITING: list[ColumnElement[Any]] = [
+    literal_column(f"'{status}'") for status in ("pending", "retrying")
+]
+
+
+def queued_cap(tenant_id: Any) -> Any:
+    """The tenant's cap on its jobs waiting to start (tenants.max_queued), or NULL."""
+    query = select(tenants.c.max_queued).where(tenants.c.id == tenant_id)
+    return query.correlate_except(tenants).scalar_subquery()
+
+
+def under_queued_cap(tenant_id: Any) -> ColumnElement[bool]:
+    """The tenant has fewer jobs waiting to start than its cap: at most the cap's
+    entries of an index are read, and none for a tenant without a cap. Soft by the
+    statements running at once (none sees the others' rows)."""
+    cap = queued_cap(tenant_id)
+    waiting = (
+        select(literal_column("1"))
+        .select_from(jobs)
+        .where(jobs.c.tenant_id == tenant_id, jobs.c.status.in_(WAITING))
+        .limit(cap)
+        .correlate_except(jobs, tenants)  # the enqueued row's tenant, however deep
+        .subquery()
+    )
+    counted = select(func.count()).select_from(waiting).scalar_subquery()
+    return case((cap.is_(None), true()), else_=counted < cap)
+
+
 def upsert_insert(dialect_name: str, table: Table) -> Any:
     """An INSERT that supports ON CONFLICT, on Postgres and SQLite alike."""
     module: Any = postgresql if dialect_name == "postgresql" else sqlite
@@ -38,23 +81,29 @@ async def insert_or_existing(
     what: str,
     other: Table | None = None,
     holder: Select[Any] | None = None,
+    capped: bool = False,
 ) -> RowMapping | None:
     """Insert `row` into `table` (jobs or flows) unless the tenant has a row of its
     idempotency key already, or (a job with a unique key) `holder` finds the active job
-    that holds its unique key: None when inserted, else that row. ConflictError, naming `what` ("a
+    that holds its unique key: None when inserted, else that row. `capped`: QueuedCapError
+    if the tenant has as many jobs waiting to start as its cap. ConflictError, naming `what` ("a
     job"), while that other row is not visible yet (its transaction is still open), and
     when the key made a row of `other` (flows for a job, jobs for a flow): a key names
     one request, whether it started a job or a batch."""
     key = row["idempotency_key"]
     dialect = session.get_bind().dialect.name
-    if other is None or key is None:
+    conditions: list[ColumnElement[bool]] = []
+    if other is not None and key is not None:
+        # The row is left out, as for a key of its own table, when the key made a row of
+        # `other`.
+        conditions.append(key_is_free(other, tenant_id=row["tenant_id"], idempotency_key=key))
+    if capped:
+        conditions.append(under_queued_cap(literal(row["tenant_id"], table.c.tenant_id.type)))
+    if not conditions:
         statement = upsert_insert(dialect, table).values(dict(row))
-    else:
-        # One statement still: the row is left out, as for a key of its own table, when
-        # the key made a row of `other`.
-        free = key_is_free(other, tenant_id=row["tenant_id"], idempotency_key=key)
+    else:  # one statement still
         values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
-        statement = upsert_insert(dialect, table).from_select(list(row), values.where(free))
+        statement = upsert_insert(dialect, table).from_select(list(row), values.where(*conditions))
     # No target: a row that any unique index refuses (its idempotency key's, or its
     # unique key's while an active job holds it) is left out alike.
     statement = statement.on_conflict_do_nothing().returning(table.c.id)
@@ -78,6 +127,10 @@ async def insert_or_existing(
         active: RowMapping | None = held.mappings().first()
         if active is not None:
             return active
+    if capped:
+        cap = await session.scalar(select(queued_cap(row["tenant_id"])), execution_options=options)
+        if cap is not None:
+            raise QueuedCapError(row["tenant_id"], cap)
     raise ConflictError(f"{what} with this key is being created; try again")
 
 

@@ -44,6 +44,7 @@ class SqlaJobRepository:
                 "a job",
                 other=flows,
                 holder=None if job.unique_key is None else _unique_holder(job),
+                capped=True,
             )
         if existing is not None:
             return job_from_row(existing)

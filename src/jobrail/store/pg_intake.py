@@ -15,11 +15,18 @@ import asyncpg
 
 from jobrail.jobs.domain import Job
 from jobrail.kernel.batching import Coalescer
-from jobrail.kernel.errors import ConflictError, InvalidInputError
+from jobrail.kernel.errors import ConflictError, InvalidInputError, QueuedCapError
 from jobrail.store import json_codec
 from jobrail.store.mapping import job_from_row
 from jobrail.store.pg_pool import _Pg
-from jobrail.store.pg_queries import BY_KEY, BY_UNIQUE, ENQUEUE, FLOW_BY_KEY, MARK_PUBLISHED
+from jobrail.store.pg_queries import (
+    BY_KEY,
+    BY_UNIQUE,
+    ENQUEUE,
+    FLOW_BY_KEY,
+    MARK_PUBLISHED,
+    QUEUED_CAP,
+)
 from jobrail.transport.codec import Envelope
 
 log = logging.getLogger("jobrail.outbox")
@@ -76,6 +83,9 @@ class PgJobIntake(_Pg):
             existing = await self._existing(job)
             if existing is not None:
                 return existing
+            cap = (await self._fetchrow(QUEUED_CAP, job.tenant_id))[0]
+            if cap is not None:
+                raise QueuedCapError(job.tenant_id, cap)
             if job.unique_key is None:
                 break
             # The active job that held the unique key ended meanwhile: try again.

@@ -14,10 +14,12 @@ contract tests in ``tests/contracts`` hold both stores, and the fakes, to the sa
 import re
 from typing import Any
 
+from sqlalchemy import Text, bindparam, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ClauseElement
 
 from jobrail.store import queries as q
+from jobrail.store.dialects import queued_cap
 
 # SQLAlchemy's asyncpg dialect: its parameters are asyncpg's ($n), each with its type.
 _ASYNCPG = make_url("postgresql+asyncpg://").get_dialect()()
@@ -72,4 +74,5 @@ BY_KEY = compiled(q.BY_KEY, "tenant_id", "idempotency_key")
 FLOW_BY_KEY = compiled(q.FLOW_BY_KEY, "tenant_id", "idempotency_key")
 BY_UNIQUE = compiled(q.BY_UNIQUE, "tenant_id", "type", "unique_key")
 EXPIRE = compiled(q.EXPIRE, "job_id", "now")
+QUEUED_CAP = compiled(select(queued_cap(bindparam("tenant_id", Text()))), "tenant_id")
 MARK_PUBLISHED = compiled(q.MARK_PUBLISHED, "mark_id", "mark_at")

@@ -48,7 +48,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.types import TypeEngine
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, EXPIRED_ERROR, FlowRole, JobStatus
-from jobrail.store.dialects import key_is_free, keyed
+from jobrail.store.dialects import key_is_free, keyed, under_queued_cap
 from jobrail.store.tables import Json, UtcDateTime, flows, jobs, outbox
 
 Types = Mapping[str, TypeEngine[Any]]
@@ -369,20 +369,20 @@ def _enqueue() -> Select[Any]:
     """The jobs of many requests and their messages, in one statement. JSON documents
     arrive as text, encoded per request (a NUL is refused for that request alone). A row
     whose key is taken (by an earlier row of the same batch too), or started a batch or
-    chain, is left out, and so is its message. The marks of rows published since the
-    last statement ride along (see PgOutboxMarks). The ids of the jobs added."""
+    chain, or whose tenant is at its cap, is left out, and so is its message (the caller
+    tells which). The marks of rows published since the last statement ride along (see
+    PgOutboxMarks). The ids of the jobs added."""
     j = unnested("j", ENQUEUING, json_text=("payload", "result", "trace_context"), ordinality="n")
     fresh = or_(
         j["idempotency_key"].is_(None),
         key_is_free(flows, tenant_id=j["tenant_id"], idempotency_key=j["idempotency_key"]),
     )
-    rows = select(*(j[name] for name in ENQUEUED)).where(fresh).order_by(j["n"])
+    capped = under_queued_cap(j["tenant_id"])
+    rows = select(*(j[name] for name in ENQUEUED)).where(fresh, capped).order_by(j["n"])
     added = (
         pg_insert(jobs)
         .from_select(ENQUEUED, rows)
-        # No target: a row whose idempotency key is taken, or whose unique key an active
-        # job of its type holds, is left out alike (the caller tells which).
-        .on_conflict_do_nothing()
+        .on_conflict_do_nothing()  # no target: the idempotency key's and the unique key's
         .returning(jobs.c.id)
         .cte("added")
     )

@@ -295,6 +295,9 @@ tenants = Table(
     Column("id", String(64), primary_key=True),
     Column("admin", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", UtcDateTime, nullable=False),
+    # At most this many of the tenant's jobs wait to start (pending, retrying): the next
+    # enqueue is refused (429). NULL: no cap.
+    Column("max_queued", Integer),
 )
 
 api_keys = Table(

@@ -26,7 +26,9 @@ def _key(row: Any) -> ApiKeyInfo:
 
 
 def _tenant(row: Any) -> Tenant:
-    return Tenant(id=TenantId(row.id), admin=row.admin, created_at=row.created_at)
+    return Tenant(
+        id=TenantId(row.id), admin=row.admin, created_at=row.created_at, max_queued=row.max_queued
+    )
 
 
 class SqlaTenantDirectory:
@@ -56,6 +58,19 @@ class SqlaTenantDirectory:
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(select(tenants).order_by(tenants.c.id))).all()
         return [_tenant(row) for row in rows]
+
+    async def set_max_queued(self, tenant_id: TenantId, cap: int | None) -> Tenant | None:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                row = (
+                    await conn.execute(
+                        update(tenants)
+                        .where(tenants.c.id == tenant_id)
+                        .values(max_queued=cap)
+                        .returning(*tenants.c)
+                    )
+                ).first()
+        return _tenant(row) if row else None
 
     async def add_key(self, key: ApiKeyInfo, key_digest: str) -> None:
         with database_errors():

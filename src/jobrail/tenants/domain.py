@@ -58,6 +58,18 @@ class Tenant:
     id: TenantId
     admin: bool
     created_at: datetime
+    max_queued: int | None = None
+    """At most this many of its jobs wait to start (pending, retrying): the next enqueue
+    is refused until some start. None: no cap."""
+
+
+MAX_QUEUED_CAP = 10_000_000
+
+
+def check_max_queued(cap: int | None) -> int | None:
+    if cap is not None and not 1 <= cap <= MAX_QUEUED_CAP:
+        raise InvalidInputError(f"max_queued must be 1 to {MAX_QUEUED_CAP}, or none (no cap)")
+    return cap
 
 
 @dataclass(frozen=True, slots=True)

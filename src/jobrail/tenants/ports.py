@@ -24,6 +24,10 @@ class TenantDirectory(Protocol):
 
     async def list_tenants(self) -> list[Tenant]: ...
 
+    async def set_max_queued(self, tenant_id: TenantId, cap: int | None) -> Tenant | None:
+        """Set the tenant's cap on its jobs waiting to start: the tenant, or None if
+        there is no such tenant."""
+
     async def add_key(self, key: ApiKeyInfo, key_digest: str) -> None:
         """Raises KeyExistsError when the digest is taken."""
 

@@ -16,6 +16,7 @@ from jobrail.tenants.domain import (
     Principal,
     Tenant,
     check_key_shape,
+    check_max_queued,
     digest,
     hint,
     new_api_key,
@@ -50,6 +51,20 @@ class CreateTenant:
         except TenantExistsError:
             raise ConflictError(f"tenant {tenant.id!r} already exists") from None
         return await IssueApiKey(self._directory, self._clock)(tenant.id)
+
+
+class SetQueuedCap:
+    """Cap a tenant's jobs waiting to start (None: no cap). Its enqueues beyond the cap
+    are refused (HTTP 429) until some of its jobs start; the jobs already queued stay."""
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self._directory = directory
+
+    async def __call__(self, tenant_id: TenantId, cap: int | None) -> Tenant:
+        tenant = await self._directory.set_max_queued(tenant_id, check_max_queued(cap))
+        if tenant is None:
+            raise NotFoundError(f"tenant {tenant_id!r} not found")
+        return tenant
 
 
 class IssueApiKey:

@@ -1,4 +1,5 @@
-"""jobs: a deadline to start by, the expired status, and a key unique while active
+"""jobs: a deadline to start by, the expired status, a key unique while active; tenants:
+a cap on their jobs waiting to start
 
 Two nullable columns on ``jobs``: ``deadline`` (a job not started by then ends
 ``expired`` and never runs) and ``unique_key`` (while a job of a tenant and type with
@@ -6,7 +7,8 @@ that key is pending, retrying or running, another enqueue with it returns that j
 ``expired`` joins the statuses a job may have. Two partial indexes: the unique one,
 over the active jobs alone (a job that has ended frees its key), and one over the
 deadlines of the jobs that wait, for the sweep that expires them. Existing jobs have
-neither.
+neither. ``tenants.max_queued``: at most this many of the tenant's jobs wait to start
+(NULL, as for every existing tenant: no cap).
 
 On Postgres the status CHECK is added ``NOT VALID`` and validated after, so the table
 is not locked while every row is checked, and the indexes are built ``CONCURRENTLY``.
@@ -111,6 +113,7 @@ def _drop_columns(batch: Any) -> None:
 
 
 def upgrade() -> None:
+    op.add_column("tenants", sa.Column("max_queued", sa.Integer))
     if op.get_bind().dialect.name != "postgresql":
         _rebuild_sqlite(NEW_STATUSES, _add_columns)
         _new_indexes()
@@ -131,6 +134,8 @@ def downgrade() -> None:
     op.drop_index("ix_jobs_waiting_deadline", table_name="jobs")
     op.drop_index("uq_jobs_active_unique_key", table_name="jobs")
     op.execute("DELETE FROM jobs WHERE status = 'expired'")
+    with op.batch_alter_table("tenants") as batch:
+        batch.drop_column("max_queued")
     if op.get_bind().dialect.name != "postgresql":
         _rebuild_sqlite(OLD_STATUSES, _drop_columns)
         return
