@@ -43,6 +43,15 @@ class FakeJobRepository:
         self._jobs = jobs
 
     async def add(self, job: Job) -> Job:
+        if job.debounce_key is not None:
+            for existing in self._jobs.values():
+                if (existing.tenant_id, existing.type, existing.debounce_key) == (
+                    job.tenant_id,
+                    job.type,
+                    job.debounce_key,
+                ) and existing.status is JobStatus.PENDING:
+                    existing.payload, existing.updated_at = job.payload, job.updated_at
+                    return copy.deepcopy(existing)
         if job.idempotency_key is not None:
             for existing in self._jobs.values():
                 if (existing.tenant_id, existing.idempotency_key) == (

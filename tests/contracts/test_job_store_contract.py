@@ -664,3 +664,47 @@ async def test_unique_enqueues_made_together_store_one_job_and_one_message(intak
 
     assert len({job.id for job in stored}) == 1
     assert await messages() == 1
+
+
+# -- debounce keys ------------------------------------------------------------------------
+
+
+async def test_a_debounced_add_gives_the_pending_job_its_payload_and_stores_no_message(
+    intake: Any,
+) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    first = make_job(debounce_key="k", payload={"n": 1})
+    later = [make_job(debounce_key="k", payload={"n": n}) for n in (2, 3)]
+    other_type = make_job(debounce_key="k", type="demo.other")
+
+    def message(job: Job) -> JobMessage:
+        return JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="acme")
+
+    stored = [await store.add(job, message(job)) for job in (first, *later, other_type)]
+
+    assert [job.id for job in stored] == [first.id, first.id, first.id, other_type.id]
+    assert stored[2].payload == {"n": 3}
+    assert await messages() == 2
+
+
+async def test_debounced_adds_made_together_store_one_job_with_one_of_their_payloads(
+    intake: Any,
+) -> None:
+    from jobrail.jobs.messages import JobMessage
+
+    store, messages = intake
+    jobs_ = [make_job(debounce_key="together", payload={"n": n}) for n in range(8)]
+
+    stored = await asyncio.gather(
+        *(
+            store.add(
+                job, JobMessage(job_id=job.id, job_type=job.type, queue=job.queue, tenant_id="a")
+            )
+            for job in jobs_
+        )
+    )
+
+    assert len({job.id for job in stored}) == 1
+    assert await messages() == 1

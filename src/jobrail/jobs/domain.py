@@ -163,6 +163,9 @@ class Job:
     unique_key: str | None = None
     """While the job is active, another enqueue of its tenant and type with this key
     returns it instead of making a new job."""
+    debounce_key: str | None = None
+    """While the job is pending, another enqueue of its tenant and type with this key
+    replaces its payload: it runs once, when its window closes, with the last."""
     waiting: Wait | None = None
     """What the job waits for while its limits defer it (None once it starts)."""
     progress: JobProgress | None = None
@@ -196,6 +199,7 @@ class Job:
         blocked: bool = False,
         deadline: datetime | None = None,
         unique_key: str | None = None,
+        debounce_key: str | None = None,
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -222,6 +226,7 @@ class Job:
             status=JobStatus.BLOCKED if blocked else JobStatus.PENDING,
             deadline=deadline,
             unique_key=fitted_or_none(unique_key),
+            debounce_key=fitted_or_none(debounce_key),
         )
 
     def can_start(self, now: datetime) -> bool:

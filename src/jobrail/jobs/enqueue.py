@@ -1,6 +1,6 @@
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
@@ -33,6 +33,8 @@ class EnqueueJob:
     - A unique key: while a job of the tenant and type with that key is pending,
       retrying or running, the enqueue returns it (created False), whatever its
       payload; once it has ended, a new job is made.
+    - A debounce key: see `Debounce`; the enqueue that collapses returns the pending
+      job (created False) with the new payload.
     - A deadline: no attempt starts at or after it; a job still waiting then ends
       expired (it must be after the job is due).
     - Every job belongs to the tenant that asked for it.
@@ -90,6 +92,10 @@ def new_job(
     job_type: JobType, cmd: EnqueueJobCommand, now: datetime, default_max_attempts: int
 ) -> Job:
     payload = job_type.validate_payload(cmd.payload)
+    run_after = cmd.run_after
+    if cmd.debounce is not None:
+        _debounceable(cmd)
+        run_after = now + timedelta(seconds=cmd.debounce.window_s)
     return Job.create(
         id=JobId(new_id()),
         type=job_type.name,
@@ -100,11 +106,29 @@ def new_job(
         now=now,
         entity_id=cmd.entity_id,
         idempotency_key=cmd.idempotency_key,
-        run_after=cmd.run_after,
+        run_after=run_after,
         trace_context=dict(cmd.trace_context) or _current_trace_context(),
         deadline=cmd.deadline,
         unique_key=cmd.unique_key,
+        debounce_key=None if cmd.debounce is None else cmd.debounce.key,
     )
+
+
+def _debounceable(cmd: EnqueueJobCommand) -> None:
+    """A debounced enqueue starts when its window closes, and collapses with the others
+    of its key: a time to run at, an Idempotency-Key or a unique key would each say
+    otherwise."""
+    clashing = [
+        name
+        for name, given in (
+            ("run_at/delay", cmd.run_after),
+            ("Idempotency-Key", cmd.idempotency_key),
+            ("unique_key", cmd.unique_key),
+        )
+        if given is not None
+    ]
+    if clashing:
+        raise InvalidInputError(f"debounce cannot be combined with {', '.join(clashing)}")
 
 
 def _current_trace_context() -> dict[str, str]:
@@ -141,11 +165,13 @@ def message_for(
     """The job's message, with the limit keys of its type (`job_type`; None for a type
     this process does not know: no keys) filled in: due at `not_before`, or when the job
     is (its run_after)."""
-    return JobMessage.of(
-        job,
-        limit_keys=None if job_type is None else job_type.limit_keys(job.payload, job.tenant_id),
-        not_before=not_before or job.run_after,
+    # A debounced job's payload may change until it starts: its worker fills the keys in.
+    keys = (
+        None
+        if job_type is None or job.debounce_key
+        else job_type.limit_keys(job.payload, job.tenant_id)
     )
+    return JobMessage.of(job, limit_keys=keys, not_before=not_before or job.run_after)
 
 
 def _same_key(existing: str | None, candidate: str | None) -> bool:

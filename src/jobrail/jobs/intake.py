@@ -11,6 +11,7 @@ from typing import Any, Protocol, Self
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
+from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 
 
@@ -19,6 +20,27 @@ class ValidatedPayload(Protocol):
     that class, e.g. a route's parsed body): it is stored as it dumps, not checked again."""
 
     def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+MAX_DEBOUNCE_S = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """Enqueues of a tenant's type with `key` within `window_s` of the first collapse
+    into one job, which starts when the window closes with the last payload. Once it
+    has started, the next enqueue opens a new window."""
+
+    key: str
+    window_s: float
+
+    def __post_init__(self) -> None:
+        if not self.key or not self.key.isprintable():
+            raise InvalidInputError("a debounce key is printable text, not empty")
+        if not 0 < self.window_s <= MAX_DEBOUNCE_S:
+            raise InvalidInputError(
+                f"a debounce window is more than 0 and at most {MAX_DEBOUNCE_S:g} seconds"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +53,7 @@ class EnqueueJobCommand:
     run_after: datetime | None = None
     deadline: datetime | None = None
     unique_key: str | None = None
+    debounce: "Debounce | None" = None
     trace_context: Mapping[str, str] = field(default_factory=dict)
 
 

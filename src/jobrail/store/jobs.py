@@ -15,7 +15,8 @@ from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store import queries as q
-from jobrail.store.dialects import insert_or_existing
+from jobrail.store.debounce import debounced, refused_by_cap
+from jobrail.store.dialects import insert_or_existing, queued_cap
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.store.outbox_rows import insert_outbox_rows
@@ -35,6 +36,8 @@ class SqlaJobRepository:
         self._created: list[str] = []
 
     async def add(self, job: Job) -> Job:
+        if job.debounce_key is not None:
+            return await self._debounce(job)
         with database_errors():
             existing = await insert_or_existing(
                 self._session,
@@ -50,6 +53,23 @@ class SqlaJobRepository:
             return job_from_row(existing)
         self._created.append(job.type)
         return job
+
+    async def _debounce(self, job: Job) -> Job:
+        """The job added, or the pending job of its debounce key, which took its payload."""
+        dialect = self._session.get_bind().dialect.name
+        with database_errors():
+            result = await self._session.execute(
+                debounced(dialect), job_row(job), execution_options=self._options
+            )
+            row = result.mappings().first()
+            if row is None:
+                cap = await self._session.scalar(
+                    select(queued_cap(job.tenant_id)), execution_options=self._options
+                )
+                refused_by_cap(job.tenant_id, cap)
+        if row["id"] == job.id:
+            self._created.append(job.type)
+        return job_from_row(row)
 
     async def get(
         self, job_id: JobId, tenant_id: TenantId | None = None, *, for_update: bool = False
@@ -270,8 +290,8 @@ class SqlaJobIntake:
     async def add(self, job: Job, envelope: Envelope) -> Job:
         async with self._sessionmaker() as session:
             stored = await SqlaJobRepository(session).add(job)
-            if stored.id == job.id:
-                with database_errors():
+            with database_errors():
+                if stored.id == job.id:
                     await insert_outbox_rows(session, [envelope], job.created_at)
-                    await session.commit()
+                await session.commit()  # a debounced add may have changed the pending job
         return stored

@@ -33,6 +33,7 @@ def job_from_row(row: Any) -> Job:
         cancel_requested=row["cancel_requested"],
         deadline=row["deadline"],
         unique_key=row["unique_key"],
+        debounce_key=row["debounce_key"],
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
         flow=(
@@ -98,5 +99,6 @@ def job_row(job: Job) -> dict[str, Any]:
         "flow_step": None if job.flow is None else job.flow.step,
         "deadline": job.deadline,
         "unique_key": job.unique_key,
+        "debounce_key": job.debounce_key,
         **job_state(job),
     }

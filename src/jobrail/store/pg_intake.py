@@ -17,16 +17,19 @@ from jobrail.jobs.domain import Job
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.errors import ConflictError, InvalidInputError, QueuedCapError
 from jobrail.store import json_codec
-from jobrail.store.mapping import job_from_row
+from jobrail.store.debounce import refused_by_cap
+from jobrail.store.mapping import job_from_row, job_row
 from jobrail.store.pg_pool import _Pg
 from jobrail.store.pg_queries import (
     BY_KEY,
     BY_UNIQUE,
+    DEBOUNCE,
     ENQUEUE,
     FLOW_BY_KEY,
     MARK_PUBLISHED,
     QUEUED_CAP,
 )
+from jobrail.store.queries import ENQUEUED
 from jobrail.transport.codec import Envelope
 
 log = logging.getLogger("jobrail.outbox")
@@ -77,6 +80,8 @@ class PgJobIntake(_Pg):
 
     async def add(self, job: Job, envelope: Envelope) -> Job:
         intake = _Intake.of(job, envelope)
+        if job.debounce_key is not None:
+            return await self._debounce(intake)
         for _ in range(_UNIQUE_TRIES):
             if await self._adds.submit(intake):
                 return job
@@ -90,6 +95,25 @@ class PgJobIntake(_Pg):
                 break
             # The active job that held the unique key ended meanwhile: try again.
         raise ConflictError("a job with this key is being created; try again")
+
+    async def _debounce(self, add: _Intake) -> Job:
+        """The job added, or the pending job of its debounce key, which took its payload
+        (store/debounce.py). Its own statement: never shared with other adds."""
+        job, m = add.job, add.message
+        values = job_row(job)
+        row = await self._fetchrow(
+            DEBOUNCE,
+            *(values[name] for name in ENQUEUED),
+            m.id,
+            m.queue,
+            m.body,
+            dict(m.headers),
+            m.not_before,
+            job.created_at,
+        )
+        if row is None:
+            refused_by_cap(job.tenant_id, (await self._fetchrow(QUEUED_CAP, job.tenant_id))[0])
+        return job_from_row(row)
 
     async def _existing(self, job: Job) -> Job | None:
         """The job that kept `job` out: its idempotency key's, or the active job of its
@@ -168,6 +192,7 @@ class PgJobIntake(_Pg):
             [job.lease_until for job in jobs_],
             [job.deadline for job in jobs_],
             [job.unique_key for job in jobs_],
+            [job.debounce_key for job in jobs_],
             [job.id for job in jobs_],
             [m.id for m in messages],
             [m.queue for m in messages],

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ClauseElement
 
 from jobrail.store import queries as q
+from jobrail.store.debounce import debounced_with_message
 from jobrail.store.dialects import queued_cap
 
 # SQLAlchemy's asyncpg dialect: its parameters are asyncpg's ($n), each with its type.
@@ -74,5 +75,8 @@ BY_KEY = compiled(q.BY_KEY, "tenant_id", "idempotency_key")
 FLOW_BY_KEY = compiled(q.FLOW_BY_KEY, "tenant_id", "idempotency_key")
 BY_UNIQUE = compiled(q.BY_UNIQUE, "tenant_id", "type", "unique_key")
 EXPIRE = compiled(q.EXPIRE, "job_id", "now")
+DEBOUNCE = compiled(
+    debounced_with_message(), *q.ENQUEUED, *(f"message_{name}" for name in q.MESSAGE)
+)
 QUEUED_CAP = compiled(select(queued_cap(bindparam("tenant_id", Text()))), "tenant_id")
 MARK_PUBLISHED = compiled(q.MARK_PUBLISHED, "mark_id", "mark_at")

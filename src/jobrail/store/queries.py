@@ -134,6 +134,7 @@ ENQUEUED = (
     "lease_until",
     "deadline",
     "unique_key",
+    "debounce_key",
 )
 assert {*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step"} == set(
     jobs.c.keys()
@@ -204,8 +205,7 @@ def _abandoned(v: Values) -> ColumnElement[bool]:
 
 
 def expirable(v: Values) -> ColumnElement[bool]:
-    """Job.can_expire as a condition: past its deadline at `now`, and waiting to start
-    or held by a worker whose lease ended."""
+    """Job.can_expire as a condition: past its deadline, waiting or abandoned, at `now`."""
     return and_(jobs.c.deadline <= v["now"], or_(jobs.c.status.in_(CLAIMABLE), _abandoned(v)))
 
 

@@ -74,6 +74,7 @@ JOB_STATUSES = (
 WEBHOOK_DELIVERIES = text("type = 'webhooks.deliver'")
 ACTIVE_UNIQUE = text("unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'running')")
 WAITING_DEADLINE = text("deadline IS NOT NULL AND status IN ('pending', 'retrying')")
+PENDING_DEBOUNCE = text("debounce_key IS NOT NULL AND status = 'pending'")
 
 jobs = Table(
     "jobs",
@@ -111,6 +112,9 @@ jobs = Table(
     # While the job is active, another enqueue of its tenant and type with this key
     # returns it (the partial unique index below).
     Column("unique_key", String(255)),
+    # While the job is pending, another enqueue of its tenant and type with this key
+    # replaces its payload instead of making a new job (it runs once, with the last).
+    Column("debounce_key", String(255)),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
@@ -135,6 +139,15 @@ jobs = Table(
         unique=True,
         postgresql_where=ACTIVE_UNIQUE,
         sqlite_where=ACTIVE_UNIQUE,
+    ),
+    Index(
+        "uq_jobs_pending_debounce_key",
+        "tenant_id",
+        "type",
+        "debounce_key",
+        unique=True,
+        postgresql_where=PENDING_DEBOUNCE,
+        sqlite_where=PENDING_DEBOUNCE,
     ),
     # The jobs that wait with a deadline, for the sweep that expires them.
     Index(

@@ -1,5 +1,5 @@
-"""jobs: a deadline to start by, the expired status, a key unique while active; tenants:
-a cap on their jobs waiting to start
+"""jobs: a deadline to start by, the expired status, a key unique while active, a key
+that debounces; tenants: a cap on their jobs waiting to start
 
 Two nullable columns on ``jobs``: ``deadline`` (a job not started by then ends
 ``expired`` and never runs) and ``unique_key`` (while a job of a tenant and type with
@@ -7,7 +7,9 @@ that key is pending, retrying or running, another enqueue with it returns that j
 ``expired`` joins the statuses a job may have. Two partial indexes: the unique one,
 over the active jobs alone (a job that has ended frees its key), and one over the
 deadlines of the jobs that wait, for the sweep that expires them. Existing jobs have
-neither. ``tenants.max_queued``: at most this many of the tenant's jobs wait to start
+neither. ``debounce_key``: while a job of a tenant and type with that key is pending,
+another enqueue with it replaces its payload (a partial unique index over the pending
+jobs). ``tenants.max_queued``: at most this many of the tenant's jobs wait to start
 (NULL, as for every existing tenant: no cap).
 
 On Postgres the status CHECK is added ``NOT VALID`` and validated after, so the table
@@ -39,6 +41,7 @@ NEW_STATUSES = (*OLD_STATUSES, "expired")
 
 ACTIVE_UNIQUE = "unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'running')"
 WAITING_DEADLINE = "deadline IS NOT NULL AND status IN ('pending', 'retrying')"
+PENDING_DEBOUNCE = "debounce_key IS NOT NULL AND status = 'pending'"
 # The partial indexes a SQLite rebuild would not keep as they are.
 FLOW = "flow_id IS NOT NULL"
 DELIVERIES = "type = 'webhooks.deliver'"
@@ -74,6 +77,13 @@ def _new_indexes(**options: Any) -> None:
         **options,
     )
     _partial("ix_jobs_waiting_deadline", ["deadline"], WAITING_DEADLINE, **options)
+    _partial(
+        "uq_jobs_pending_debounce_key",
+        ["tenant_id", "type", "debounce_key"],
+        PENDING_DEBOUNCE,
+        unique=True,
+        **options,
+    )
 
 
 def _create_triggers() -> None:
@@ -105,9 +115,11 @@ def _rebuild_sqlite(statuses: Sequence[str], columns: Any) -> None:
 def _add_columns(batch: Any) -> None:
     batch.add_column(sa.Column("deadline", sa.DateTime(timezone=True)))
     batch.add_column(sa.Column("unique_key", sa.String(255)))
+    batch.add_column(sa.Column("debounce_key", sa.String(255)))
 
 
 def _drop_columns(batch: Any) -> None:
+    batch.drop_column("debounce_key")
     batch.drop_column("unique_key")
     batch.drop_column("deadline")
 
@@ -131,6 +143,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("uq_jobs_pending_debounce_key", table_name="jobs")
     op.drop_index("ix_jobs_waiting_deadline", table_name="jobs")
     op.drop_index("uq_jobs_active_unique_key", table_name="jobs")
     op.execute("DELETE FROM jobs WHERE status = 'expired'")

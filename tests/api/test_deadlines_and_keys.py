@@ -1,6 +1,7 @@
 """A deadline passing while a job waits behind a lock or a rate limit ends it expired,
 never run, with its event; a unique key returns the active job and is free again once
-that job has ended (embedded mode, through a host's JobRail)."""
+that job has ended; debounced enqueues collapse into one run with the last payload
+(embedded mode, through a host's JobRail)."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from jobrail import JobContext, JobRail, Lock, TokenBucket
-from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.intake import Debounce, EnqueueJobCommand, EnqueueResult
 from jobrail.kernel.ids import TenantId
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.services import wait_for
@@ -84,6 +85,11 @@ async def host(tmp_path: Path) -> AsyncIterator[Host]:
     async def vendor(payload: Render, ctx: JobContext) -> None:
         host.ran.append(str(ctx.job_id))
 
+    @rail.job("reports.digest", payload=Render)
+    async def digest(payload: Render, ctx: JobContext) -> dict[str, str]:
+        host.ran.append(str(ctx.job_id))
+        return {"report": payload.report_id}
+
     app.include_router(rail.router(tenant=tenant))
     async with rail.lifespan(app), http:
         yield host
@@ -152,3 +158,35 @@ async def test_a_unique_key_and_an_idempotency_key_each_keep_their_meaning(host:
     assert repeated.job.id == first.job.id  # the same request, even after the job ended
     assert repeated.created is False
     assert fresh.created is True  # the key is free: its job has ended
+
+
+async def test_debounced_enqueues_run_once_with_the_last_payload_then_open_a_new_window(
+    host: Host,
+) -> None:
+    window = Debounce(key="digest:acme", window_s=1.0)
+    results = [await host.enqueue("reports.digest", f"v{n}", debounce=window) for n in range(4)]
+    first = results[0].job
+
+    done = await host.until(first.id, "succeeded")
+    after = await host.enqueue("reports.digest", "v9", debounce=window)
+
+    assert [r.created for r in results] == [True, False, False, False]
+    assert {r.job.id for r in results} == {first.id}
+    assert results[-1].job.payload == {"report_id": "v3"}
+    assert done["result"] == {"report": "v3"}
+    assert done["attempts"] == 1
+    assert host.ran == [str(first.id)]
+    assert after.created is True
+    assert (await host.until(after.job.id, "succeeded"))["result"] == {"report": "v9"}
+
+
+async def test_debounce_refuses_a_clashing_option_and_a_bad_window(host: Host) -> None:
+    from jobrail.kernel.errors import InvalidInputError
+
+    window = Debounce(key="d", window_s=1.0)
+    for clash in ({"unique_key": "u"}, {"idempotency_key": "i"}, {"run_after": soon(5)}):
+        with pytest.raises(InvalidInputError, match="debounce cannot be combined"):
+            await host.enqueue("reports.digest", "x", debounce=window, **clash)
+    for bad in (0, -1, 10**9):
+        with pytest.raises(InvalidInputError, match="debounce window"):
+            Debounce(key="d", window_s=bad)
