@@ -28,7 +28,8 @@ class EchoPayload(BaseModel):
 
 # Its timeout covers its longest sleep (an hour), with a margin: at 30 s, a sleep of a
 # minute timed out on every attempt and could never succeed.
-@job("demo.echo", payload=EchoPayload, queue="jobs.default", timeout_s=3_630)
+# Open to tenants: `POST /jobs {"type": "demo.echo", "payload": {...}}` enqueues it too.
+@job("demo.echo", payload=EchoPayload, queue="jobs.default", timeout_s=3_630, open_to_tenants=True)
 async def echo(payload: EchoPayload, ctx: JobContext) -> dict[str, str | int]:
     """Sleep (reporting the milliseconds slept as its progress), fail as asked, then echo
     the message back as the job's result."""

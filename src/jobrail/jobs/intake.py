@@ -111,6 +111,11 @@ class JobType(Protocol):
     @property
     def max_attempts(self) -> int | None: ...
 
+    @property
+    def open_to_tenants(self) -> bool:
+        """Whether a tenant may enqueue it by its name (``POST /jobs``)."""
+        ...
+
     def validate_payload(self, payload: Mapping[str, Any] | ValidatedPayload) -> dict[str, Any]:
         """The payload as it will be stored; raise InvalidInputError if it does not fit."""
         ...

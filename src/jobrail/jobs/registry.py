@@ -49,6 +49,10 @@ class JobSpec:
     max_wait_s: float | None = None
     """How long a job of this type may wait for its limits and lock (from its first
     deferral since it last ran) before it fails without running; None: no cap."""
+    open_to_tenants: bool = False
+    """Whether a tenant may enqueue it by its name over HTTP (``POST /jobs``). Internal
+    types (housekeeping, webhook deliveries, flow callbacks, a module's own steps) stay
+    closed: only the module's own code enqueues them."""
 
     def __post_init__(self) -> None:
         if not JOB_NAME.match(self.name):
@@ -102,6 +106,7 @@ def job(
     retry_base_s: float | None = None,
     retry_cap_s: float | None = None,
     max_wait_s: float | None = None,
+    open_to_tenants: bool = False,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
 
@@ -111,7 +116,8 @@ def job(
     policy for this type (exponential backoff with full jitter between attempts).
     ``max_wait_s`` caps how long a job may wait for its limits and lock, from its first
     deferral since it last ran: past it, the job fails without running, saying what it
-    waited for."""
+    waited for. ``open_to_tenants`` lets a tenant enqueue it by its name over HTTP
+    (``POST /jobs``, with its payload as JSON); a type is closed unless it says so."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -126,6 +132,7 @@ def job(
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
             max_wait_s=max_wait_s,
+            open_to_tenants=open_to_tenants,
         )
 
     return declare
@@ -150,6 +157,10 @@ class RegisteredType:
     @property
     def max_attempts(self) -> int | None:
         return self.spec.max_attempts
+
+    @property
+    def open_to_tenants(self) -> bool:
+        return self.spec.open_to_tenants
 
     @property
     def description(self) -> str:
