@@ -1,0 +1,163 @@
+"""The enqueue options over HTTP: ``run_at`` or ``delay``, ``deadline``, ``unique_key``.
+
+``POST /jobs`` takes them in its body (``EnqueueOptions``' fields). A route whose body
+is the job's payload (``POST /demo/echo``) takes them as query parameters
+(``?delay=30``): ``EnqueueOptionsQuery``, with ``ENQUEUE_OPENAPI`` in its ``openapi_extra``.
+Either way ``command`` checks them (``jobrail.jobs.timing.resolve_options``) against the
+app's clock and makes the ``EnqueueJobCommand``.
+"""
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar
+
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
+
+from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel
+from jobrail.jobs.intake import EnqueueJobCommand, ValidatedPayload
+from jobrail.jobs.timing import MAX_DELAY, MAX_UNIQUE_KEY_LENGTH, resolve_options
+from jobrail.kernel.clock import Clock
+from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import TenantId
+
+
+class EnqueueOptions(RequestModel):
+    """When a job may start, by when it must have, and the key it is unique by."""
+
+    where: ClassVar[str] = "body"
+    """Where the request gave them: the ``loc`` of a refusal starts with it."""
+
+    run_at: AwareDatetime | None = Field(
+        default=None,
+        strict=False,
+        description="When the job may start, with its time zone (a past time: at once); "
+        "at most 366 days ahead. Not with `delay`.",
+    )
+    delay: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_DELAY.total_seconds(),
+        allow_inf_nan=False,
+        description="Seconds from now before the job may start (at most 366 days). "
+        "Not with `run_at`.",
+    )
+    deadline: AwareDatetime | None = Field(
+        default=None,
+        strict=False,
+        description="When the job must have started by, with its time zone; not before "
+        "it may start.",
+    )
+    unique_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_UNIQUE_KEY_LENGTH,
+        description="The tenant has at most one unfinished job of this type with this key.",
+    )
+
+    def command(
+        self,
+        clock: Clock | None,
+        *,
+        tenant_id: TenantId,
+        type: str,
+        payload: Mapping[str, Any] | ValidatedPayload,
+        idempotency_key: str | None = None,
+        entity_id: str | None = None,
+    ) -> EnqueueJobCommand:
+        """The command to enqueue with these options, resolved at the time of `clock`
+        (the app's; without one, the system's): a 422 naming each option that does not
+        hold (``run_at`` with ``delay``, a ``deadline`` before the start)."""
+        now = clock.now() if clock is not None else datetime.now(UTC)
+        try:
+            options = resolve_options(
+                now,
+                run_at=self.run_at,
+                delay=self.delay,
+                deadline=self.deadline,
+                unique_key=self.unique_key,
+            )
+        except InvalidInputError as refused:
+            raise RequestValidationError(
+                [{**detail, "loc": (self.where, *detail["loc"])} for detail in refused.details]
+            ) from None
+        return EnqueueJobCommand(
+            tenant_id=tenant_id,
+            type=type,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            entity_id=entity_id,
+            run_after=options.run_after,
+            deadline=options.deadline,
+            unique_key=options.unique_key,
+        )
+
+
+class _QueryOptions(EnqueueOptions):
+    """The options as query parameters: strings, converted as FastAPI converts a query's."""
+
+    model_config = ConfigDict(strict=False, extra="ignore", frozen=True)
+    where: ClassVar[str] = "query"
+
+
+_NAMES = tuple(EnqueueOptions.model_fields)
+NO_OPTIONS: EnqueueOptions = _QueryOptions()
+
+
+def enqueue_options(request: Request) -> EnqueueOptions:
+    """The request's enqueue options, from its query string (none without one).
+
+    Read from the request rather than declared as four ``Query`` parameters: FastAPI's
+    parameter machinery costs each request of a hot route (``POST /demo/echo``) for
+    options most requests do not give (see ``jobrail.http.schemas.idempotency_key``);
+    ``ENQUEUE_OPENAPI`` documents them as FastAPI would have."""
+    if not request.scope.get("query_string"):
+        return NO_OPTIONS
+    query = request.query_params
+    given = {name: query[name] for name in _NAMES if name in query}
+    if not given:
+        return NO_OPTIONS
+    try:
+        return _QueryOptions.model_validate(given)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [
+                {
+                    "type": error["type"],
+                    "loc": ("query", *error["loc"]),
+                    "msg": error["msg"],
+                    "input": error.get("input"),
+                }
+                for error in exc.errors(include_url=False, include_context=False)
+            ]
+        ) from None
+
+
+EnqueueOptionsQuery = Annotated[EnqueueOptions, Depends(enqueue_options)]
+"""A route's enqueue options, as query parameters (with ``ENQUEUE_OPENAPI``)."""
+
+
+def _query_parameters() -> list[dict[str, Any]]:
+    properties = EnqueueOptions.model_json_schema()["properties"]
+    parameters = []
+    for name in _NAMES:
+        schema = dict(properties[name])
+        description = schema.pop("description", "")
+        schema.pop("default", None)
+        parameters.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": description,
+                "schema": schema,
+            }
+        )
+    return parameters
+
+
+ENQUEUE_OPENAPI: dict[str, Any] = {
+    "parameters": [*IDEMPOTENCY_KEY_OPENAPI["parameters"], *_query_parameters()]
+}
+"""A route's ``openapi_extra`` for the Idempotency-Key header and the enqueue options."""
