@@ -157,6 +157,14 @@ async def test_redriving_the_whole_dead_letter_queue_needs_a_json_true(
     assert _is_422(response), response.text
 
 
+ENQUEUE_BODIES: dict[str, dict[str, Any]] = {
+    "/demo/echo": {"message": "x"},
+    "/demo/batch": {"count": 1},
+    "/jobs": {"type": "demo.echo", "payload": {"message": "x"}},
+}
+"""The routes that take an Idempotency-Key, each with a body it takes."""
+
+
 NUL_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("/demo/echo", {"message": "a\u0000b"}),
     ("/billing/invoices", {**INVOICE, "customer_id": "c\u00001"}),
@@ -281,11 +289,11 @@ async def test_a_500_to_an_allowed_origin_carries_the_cors_headers(tmp_path: Any
     assert response.headers["X-Request-Id"] == "req-cors-500"
 
 
-@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+@pytest.mark.parametrize("path", list(ENQUEUE_BODIES))
 async def test_an_idempotency_key_past_255_characters_is_a_422_that_names_the_header(
     api: ApiClient, path: str
 ) -> None:
-    body = {"message": "x"} if path == "/demo/echo" else {"count": 1}
+    body = ENQUEUE_BODIES[path]
     too_long = await api.post(path, json=body, headers={"Idempotency-Key": "k" * 256})
     longest = await api.post(path, json=body, headers={"Idempotency-Key": "k" * 255})
 
@@ -295,13 +303,13 @@ async def test_an_idempotency_key_past_255_characters_is_a_422_that_names_the_he
     assert longest.status_code == 202, longest.text
 
 
-@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+@pytest.mark.parametrize("path", list(ENQUEUE_BODIES))
 async def test_an_empty_idempotency_key_is_a_422_not_a_key_every_request_shares(
     api: ApiClient, path: str
 ) -> None:
     # A client whose variable for the key is unset sends the header empty: taken as a
     # key, every request after its first was replayed as the first.
-    body = {"message": "x"} if path == "/demo/echo" else {"count": 1}
+    body = ENQUEUE_BODIES[path]
     for empty in ("", "   "):
         refused = await api.post(path, json=body, headers={"Idempotency-Key": empty})
 
@@ -314,7 +322,7 @@ async def test_an_empty_idempotency_key_is_a_422_not_a_key_every_request_shares(
     assert (await api.get("/jobs")).json()["items"] == []
 
 
-@pytest.mark.parametrize("path", ["/demo/echo", "/demo/batch"])
+@pytest.mark.parametrize("path", list(ENQUEUE_BODIES))
 async def test_the_openapi_schema_documents_the_idempotency_key_header(
     api: ApiClient, path: str
 ) -> None:

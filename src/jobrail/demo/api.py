@@ -10,10 +10,12 @@ from jobrail.http.errors import ERROR_RESPONSES
 from jobrail.http.rate_limits import EnqueueTenant
 from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel, idempotency_key
 from jobrail.jobs.domain import FlowRole
-from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.flow_service import FlowService
+from jobrail.jobs.options import ENQUEUE_OPENAPI, EnqueueOptionsQuery
 from jobrail.jobs.schemas import JobAccepted, accepted
 from jobrail.jobs.workflows import BatchCommand, FlowJob
+from jobrail.kernel.clock import Clock
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES
@@ -24,25 +26,28 @@ router = APIRouter(
     "/echo",
     status_code=202,
     summary="Enqueue a demo job that echoes a message",
-    description="Poll `GET /jobs/{job_id}` for its status and result.",
-    openapi_extra=IDEMPOTENCY_KEY_OPENAPI,
+    description="Poll `GET /jobs/{job_id}` for its status and result. The query's "
+    "enqueue options put it off (`delay`, `run_at`), give it a `deadline` or a "
+    "`unique_key`.",
+    openapi_extra=ENQUEUE_OPENAPI,
 )
 async def echo(
     body: EchoPayload,
     request: Request,
     response: Response,
     tenant: EnqueueTenant,
+    options: EnqueueOptionsQuery,
     enqueue: FromDishka[EnqueueJob],
+    clock: FromDishka[Clock],
 ) -> JobAccepted:
-    result = await enqueue(
-        EnqueueJobCommand(
-            tenant_id=tenant,
-            type=echo_job.name,
-            payload=body,
-            idempotency_key=idempotency_key(request),
-        )
+    cmd = options.command(
+        clock,
+        tenant_id=tenant,
+        type=echo_job.name,
+        payload=body,
+        idempotency_key=idempotency_key(request),
     )
-    return accepted(result, response, request)
+    return accepted(await enqueue(cmd), response, request)
 
 
 class DemoBatch(RequestModel):

@@ -1,4 +1,5 @@
-"""The jobs routes (``GET /jobs/{id}``, ``GET /jobs``, ``POST /jobs/{id}/cancel``), once,
+"""The jobs routes (``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``,
+``POST /jobs/{id}/cancel``), once,
 for jobrail's API (``router``) and for a host's ``JobRail.router`` (which builds its own
 with ``jobs_router``: its tenant, its use cases from the rail's container, its route
 class, and adds a job's events)."""
@@ -9,17 +10,28 @@ from typing import Annotated, Any
 
 from dishka import FromComponent
 from dishka.integrations.fastapi import DishkaRoute
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.routing import APIRoute
 
 from jobrail.http.auth import current_tenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import Group, RateLimitEnqueue, RateLimitRead
+from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, idempotency_key
 from jobrail.jobs.cancel import CancelJob, CancelJobCommand
+from jobrail.jobs.enqueue import EnqueueOpenJob
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.listing import ListJobs
-from jobrail.jobs.schemas import JobFilterQuery, JobList, JobOut, jobs_page
+from jobrail.jobs.schemas import (
+    JobAccepted,
+    JobFilterQuery,
+    JobList,
+    JobOut,
+    JobRequest,
+    accepted,
+    jobs_page,
+)
+from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
 
@@ -62,6 +74,33 @@ def jobs_router(
     )
     Tenant = Annotated[TenantId, Depends(tenant)]  # noqa: N806
 
+    @router.post(
+        "",
+        status_code=202,
+        summary="Enqueue a job of a type open to tenants",
+        description=EnqueueOpenJob.__doc__,
+        dependencies=[limited("enqueue")],
+        openapi_extra=IDEMPOTENCY_KEY_OPENAPI,
+    )
+    async def enqueue_job(
+        body: JobRequest,
+        request: Request,
+        response: Response,
+        tenant: Tenant,
+        enqueue: Annotated[EnqueueOpenJob, use_case(EnqueueOpenJob)],
+        clock: Annotated[Clock, use_case(Clock)],
+    ) -> JobAccepted:
+        cmd = body.command(
+            clock,
+            tenant_id=tenant,
+            type=body.type,
+            payload=body.payload,
+            idempotency_key=idempotency_key(request),
+            entity_id=body.entity_id,
+        )
+        # Its Location is under this route's own path, wherever the host put the routes.
+        return accepted(await enqueue(cmd), response, request, _path(request, prefix))
+
     @router.get("/{job_id}", summary="A job and its status", dependencies=[limited("read")])
     async def get_job(
         job_id: uuid.UUID,
@@ -100,6 +139,12 @@ def jobs_router(
         return JobOut.of(await cancel(CancelJobCommand(tenant_id=tenant, job_id=JobId(job_id))))
 
     return router
+
+
+def _path(request: Request, default: str) -> str:
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else default
 
 
 router = jobs_router()

@@ -21,7 +21,7 @@ from jobrail.kernel.ids import JobId, new_id
 _tracer = trace.get_tracer("jobrail.jobs")
 
 
-__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueResult", "message_for"]
+__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueOpenJob", "EnqueueResult", "message_for"]
 
 
 class EnqueueJob:
@@ -86,6 +86,32 @@ class EnqueueJob:
             _ensure_same_request(job, candidate)
         # Else the active job that holds the unique key: returned whatever its payload.
         return EnqueueResult(job=job, created=created)
+
+
+class EnqueueOpenJob:
+    """Enqueue a job a tenant asked for by its type's name (``POST /jobs``).
+
+    - Only a type its module declared open to tenants (``open_to_tenants``) is taken.
+      An internal type (housekeeping, webhook deliveries, flow callbacks, a module's own
+      steps) and a name no module declared are refused alike, with the same words, so
+      that the refusal tells nothing of which internal types exist.
+    - Otherwise as EnqueueJob: the payload must fit, the Idempotency-Key is honoured.
+    """
+
+    def __init__(self, enqueue: EnqueueJob, catalog: JobCatalog) -> None:
+        self._enqueue = enqueue
+        self._catalog = catalog
+
+    async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
+        job_type = self._catalog.get(cmd.type)
+        if job_type is None or not job_type.open_to_tenants:
+            raise InvalidInputError(
+                f"job type {cmd.type!r} is not one a tenant may enqueue",
+                details=[
+                    {"loc": ["type"], "msg": "not a job type open to tenants", "type": "closed"}
+                ],
+            )
+        return await self._enqueue(cmd)
 
 
 def new_job(

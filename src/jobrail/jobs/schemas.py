@@ -1,5 +1,5 @@
 """The jobs' HTTP schemas: a job as the API shows it, its list and its events page, an
-enqueue's 202, and the list's cursor and filter."""
+enqueue's request (``POST /jobs``) and its 202, and the list's cursor and filter."""
 
 import base64
 import binascii
@@ -14,7 +14,9 @@ from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.enqueue import EnqueueResult
 from jobrail.jobs.flow import FlowCounts
 from jobrail.jobs.listing import ListJobs, ListJobsQuery
+from jobrail.jobs.options import EnqueueOptions
 from jobrail.jobs.ports import Cursor
+from jobrail.jobs.registry import MAX_NAME_LENGTH
 from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
@@ -22,6 +24,23 @@ from jobrail.kernel.ids import JobId, TenantId
 JobStatusName = Literal[
     "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked", "expired"
 ]
+
+
+class JobRequest(EnqueueOptions):
+    """A job a tenant enqueues by its type's name (``POST /jobs``), with its options."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="A job type its module opened to tenants (such as `demo.echo`).",
+    )
+    payload: dict[str, Any] = Field(description="The job's payload, as its type takes it.")
+    entity_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="What the job is about, to list its jobs by (`GET /jobs?entity_id=`).",
+    )
 
 
 class JobAccepted(BaseModel):
@@ -130,7 +149,10 @@ class JobOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    run_after: datetime | None = Field(description="When a retrying job's next attempt is due.")
+    run_after: datetime | None = Field(
+        description="When the job may start: its `run_at` or `delay`, or when a retrying "
+        "job's next attempt is due."
+    )
     deadline: datetime | None = Field(
         default=None,
         description="No attempt starts at or after it: a job still waiting then ends expired.",
@@ -241,15 +263,17 @@ class JobList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next page.")
 
 
-def job_location(request: Request, job_id: JobId) -> str:
+def job_location(request: Request, job_id: JobId, jobs: str = "/jobs") -> str:
     """Where a job's status is read: under the app's mount point (the ASGI root_path)
-    when it is mounted in another app."""
-    return f"{request.scope.get('root_path', '')}/jobs/{job_id}"
+    when it is mounted in another app, at `jobs` (the path of the jobs routes)."""
+    return f"{request.scope.get('root_path', '')}{jobs}/{job_id}"
 
 
-def accepted(result: EnqueueResult, response: Response, request: Request) -> JobAccepted:
+def accepted(
+    result: EnqueueResult, response: Response, request: Request, jobs: str = "/jobs"
+) -> JobAccepted:
     """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header."""
-    response.headers["Location"] = job_location(request, result.job.id)
+    response.headers["Location"] = job_location(request, result.job.id, jobs)
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
     return JobAccepted(job_id=result.job.id, status=result.job.status.value)

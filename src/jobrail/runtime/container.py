@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.cancel import CancelJob
-from jobrail.jobs.enqueue import EnqueueJob
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueOpenJob
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob
 from jobrail.jobs.intake import JobCatalog
@@ -376,6 +376,10 @@ class PlatformProvider(Provider):
             clock,
             settings.retry.max_attempts,
         )
+
+    @provide(scope=Scope.APP)
+    def enqueue_open_job(self, enqueue: EnqueueJob, catalog: JobCatalog) -> EnqueueOpenJob:
+        return EnqueueOpenJob(enqueue, catalog)
 
     @provide(scope=Scope.APP)
     def workflows(self, factory: UnitOfWorkFactory) -> Workflows:

@@ -1,0 +1,273 @@
+"""The enqueue options over HTTP (the query of ``POST /demo/echo``, the body of
+``POST /jobs``) and in Python (``JobHandle.enqueue``), and ``POST /jobs`` for the job
+types a module opened to tenants, in embedded mode."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.fixtures import ApiClient
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def parsed(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def refusal(response: httpx.Response) -> tuple[int, list[tuple[tuple[str, ...], str]]]:
+    """The status and each refused option's (loc, type)."""
+    details = response.json()["error"]["details"]
+    return response.status_code, [(tuple(d["loc"]), d["type"]) for d in details]
+
+
+async def no_jobs(api: ApiClient) -> bool:
+    items: list[Any] = (await api.get("/jobs")).json()["items"]
+    return items == []
+
+
+# -- the query of a route whose body is the payload ------------------------------------
+
+
+async def test_a_delay_puts_the_job_off_while_other_work_runs(api: ApiClient) -> None:
+    before = datetime.now(UTC)
+    response = await api.post("/demo/echo", params={"delay": 7200}, json={"message": "later"})
+    after = datetime.now(UTC)
+    assert response.status_code == 202, response.text
+    later = response.json()["job_id"]
+
+    now = await api.echo(message="now")
+    await api.wait_status(now, "succeeded", timeout=10)
+    job = await api.job(later)
+
+    assert before + timedelta(hours=2) <= parsed(job["run_after"]) <= after + timedelta(hours=2)
+    assert (job["status"], job["attempts"], job["started_at"]) == ("pending", 0, None)
+
+
+async def test_run_at_in_the_future_is_the_jobs_run_after(api: ApiClient) -> None:
+    at = (datetime.now(UTC) + timedelta(days=3)).replace(microsecond=0)
+    # Another zone: the time is kept, as UTC.
+    given = at.astimezone(datetime.now().astimezone().tzinfo).isoformat()
+    response = await api.post("/demo/echo", params={"run_at": given}, json={"message": "x"})
+
+    assert response.status_code == 202, response.text
+    job = await api.job(response.json()["job_id"])
+    assert parsed(job["run_after"]) == at
+    assert job["status"] == "pending"
+
+
+async def test_run_at_in_the_past_runs_at_once(api: ApiClient) -> None:
+    past = datetime.now(UTC) - timedelta(hours=1)
+    response = await api.post("/demo/echo", params={"run_at": iso(past)}, json={"message": "x"})
+
+    assert response.status_code == 202, response.text
+    job = await api.wait_status(response.json()["job_id"], "succeeded", timeout=10)
+    assert job["result"] == {"echo": "x"}
+
+
+async def test_a_naive_run_at_is_a_422_that_says_it_needs_a_zone(api: ApiClient) -> None:
+    response = await api.post(
+        "/demo/echo", params={"run_at": "2030-01-01T09:00:00"}, json={"message": "x"}
+    )
+
+    assert refusal(response) == (422, [(("query", "run_at"), "timezone_aware")])
+    assert "timezone" in response.json()["error"]["details"][0]["msg"]
+    assert await no_jobs(api)
+
+
+async def test_run_at_with_a_delay_is_a_422_naming_both(api: ApiClient) -> None:
+    soon = iso(datetime.now(UTC) + timedelta(minutes=5))
+    response = await api.post(
+        "/demo/echo", params={"run_at": soon, "delay": 60}, json={"message": "x"}
+    )
+
+    assert refusal(response) == (422, [(("query", "delay"), "exclusive")])
+    message = response.json()["error"]["details"][0]["msg"]
+    assert "run_at" in message
+    assert "delay" in message
+    assert await no_jobs(api)
+
+
+@pytest.mark.parametrize(
+    ("delay", "kind"),
+    [
+        ("-1", "greater_than_equal"),
+        ("31622401", "less_than_equal"),  # past 366 days
+        ("nan", "finite_number"),
+        ("soon", "float_parsing"),
+    ],
+)
+async def test_a_delay_out_of_bounds_is_a_422(api: ApiClient, delay: str, kind: str) -> None:
+    response = await api.post("/demo/echo", params={"delay": delay}, json={"message": "x"})
+
+    assert refusal(response) == (422, [(("query", "delay"), kind)])
+    assert await no_jobs(api)
+
+
+async def test_a_deadline_before_the_start_is_a_422(api: ApiClient) -> None:
+    now = datetime.now(UTC)
+    before_run_at = await api.post(
+        "/demo/echo",
+        params={"run_at": iso(now + timedelta(hours=2)), "deadline": iso(now + timedelta(hours=1))},
+        json={"message": "x"},
+    )
+    before_delay = await api.post(
+        "/demo/echo",
+        params={"delay": 7200, "deadline": iso(now + timedelta(hours=1))},
+        json={"message": "x"},
+    )
+    past = await api.post(
+        "/demo/echo", params={"deadline": iso(now - timedelta(minutes=1))}, json={"message": "x"}
+    )
+
+    for response in (before_run_at, before_delay, past):
+        assert refusal(response) == (422, [(("query", "deadline"), "before_start")])
+    assert await no_jobs(api)
+
+
+async def test_a_run_at_more_than_a_year_ahead_and_a_bad_unique_key_are_422s(
+    api: ApiClient,
+) -> None:
+    far = await api.post(
+        "/demo/echo",
+        params={"run_at": iso(datetime.now(UTC) + timedelta(days=400))},
+        json={"message": "x"},
+    )
+    control = await api.post("/demo/echo", params={"unique_key": "a\tb"}, json={"message": "x"})
+    blank = await api.post("/demo/echo", params={"unique_key": "   "}, json={"message": "x"})
+
+    assert refusal(far) == (422, [(("query", "run_at"), "too_late")])
+    assert refusal(control) == (422, [(("query", "unique_key"), "control_characters")])
+    assert refusal(blank) == (422, [(("query", "unique_key"), "string_too_short")])
+    assert await no_jobs(api)
+
+
+async def test_the_openapi_schema_documents_the_options_of_demo_echo(api: ApiClient) -> None:
+    operation = api.app.openapi()["paths"]["/demo/echo"]["post"]
+    query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
+
+    assert set(query) == {"run_at", "delay", "deadline", "unique_key"}
+    assert all(not p["required"] for p in query.values())
+    assert {"type": "number", "minimum": 0, "maximum": 31_622_400} in query["delay"]["schema"][
+        "anyOf"
+    ]
+
+
+# -- POST /jobs ---------------------------------------------------------------------------
+
+
+async def test_post_jobs_enqueues_an_open_type_and_it_runs(api: ApiClient) -> None:
+    response = await api.post(
+        "/jobs",
+        json={"type": "demo.echo", "payload": {"message": "open"}, "entity_id": "e-1"},
+    )
+
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["status"] == "pending"
+    assert response.headers["Location"] == f"/jobs/{body['job_id']}"
+    job = await api.wait_status(body["job_id"], "succeeded", timeout=10)
+    assert (job["type"], job["entity_id"], job["result"]) == ("demo.echo", "e-1", {"echo": "open"})
+
+
+async def test_post_jobs_takes_the_options_in_its_body(api: ApiClient) -> None:
+    at = (datetime.now(UTC) + timedelta(hours=5)).replace(microsecond=0)
+    response = await api.post(
+        "/jobs",
+        json={
+            "type": "demo.echo",
+            "payload": {"message": "x"},
+            "run_at": iso(at),
+            "deadline": iso(at + timedelta(hours=1)),
+            "unique_key": "report-7",
+        },
+    )
+    naive = await api.post(
+        "/jobs",
+        json={"type": "demo.echo", "payload": {"message": "x"}, "run_at": "2030-01-01T00:00:00"},
+    )
+    both = await api.post(
+        "/jobs",
+        json={"type": "demo.echo", "payload": {"message": "x"}, "run_at": iso(at), "delay": 5},
+    )
+
+    assert response.status_code == 202, response.text
+    assert parsed((await api.job(response.json()["job_id"]))["run_after"]) == at
+    assert refusal(naive) == (422, [(("body", "run_at"), "timezone_aware")])
+    assert refusal(both) == (422, [(("body", "delay"), "exclusive")])
+
+
+@pytest.mark.parametrize(
+    "job_type",
+    [
+        "webhooks.deliver",  # a webhook delivery
+        "maintenance.prune_jobs",  # housekeeping
+        "demo.batch_sum",  # a batch's callback
+        "billing.pay_invoice",  # a context's own step
+        "no.such_type",
+    ],
+)
+async def test_post_jobs_refuses_a_closed_or_unknown_type_alike(
+    api: ApiClient, job_type: str
+) -> None:
+    response = await api.post("/jobs", json={"type": job_type, "payload": {}})
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_input"
+    assert error["message"] == f"job type {job_type!r} is not one a tenant may enqueue"
+    assert error["details"] == [
+        {"loc": ["type"], "msg": "not a job type open to tenants", "type": "closed"}
+    ]
+    assert await no_jobs(api)
+
+
+async def test_of_the_reference_apps_types_only_the_demos_echo_is_open(api: ApiClient) -> None:
+    from jobrail.runtime.app import runtime_of
+
+    registry = runtime_of(api.app).registry
+    names = {spec.name for spec in registry}
+
+    assert {"webhooks.deliver", "maintenance.prune_jobs", "demo.batch_sum"} <= names
+    assert [spec.name for spec in registry if spec.open_to_tenants] == ["demo.echo"]
+
+
+async def test_post_jobs_refuses_a_payload_that_does_not_fit(api: ApiClient) -> None:
+    response = await api.post(
+        "/jobs", json={"type": "demo.echo", "payload": {"message": 5, "sleep_ms": -1}}
+    )
+    no_payload = await api.post("/jobs", json={"type": "demo.echo"})
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_input"
+    assert {tuple(d["loc"]) for d in error["details"]} == {("message",), ("sleep_ms",)}
+    assert refusal(no_payload) == (422, [(("body", "payload"), "missing")])
+    assert await no_jobs(api)
+
+
+async def test_post_jobs_honours_the_idempotency_key(api: ApiClient) -> None:
+    body = {"type": "demo.echo", "payload": {"message": "once"}}
+    key = {"Idempotency-Key": "k-1"}
+    first = await api.post("/jobs", json=body, headers=key)
+    again = await api.post("/jobs", json=body, headers=key)
+    other = await api.post("/jobs", json={**body, "payload": {"message": "twice"}}, headers=key)
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert again.json()["job_id"] == first.json()["job_id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    assert other.status_code == 409
+    assert len((await api.get("/jobs")).json()["items"]) == 1
+
+
+async def test_post_jobs_is_rate_limited_as_an_enqueue(api: ApiClient) -> None:
+    response = await api.post("/jobs", json={"type": "demo.echo", "payload": {"message": "x"}})
+
+    assert response.status_code == 202
+    # The enqueue group's limit (30 a minute per tenant), not the read group's.
+    assert response.headers["RateLimit-Limit"] == "30"
