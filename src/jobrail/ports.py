@@ -6,7 +6,9 @@ plain Python: no framework comes with it. The names are re-exported from where
 jobrail implements them, which may move; this module is what stays.
 
 - ``JobQueue``: record a job in the current transaction (``EnqueueJobCommand`` in,
-  ``EnqueueResult`` out, with the ``Job`` aggregate it created or found).
+  ``EnqueueResult`` out, with the ``Job`` aggregate it created or found). The command's
+  ``run_after`` puts the job off, ``deadline`` is when it must have started by and
+  ``unique_key`` keeps one unfinished job of its type per key and tenant.
 - ``EventPublisher``: record an integration event for its consumers, in the current
   transaction; ``Inbox``: dedupe a consumed message.
 - ``LimitsBackend`` and its requests (``Acquire`` with a key from ``KeyTemplate``) and

@@ -2,13 +2,20 @@
 ``POST /jobs``) and in Python (``JobHandle.enqueue``), and ``POST /jobs`` for the job
 types a module opened to tenants, in embedded mode."""
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
+from jobrail import JobContext, JobHandle, JobRail
+from jobrail.kernel.errors import InvalidInputError
+from tests.api.conftest import embedded_settings, migrated
 from tests.support.fixtures import ApiClient
+from tests.support.host_app import RenderReport, declare_jobs
 
 
 def iso(moment: datetime) -> str:
@@ -271,3 +278,100 @@ async def test_post_jobs_is_rate_limited_as_an_enqueue(api: ApiClient) -> None:
     assert response.status_code == 202
     # The enqueue group's limit (30 a minute per tenant), not the read group's.
     assert response.headers["RateLimit-Limit"] == "30"
+
+
+# -- a host's JobRail: the handle and its router --------------------------------------------
+
+
+class Note(BaseModel):
+    text: str
+
+
+class Host:
+    def __init__(
+        self, rail: JobRail, render: JobHandle[RenderReport], http: httpx.AsyncClient
+    ) -> None:
+        self.rail = rail
+        self.render = render
+        self.http = http
+
+
+@pytest.fixture
+async def host(tmp_path: Path) -> AsyncIterator[Host]:
+    rail = JobRail(await migrated(embedded_settings(tmp_path, modules=[])))
+    render = declare_jobs(rail)
+
+    @rail.job("notes.write", payload=Note, open_to_tenants=True)
+    async def write(payload: Note, ctx: JobContext) -> dict[str, str]:
+        return {"wrote": payload.text}
+
+    async def tenant() -> str:
+        return "acme"
+
+    from fastapi import FastAPI
+
+    app = FastAPI(lifespan=rail.lifespan)
+    app.include_router(rail.router(tenant=tenant, prefix="/api/jobs"))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
+    ):
+        yield Host(rail, render, http)
+
+
+async def test_a_handles_delay_sets_the_jobs_run_after(host: Host) -> None:
+    before = await host.rail.now()
+    by_seconds = await host.render.enqueue(
+        RenderReport(report_id="r-1"), tenant_id="acme", delay=3600
+    )
+    by_timedelta = await host.render.enqueue(
+        RenderReport(report_id="r-2"), tenant_id="acme", delay=timedelta(minutes=5)
+    )
+    at = datetime.now(UTC) + timedelta(hours=1)
+    by_alias = await host.render.enqueue(
+        RenderReport(report_id="r-3"), tenant_id="acme", run_after=at
+    )
+    after = await host.rail.now()
+
+    for result, delay in ((by_seconds, timedelta(hours=1)), (by_timedelta, timedelta(minutes=5))):
+        assert result.job.run_after is not None
+        assert before + delay <= result.job.run_after <= after + delay
+    assert by_alias.job.run_after == at
+
+
+async def test_a_handle_refuses_options_that_do_not_hold(host: Host) -> None:
+    soon = datetime.now(UTC) + timedelta(minutes=5)
+    report = RenderReport(report_id="r-1")
+
+    with pytest.raises(InvalidInputError, match="run_at and delay"):
+        await host.render.enqueue(report, tenant_id="acme", run_at=soon, delay=5)
+    with pytest.raises(InvalidInputError, match="timezone-aware"):
+        await host.render.enqueue(report, tenant_id="acme", run_at=datetime(2030, 1, 1))
+    with pytest.raises(InvalidInputError, match="deadline"):
+        await host.render.enqueue(report, tenant_id="acme", delay=600, deadline=soon)
+    with pytest.raises(InvalidInputError, match="former name"):
+        await host.render.enqueue(report, tenant_id="acme", run_at=soon, run_after=soon)
+
+
+async def test_a_hosts_router_enqueues_its_open_types_only(host: Host) -> None:
+    response = await host.http.post(
+        "/api/jobs", json={"type": "notes.write", "payload": {"text": "hi"}, "delay": 0}
+    )
+    closed = await host.http.post(
+        "/api/jobs", json={"type": "reports.render", "payload": {"report_id": "r-1"}}
+    )
+
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    assert response.headers["Location"] == f"/api/jobs/{job_id}"
+
+    async def succeeded() -> dict[str, Any] | None:
+        body: dict[str, Any] = (await host.http.get(f"/api/jobs/{job_id}")).json()
+        return body if body["status"] == "succeeded" else None
+
+    from tests.support.services import wait_for
+
+    job = await wait_for(succeeded, timeout=10, what="the note to be written")
+    assert job["result"] == {"wrote": "hi"}
+    assert (closed.status_code, closed.json()["error"]["code"]) == (422, "invalid_input")

@@ -1,6 +1,6 @@
 """A job type declared on a ``JobRail``: what the host enqueues it with."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -8,6 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
 from jobrail.jobs.registry import JobSpec
+from jobrail.jobs.timing import resolve_options
+from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 
 P = TypeVar("P", bound=BaseModel)
@@ -19,6 +21,8 @@ class Enqueues(Protocol):
     async def enqueue(
         self, cmd: EnqueueJobCommand, *, session: AsyncSession | None = None
     ) -> EnqueueResult: ...
+
+    async def now(self) -> datetime: ...
 
 
 class JobHandle(Generic[P]):
@@ -38,9 +42,13 @@ class JobHandle(Generic[P]):
         *,
         tenant_id: str,
         idempotency_key: str | None = None,
-        run_after: datetime | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        deadline: datetime | None = None,
+        unique_key: str | None = None,
         entity_id: str | None = None,
         session: AsyncSession | None = None,
+        run_after: datetime | None = None,
     ) -> EnqueueResult:
         """Record a job of this type for `tenant_id` and publish it once it is committed.
 
@@ -49,14 +57,34 @@ class JobHandle(Generic[P]):
         transaction: they commit with the host's other writes, and the message leaves only
         after the host's commit; a rollback leaves nothing. The same `idempotency_key` (per
         tenant) returns the job made the first time. `payload` is stored as it dumps: a
-        ``P`` was validated when it was made."""
+        ``P`` was validated when it was made.
+
+        The job may start at `run_at` (timezone-aware; a past time: at once) or `delay`
+        (seconds or a timedelta) from now, not both; `deadline` is when it must have
+        started by, and `unique_key` keeps one unfinished job of this type per key and
+        tenant. InvalidInputError for an option that does not hold (see
+        ``jobrail.jobs.timing.resolve_options``). `run_after` is the former name of
+        `run_at`."""
+        if run_after is not None:
+            if run_at is not None:
+                raise InvalidInputError("run_after is the former name of run_at: give one")
+            run_at = run_after
+        options = resolve_options(
+            await self._rail.now(),
+            run_at=run_at,
+            delay=delay,
+            deadline=deadline,
+            unique_key=unique_key,
+        )
         cmd = EnqueueJobCommand(
             tenant_id=TenantId(tenant_id),
             type=self.spec.name,
             payload=payload,
             idempotency_key=idempotency_key,
             entity_id=entity_id,
-            run_after=run_after,
+            run_after=options.run_after,
+            deadline=options.deadline,
+            unique_key=options.unique_key,
         )
         return await self._rail.enqueue(cmd, session=session)
 

@@ -15,6 +15,7 @@ stops at once with ``SchemaNotMigratedError``, saying what to run.
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 from dishka import AsyncContainer, Provider
@@ -115,6 +116,7 @@ class JobRail:
         retry_base_s: float | None = None,
         retry_cap_s: float | None = None,
         max_wait_s: float | None = None,
+        open_to_tenants: bool = False,
     ) -> Callable[[HandlerFunc], JobHandle[P]]:
         """Declare a job type whose handler is the decorated function, as
         ``jobrail.jobs.registry.job`` does, and return its ``JobHandle``.
@@ -124,7 +126,8 @@ class JobRail:
         are acquired together before each attempt, their keys templated from the
         payload's fields and ``tenant_id``; ``max_attempts``, ``retry_base_s`` and
         ``retry_cap_s`` override the retry policy for this type; ``max_wait_s`` caps how
-        long a job may wait for its limits and lock before it fails."""
+        long a job may wait for its limits and lock before it fails; ``open_to_tenants``
+        lets a tenant enqueue it by its name (``POST {prefix}`` of ``router``)."""
         declare = job(
             name,
             payload=payload,
@@ -136,6 +139,7 @@ class JobRail:
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
             max_wait_s=max_wait_s,
+            open_to_tenants=open_to_tenants,
         )
 
         def register(handler: HandlerFunc) -> JobHandle[P]:
@@ -333,6 +337,12 @@ class JobRail:
         await unit.commit()
         return result
 
+    async def now(self) -> datetime:
+        """The time of the rail's clock (its container's ``Clock``), which a handle's
+        `delay` counts from."""
+        clock: Clock = await self.container.get(Clock)
+        return clock.now()
+
     async def _enqueue_job(self) -> EnqueueJob:
         if self._enqueue is None:
             self._enqueue = await self.container.get(EnqueueJob)
@@ -358,7 +368,8 @@ class JobRail:
         prefix: str = "/jobs",
         tags: Sequence[str] = ("jobs",),
     ) -> APIRouter:
-        """The jobs routes (``GET {prefix}/{id}``, ``GET {prefix}``, ``POST
+        """The jobs routes (``POST {prefix}`` for the types declared
+        ``open_to_tenants``, ``GET {prefix}/{id}``, ``GET {prefix}``, ``POST
         {prefix}/{id}/cancel``) for the host's app, every one scoped to the tenant that
         `tenant` (a FastAPI dependency of the host's) returns; another tenant's job is a
         404. Without `tenant`, jobrail's API keys say who the tenant is
