@@ -68,12 +68,20 @@ async def test_run_at_in_the_future_is_the_jobs_run_after(api: ApiClient) -> Non
 
 
 async def test_run_at_in_the_past_runs_at_once(api: ApiClient) -> None:
-    past = datetime.now(UTC) - timedelta(hours=1)
+    past = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
     response = await api.post("/demo/echo", params={"run_at": iso(past)}, json={"message": "x"})
 
     assert response.status_code == 202, response.text
-    job = await api.wait_status(response.json()["job_id"], "succeeded", timeout=10)
+    job_id = response.json()["job_id"]
+    job = await api.wait_status(job_id, "succeeded", timeout=10)
     assert job["result"] == {"echo": "x"}
+    # It was enqueued with the time it was given (a start clears run_after).
+    [enqueued] = [
+        event
+        for event in (await api.get(f"/jobs/{job_id}/events")).json()["items"]
+        if event["event"] == "enqueued"
+    ]
+    assert parsed(enqueued["run_after"]) == past
 
 
 async def test_a_naive_run_at_is_a_422_that_says_it_needs_a_zone(api: ApiClient) -> None:
