@@ -32,6 +32,7 @@ INVOICE = {
 ROUTES: list[tuple[str, str, Any, bool]] = [
     ("GET", f"/jobs/{ID}", None, False),
     ("GET", "/jobs", None, False),
+    ("POST", "/jobs", {"type": "demo.echo", "payload": {"message": "m"}}, False),
     ("POST", f"/jobs/{ID}/cancel", None, False),
     ("POST", f"/jobs/{ID}/redrive", None, True),
     ("POST", "/demo/echo", {"message": "m"}, False),
