@@ -67,6 +67,19 @@ async def test_run_at_in_the_future_is_the_jobs_run_after(api: ApiClient) -> Non
     assert job["status"] == "pending"
 
 
+async def test_a_deadline_and_a_unique_key_in_the_query_reach_the_job(api: ApiClient) -> None:
+    deadline = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0)
+    params = {"delay": 3600, "deadline": iso(deadline), "unique_key": "nightly"}
+    first = await api.post("/demo/echo", params=params, json={"message": "a"})
+    again = await api.post("/demo/echo", params=params, json={"message": "b"})
+
+    assert first.status_code == 202, first.text
+    job = await api.job(first.json()["job_id"])
+    assert (parsed(job["deadline"]), job["unique_key"]) == (deadline, "nightly")
+    # The key is held while the first is pending: the second enqueue returns it.
+    assert again.json()["job_id"] == first.json()["job_id"]
+
+
 async def test_run_at_in_the_past_runs_at_once(api: ApiClient) -> None:
     past = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
     response = await api.post("/demo/echo", params={"run_at": iso(past)}, json={"message": "x"})
@@ -140,7 +153,7 @@ async def test_a_deadline_before_the_start_is_a_422(api: ApiClient) -> None:
     )
 
     for response in (before_run_at, before_delay, past):
-        assert refusal(response) == (422, [(("query", "deadline"), "before_start")])
+        assert refusal(response) == (422, [(("query", "deadline"), "not_after_start")])
     assert await no_jobs(api)
 
 
@@ -211,7 +224,10 @@ async def test_post_jobs_takes_the_options_in_its_body(api: ApiClient) -> None:
     )
 
     assert response.status_code == 202, response.text
-    assert parsed((await api.job(response.json()["job_id"]))["run_after"]) == at
+    job = await api.job(response.json()["job_id"])
+    assert parsed(job["run_after"]) == at
+    assert parsed(job["deadline"]) == at + timedelta(hours=1)
+    assert job["unique_key"] == "report-7"
     assert refusal(naive) == (422, [(("body", "run_at"), "timezone_aware")])
     assert refusal(both) == (422, [(("body", "delay"), "exclusive")])
 

@@ -68,18 +68,25 @@ def test_options_that_do_not_hold_are_refused_each_by_name() -> None:
         (["deadline"], "out_of_range")
     ]
     assert refused(delay=60, deadline=START + timedelta(seconds=59)) == [
-        (["deadline"], "before_start")
+        (["deadline"], "not_after_start")
     ]
-    assert refused(deadline=START - timedelta(seconds=1)) == [(["deadline"], "before_start")]
+    assert refused(deadline=START - timedelta(seconds=1)) == [(["deadline"], "not_after_start")]
     assert refused(unique_key="") == [(["unique_key"], "string_too_short")]
     assert refused(unique_key="x" * 256) == [(["unique_key"], "string_too_long")]
     assert refused(unique_key="a\x00b") == [(["unique_key"], "control_characters")]
 
 
-def test_a_deadline_at_the_start_holds() -> None:
-    options = resolve_options(START, delay=60, deadline=START + timedelta(seconds=60))
+def test_a_deadline_must_be_after_the_start() -> None:
+    options = resolve_options(START, delay=60, deadline=START + timedelta(seconds=61))
 
-    assert options.deadline == START + timedelta(seconds=60)
+    assert options.deadline == START + timedelta(seconds=61)
+    assert refused(delay=60, deadline=START + timedelta(seconds=60)) == [
+        (["deadline"], "not_after_start")
+    ]
+    # A past run_at starts now: a deadline between the two has passed already.
+    assert refused(run_at=START - timedelta(hours=1), deadline=START - timedelta(minutes=1)) == [
+        (["deadline"], "not_after_start")
+    ]
 
 
 def test_the_http_options_make_the_command_at_the_apps_clock() -> None:
@@ -115,4 +122,4 @@ def test_the_http_options_refusal_names_where_they_were_given() -> None:
         options.command(FixedClock(START), tenant_id=TenantId("acme"), type="t.t", payload={})
 
     [error] = caught.value.errors()
-    assert (error["loc"], error["type"]) == (("body", "deadline"), "before_start")
+    assert (error["loc"], error["type"]) == (("body", "deadline"), "not_after_start")

@@ -46,14 +46,16 @@ class EnqueueOptions(RequestModel):
     deadline: AwareDatetime | None = Field(
         default=None,
         strict=False,
-        description="When the job must have started by, with its time zone; not before "
-        "it may start.",
+        description="When the job must have started by, with its time zone: no attempt "
+        "starts at or after it, and a job still waiting then ends `expired`. After the "
+        "job may start.",
     )
     unique_key: str | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_UNIQUE_KEY_LENGTH,
-        description="The tenant has at most one unfinished job of this type with this key.",
+        description="While a job of this type with this key is pending, retrying or "
+        "running, the enqueue returns it instead of making a new one.",
     )
 
     def command(
@@ -68,7 +70,7 @@ class EnqueueOptions(RequestModel):
     ) -> EnqueueJobCommand:
         """The command to enqueue with these options, resolved at the time of `clock`
         (the app's; without one, the system's): a 422 naming each option that does not
-        hold (``run_at`` with ``delay``, a ``deadline`` before the start)."""
+        hold (``run_at`` with ``delay``, a ``deadline`` not after the start)."""
         now = clock.now() if clock is not None else datetime.now(UTC)
         try:
             options = resolve_options(

@@ -43,7 +43,8 @@ def resolve_options(
       due at once), but not more than a year ahead (``MAX_DELAY``).
     - `delay` is seconds (or a timedelta) from `now`, from 0 to ``MAX_DELAY``; it and
       `run_at` are two ways to say one thing: one or neither.
-    - `deadline` is not before the job may start (`run_at`, `now` + `delay`, or `now`).
+    - `deadline` is after the job may start (`run_at`, `now` + `delay`, or `now`
+      if that is later): no attempt starts at or after it.
     - `unique_key` is 1 to 255 characters, not blank, without control characters.
     """
     problems: list[dict[str, Any]] = []
@@ -59,13 +60,13 @@ def resolve_options(
             _problem("run_at", "too_late", f"run_at is more than {MAX_DELAY.days} days away")
         )
     run_after = run_at if seconds is None else now + timedelta(seconds=seconds)
-    start = run_after if run_after is not None else now
-    if deadline is not None and not problems and deadline < start:
+    start = now if run_after is None else max(run_after, now)  # a past run_at: now
+    if deadline is not None and not problems and deadline <= start:
         problems.append(
             _problem(
                 "deadline",
-                "before_start",
-                f"deadline {deadline.isoformat()} is before the job may start "
+                "not_after_start",
+                f"deadline {deadline.isoformat()} is not after the job may start "
                 f"({start.isoformat()})",
             )
         )
