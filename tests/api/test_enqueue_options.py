@@ -178,11 +178,61 @@ async def test_the_openapi_schema_documents_the_options_of_demo_echo(api: ApiCli
     operation = api.app.openapi()["paths"]["/demo/echo"]["post"]
     query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
 
-    assert set(query) == {"run_at", "delay", "deadline", "unique_key"}
+    assert set(query) == {"run_at", "delay", "deadline", "unique_key", "debounce_key", "debounce_s"}
     assert all(not p["required"] for p in query.values())
     assert {"type": "number", "minimum": 0, "maximum": 31_622_400} in query["delay"]["schema"][
         "anyOf"
     ]
+
+
+async def test_debounced_echoes_collapse_into_one_run_with_the_last_message(
+    api: ApiClient,
+) -> None:
+    query = {"debounce_key": "greeting", "debounce_s": "0.5"}
+    answers = [
+        await api.post("/demo/echo", json={"message": f"m{n}"}, params=query) for n in range(3)
+    ]
+
+    assert [a.status_code for a in answers] == [202, 202, 202]
+    job_ids = {a.json()["job_id"] for a in answers}
+    assert len(job_ids) == 1
+    done = await api.wait_status(job_ids.pop(), "succeeded")
+    assert done["result"] == {"echo": "m2"}
+    assert done["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "loc"),
+    [
+        ({"debounce_key": "k"}, "debounce_s"),
+        ({"debounce_s": "1"}, "debounce_key"),
+        ({"debounce_key": "k", "debounce_s": "1", "delay": "5"}, "debounce_key"),
+        ({"debounce_key": "k", "debounce_s": "0"}, "debounce_s"),
+    ],
+)
+async def test_a_debounce_that_does_not_hold_is_a_422_naming_it(
+    api: ApiClient, query: dict[str, str], loc: str
+) -> None:
+    response = await api.post("/demo/echo", json={"message": "m"}, params=query)
+
+    assert response.status_code == 422, response.text
+    assert ["query", loc] in [d["loc"] for d in response.json()["error"]["details"]]
+
+
+async def test_a_debounce_with_an_idempotency_key_is_a_422(api: ApiClient) -> None:
+    response = await api.post(
+        "/jobs",
+        json={
+            "type": "demo.echo",
+            "payload": {"message": "m"},
+            "debounce_key": "k",
+            "debounce_s": 1,
+        },
+        headers={"Idempotency-Key": "req-1"},
+    )
+
+    assert response.status_code == 422, response.text
+    assert "debounce cannot be combined with Idempotency-Key" in response.text
 
 
 # -- POST /jobs ---------------------------------------------------------------------------
@@ -362,6 +412,19 @@ async def test_a_handles_delay_sets_the_jobs_run_after(host: Host) -> None:
         assert result.job.run_after is not None
         assert before + delay <= result.job.run_after <= after + delay
     assert by_alias.job.run_after == at
+
+
+async def test_a_handles_debounce_collapses_its_enqueues(host: Host) -> None:
+    first = await host.render.enqueue(
+        RenderReport(report_id="a"), tenant_id="acme", debounce_key="k", debounce_s=30
+    )
+    second = await host.render.enqueue(
+        RenderReport(report_id="b"), tenant_id="acme", debounce_key="k", debounce_s=30
+    )
+
+    assert (first.created, second.created) == (True, False)
+    assert second.job.id == first.job.id
+    assert second.job.payload["report_id"] == "b"
 
 
 async def test_a_handle_refuses_options_that_do_not_hold(host: Host) -> None:

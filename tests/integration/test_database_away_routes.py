@@ -48,6 +48,7 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("GET", f"/webhooks/{ID}", None, False),
     ("DELETE", f"/webhooks/{ID}", None, False),
     ("GET", "/admin/overview", None, True),
+    ("PUT", "/admin/tenants/acme/max-queued", {"max_queued": 5}, True),
     ("GET", "/ops", None, True),
     ("GET", f"/ops/jobs/{ID}", None, True),
     ("GET", f"/ops/flows/{ID}", None, True),
@@ -123,6 +124,7 @@ def _shape(path: str) -> str:
         f"/billing/invoices/{ID}": "/billing/invoices/{invoice_id}",
         "/billing/month-end-runs/2026-01": "/billing/month-end-runs/{month}",
         "/sync/accounts/shop-1": "/sync/accounts/{account_id}",
+        "/admin/tenants/acme": "/admin/tenants/{tenant_id}",
     }
     for concrete, shape in shapes.items():
         if path.startswith(concrete):

@@ -46,6 +46,8 @@ class JobHandle(Generic[P]):
         delay: float | timedelta | None = None,
         deadline: datetime | None = None,
         unique_key: str | None = None,
+        debounce_key: str | None = None,
+        debounce_s: float | None = None,
         entity_id: str | None = None,
         session: AsyncSession | None = None,
         run_after: datetime | None = None,
@@ -62,7 +64,9 @@ class JobHandle(Generic[P]):
         The job may start at `run_at` (timezone-aware; a past time: at once) or `delay`
         (seconds or a timedelta) from now, not both; `deadline` is when it must have
         started by, and `unique_key` keeps one unfinished job of this type per key and
-        tenant. InvalidInputError for an option that does not hold (see
+        tenant. Enqueues with one `debounce_key` within `debounce_s` seconds of the first
+        collapse into one job that starts when that window closes, with the last payload.
+        InvalidInputError for an option that does not hold (see
         ``jobrail.jobs.timing.resolve_options``). `run_after` is the former name of
         `run_at`."""
         if run_after is not None:
@@ -75,6 +79,8 @@ class JobHandle(Generic[P]):
             delay=delay,
             deadline=deadline,
             unique_key=unique_key,
+            debounce_key=debounce_key,
+            debounce_s=debounce_s,
         )
         cmd = EnqueueJobCommand(
             tenant_id=TenantId(tenant_id),
@@ -85,6 +91,7 @@ class JobHandle(Generic[P]):
             run_after=options.run_after,
             deadline=options.deadline,
             unique_key=options.unique_key,
+            debounce=options.debounce,
         )
         return await self._rail.enqueue(cmd, session=session)
 

@@ -1,4 +1,5 @@
-"""The enqueue options over HTTP: ``run_at`` or ``delay``, ``deadline``, ``unique_key``.
+"""The enqueue options over HTTP: ``run_at`` or ``delay``, ``deadline``, ``unique_key``,
+``debounce_key`` with ``debounce_s``.
 
 ``POST /jobs`` takes them in its body (``EnqueueOptions``' fields). A route whose body
 is the job's payload (``POST /demo/echo``) takes them as query parameters
@@ -16,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
 
 from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel
-from jobrail.jobs.intake import EnqueueJobCommand, ValidatedPayload
+from jobrail.jobs.intake import MAX_DEBOUNCE_S, EnqueueJobCommand, ValidatedPayload
 from jobrail.jobs.timing import MAX_DELAY, MAX_UNIQUE_KEY_LENGTH, resolve_options
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError
@@ -57,6 +58,22 @@ class EnqueueOptions(RequestModel):
         description="While a job of this type with this key is pending, retrying or "
         "running, the enqueue returns it instead of making a new one.",
     )
+    debounce_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_UNIQUE_KEY_LENGTH,
+        description="Enqueues of this type with this key within `debounce_s` of the first "
+        "collapse into one job, which starts when the window closes with the last "
+        "payload (the later enqueues answer with its job_id). With `debounce_s`; not "
+        "with `run_at`, `delay`, `unique_key` or an Idempotency-Key.",
+    )
+    debounce_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DEBOUNCE_S,
+        allow_inf_nan=False,
+        description="The debounce window, in seconds (at most a day). With `debounce_key`.",
+    )
 
     def command(
         self,
@@ -79,6 +96,8 @@ class EnqueueOptions(RequestModel):
                 delay=self.delay,
                 deadline=self.deadline,
                 unique_key=self.unique_key,
+                debounce_key=self.debounce_key,
+                debounce_s=self.debounce_s,
             )
         except InvalidInputError as refused:
             raise RequestValidationError(
@@ -93,6 +112,7 @@ class EnqueueOptions(RequestModel):
             run_after=options.run_after,
             deadline=options.deadline,
             unique_key=options.unique_key,
+            debounce=options.debounce,
         )
 
 

@@ -8,6 +8,7 @@ import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from jobrail.jobs.intake import Debounce
 from jobrail.kernel.errors import InvalidInputError
 
 MAX_DELAY = timedelta(days=366)
@@ -26,6 +27,7 @@ class CommandOptions(NamedTuple):
     run_after: datetime | None
     deadline: datetime | None
     unique_key: str | None
+    debounce: Debounce | None = None
 
 
 def resolve_options(
@@ -35,6 +37,8 @@ def resolve_options(
     delay: float | timedelta | None = None,
     deadline: datetime | None = None,
     unique_key: str | None = None,
+    debounce_key: str | None = None,
+    debounce_s: float | None = None,
 ) -> CommandOptions:
     """The command's fields for these options at `now`; InvalidInputError naming each
     one that is wrong (its details' ``loc`` is the option's name).
@@ -46,6 +50,9 @@ def resolve_options(
     - `deadline` is after the job may start (`run_at`, `now` + `delay`, or `now`
       if that is later): no attempt starts at or after it.
     - `unique_key` is 1 to 255 characters, not blank, without control characters.
+    - `debounce_key` and `debounce_s` (its window, more than 0 and at most a day) go
+      together, and with neither a start time nor a unique key (``Debounce``): the job
+      starts when the window closes.
     """
     problems: list[dict[str, Any]] = []
     run_at = _utc("run_at", run_at, problems)
@@ -71,9 +78,50 @@ def resolve_options(
             )
         )
     _check_unique_key(unique_key, problems)
+    debounce = _debounce(debounce_key, debounce_s, run_after is not None or unique_key, problems)
+    if debounce is not None and deadline is not None and not problems:
+        closes = now + timedelta(seconds=debounce.window_s)
+        if deadline <= closes:
+            problems.append(
+                _problem(
+                    "deadline",
+                    "not_after_start",
+                    f"deadline {deadline.isoformat()} is not after the debounce window "
+                    f"closes ({closes.isoformat()})",
+                )
+            )
     if problems:
         raise InvalidInputError("; ".join(problem["msg"] for problem in problems), details=problems)
-    return CommandOptions(run_after=run_after, deadline=deadline, unique_key=unique_key)
+    return CommandOptions(run_after, deadline, unique_key, debounce)
+
+
+def _debounce(
+    key: str | None, window_s: float | None, clashes: object, problems: list[dict[str, Any]]
+) -> Debounce | None:
+    if key is None and window_s is None:
+        return None
+    if key is None or window_s is None:
+        missing = "debounce_key" if key is None else "debounce_s"
+        problems.append(
+            _problem(missing, "missing", "debounce_key and debounce_s go together: give both")
+        )
+        return None
+    if clashes:
+        problems.append(
+            _problem(
+                "debounce_key",
+                "exclusive",
+                "debounce cannot be combined with run_at, delay or unique_key",
+            )
+        )
+        return None
+    try:
+        return Debounce(key=key, window_s=window_s)
+    except InvalidInputError as refused:
+        problems.append(
+            _problem("debounce_s" if key.strip() else "debounce_key", "invalid", str(refused))
+        )
+        return None
 
 
 def _problem(option: str, kind: str, message: str) -> dict[str, Any]:
