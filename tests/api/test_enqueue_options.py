@@ -462,3 +462,21 @@ async def test_a_hosts_router_enqueues_its_open_types_only(host: Host) -> None:
     job = await wait_for(succeeded, timeout=10, what="the note to be written")
     assert job["result"] == {"wrote": "hi"}
     assert (closed.status_code, closed.json()["error"]["code"]) == (422, "invalid_input")
+
+
+async def test_an_enqueue_says_whether_it_made_a_job_and_only_a_replay_says_replayed(
+    api: ApiClient,
+) -> None:
+    later = {"unique_key": "report-7", "delay": "3600"}
+    first = await api.post("/demo/echo", json={"message": "a"}, params=later)
+    held = await api.post("/demo/echo", json={"message": "b"}, params=later)
+    key = {"Idempotency-Key": "req-7"}
+    made = await api.post("/demo/echo", json={"message": "c"}, headers=key)
+    replayed = await api.post("/demo/echo", json={"message": "c"}, headers=key)
+
+    assert first.json()["created"] is True
+    assert held.json() == {**first.json(), "created": False}
+    assert "Idempotent-Replayed" not in held.headers  # the unique key's job: no replay
+    assert made.json()["created"] is True
+    assert replayed.json() == {**made.json(), "created": False}
+    assert replayed.headers["Idempotent-Replayed"] == "true"

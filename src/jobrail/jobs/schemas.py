@@ -46,6 +46,11 @@ class JobRequest(EnqueueOptions):
 class JobAccepted(BaseModel):
     job_id: uuid.UUID
     status: JobStatusName
+    created: bool = Field(
+        default=True,
+        description="False when the enqueue made no new job: its Idempotency-Key's job, "
+        "the active job of its unique_key, or the pending job its debounce_key joined.",
+    )
 
 
 class WaitsOnOut(BaseModel):
@@ -272,11 +277,13 @@ def job_location(request: Request, job_id: JobId, jobs: str = "/jobs") -> str:
 def accepted(
     result: EnqueueResult, response: Response, request: Request, jobs: str = "/jobs"
 ) -> JobAccepted:
-    """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header."""
+    """The 202 answer to an enqueue; a replayed Idempotency-Key says so in a header (a
+    job found by its unique or debounce key is no replay: `created` says it)."""
     response.headers["Location"] = job_location(request, result.job.id, jobs)
-    if not result.created:
+    key = result.job.idempotency_key
+    if not result.created and key is not None and key == request.headers.get("Idempotency-Key"):
         response.headers["Idempotent-Replayed"] = "true"
-    return JobAccepted(job_id=result.job.id, status=result.job.status.value)
+    return JobAccepted(job_id=result.job.id, status=result.job.status.value, created=result.created)
 
 
 def encode_cursor(cursor: Cursor | None) -> str | None:
