@@ -478,5 +478,23 @@ async def test_an_enqueue_says_whether_it_made_a_job_and_only_a_replay_says_repl
     assert held.json() == {**first.json(), "created": False}
     assert "Idempotent-Replayed" not in held.headers  # the unique key's job: no replay
     assert made.json()["created"] is True
-    assert replayed.json() == {**made.json(), "created": False}
+    assert replayed.json()["job_id"] == made.json()["job_id"]
+    assert replayed.json()["created"] is False
     assert replayed.headers["Idempotent-Replayed"] == "true"
+
+
+async def test_a_redrive_while_a_newer_job_holds_the_key_is_a_409_not_a_500(
+    api: ApiClient,
+) -> None:
+    admin = await api.auth("ops", admin=True)
+    keyed = {"unique_key": "k-redrive"}
+    failed = await api.post("/demo/echo", json={"message": "f", "fail_times": 10}, params=keyed)
+    await api.wait_status(failed.json()["job_id"], "failed")
+    newer = await api.post("/demo/echo", json={"message": "n"}, params={**keyed, "delay": "3600"})
+
+    refused = await api.post(f"/jobs/{failed.json()['job_id']}/redrive", headers=admin)
+
+    assert newer.json()["created"] is True
+    assert refused.status_code == 409, refused.text
+    assert "k-redrive" in refused.json()["error"]["message"]
+    assert (await api.job(failed.json()["job_id"]))["status"] == "failed"

@@ -398,3 +398,40 @@ async def test_a_delivery_tries_the_next_checked_address_when_one_refuses(
         await sender.close()
     [(headers, _)] = receiver.calls
     assert headers["host"] == f"dual.test:{port}"
+
+
+async def test_a_tenant_at_its_cap_still_gets_its_events_and_holds_back_no_other(
+    api: ApiClient, receiver: Receiver
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+    from jobrail.kernel.ids import TenantId
+    from jobrail.runtime.app import runtime_of
+
+    admin = await api.auth("ops", admin=True)
+    capped = await api.auth("capped")
+    for headers in (capped, {}):
+        wanted = {"url": receiver.url, "events": ["enqueued", "succeeded"]}
+        created = await api.post("/webhooks", json=wanted, headers=headers)
+        assert created.status_code == 201, created.text
+    assert (
+        await api.put("/admin/tenants/capped/max-queued", json={"max_queued": 1}, headers=admin)
+    ).status_code == 200
+    async with runtime_of(api.app).container() as request:  # its one place in line, taken
+        waiting = await (await request.get(EnqueueJob))(
+            EnqueueJobCommand(
+                tenant_id=TenantId("capped"),
+                type="demo.echo",
+                payload={"message": "later"},
+                run_after=datetime.now(UTC) + timedelta(hours=1),
+            )
+        )
+    assert (await api.post("/demo/echo", json={"message": "x"}, headers=capped)).status_code == 429
+    others = await api.echo(message="other tenant")
+
+    async def both_delivered() -> bool:
+        got = {(b["data"]["job_id"], b["data"]["event"]) for b in receiver.bodies()}
+        return {(str(waiting.job.id), "enqueued"), (others, "succeeded")} <= got
+
+    await wait_for(both_delivered, timeout=20, what="the capped tenant's and the other's events")

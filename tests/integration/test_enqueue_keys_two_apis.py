@@ -144,3 +144,14 @@ async def test_debounced_enqueues_make_one_job_with_one_of_their_payloads_across
     assert row.status == "pending"
     assert row.payload["message"] in sent
     assert await _messages(engine, [row.id]) == 1
+
+    # The last enqueue's payload is the one the job holds, whichever process took it.
+    for client, message in ((clients[1], "final-1"), (clients[0], "final-0")):
+        last = await client.post(
+            "/demo/echo",
+            json={"message": message},
+            params={"debounce_key": "digest", "debounce_s": "3600"},
+        )
+        assert last.json() == {"job_id": str(row.id), "status": "pending", "created": False}
+        [now] = await _rows(engine, "debounce_key", "digest")
+        assert now.payload["message"] == message

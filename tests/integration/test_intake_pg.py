@@ -210,19 +210,23 @@ async def test_a_tenant_at_its_cap_is_refused_naming_it_until_one_of_its_jobs_st
         "INSERT INTO tenants (id, admin, created_at, max_queued) VALUES "
         "('capped', false, now(), 2), ('other', false, now(), NULL)"
     )
-    first, second = make_job(tenant_id="capped"), make_job(tenant_id="capped")
+    first, second = make_job(tenant_id="capped", capped=True), make_job(tenant_id="capped")
     await _add(intake, first)
     await _add(intake, second)
 
     with pytest.raises(QueuedCapError) as refused:
-        await _add(intake, make_job(tenant_id="capped"))
-    others = [await _add(intake, make_job(tenant_id="other")) for _ in range(3)]
-    await pool.execute("UPDATE jobs SET status = 'running' WHERE id = $1", first.id)
-    after_a_start = await _add(intake, make_job(tenant_id="capped"))
+        await _add(intake, make_job(tenant_id="capped", capped=True))
+    # What jobrail enqueues on the tenant's behalf (a webhook delivery) is not refused.
+    on_its_behalf = await _add(intake, make_job(tenant_id="capped", capped=False))
+    others = [await _add(intake, make_job(tenant_id="other", capped=True)) for _ in range(3)]
+    await pool.execute(
+        "UPDATE jobs SET status = 'running' WHERE id = ANY($1)", [first.id, on_its_behalf.id]
+    )
+    after_a_start = await _add(intake, make_job(tenant_id="capped", capped=True))
 
     assert refused.value.cap == 2
     assert "max_queued" in str(refused.value)
     assert len(others) == 3
     assert after_a_start.tenant_id == "capped"
-    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant_id = 'capped'") == 3
-    assert await pool.fetchval("SELECT count(*) FROM outbox") == 6
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant_id = 'capped'") == 4
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 7

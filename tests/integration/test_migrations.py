@@ -132,3 +132,52 @@ def test_hints_stored_by_the_old_rule_are_cut_unless_shaped_like_a_generated_key
     command.upgrade(config, "head")
 
     assert asyncio.run(run([])) == [("demo", "de…"), ("demo", "jr_Ab3-_z…")]
+
+
+def test_0016_goes_down_and_up_with_tenants_keys_and_an_expired_job_in_place(
+    empty_database: str,
+) -> None:
+    config = _config(empty_database)
+    command.upgrade(config, "0016")
+
+    async def write(statements: list[str]) -> list[object]:
+        engine = create_async_engine(empty_database)
+        try:
+            async with engine.begin() as conn:
+                answers = []
+                for sql in statements:
+                    result = await conn.execute(text(sql))
+                    answers.append(result.scalar() if result.returns_rows else None)
+        finally:
+            await engine.dispose()
+        return answers
+
+    now = "'2026-12-06 00:00:00'"
+    asyncio.run(
+        write(
+            [
+                "INSERT INTO tenants (id, admin, created_at, max_queued) "
+                f"VALUES ('a', false, {now}, 5)",
+                "INSERT INTO api_keys (id, tenant_id, digest, hint, created_at) VALUES "
+                f"('00000000000000000000000000000001', 'a', 'd', 'h', {now})",
+                "INSERT INTO jobs (id, tenant_id, type, queue, status, payload, attempts, "
+                "max_attempts, trace_context, cancel_requested, created_at, updated_at, "
+                "deadline) VALUES ('00000000000000000000000000000002', 'a', 't', 'q', "
+                f"'expired', '{{}}', 0, 1, '{{}}', false, {now}, {now}, {now})",
+            ]
+        )
+    )
+
+    command.downgrade(config, "0015")
+    command.upgrade(config, "head")
+
+    [tenants, keys, jobs_left] = asyncio.run(
+        write(
+            [
+                "SELECT count(*) FROM tenants WHERE max_queued IS NULL",
+                "SELECT count(*) FROM api_keys",
+                "SELECT count(*) FROM jobs",
+            ]
+        )
+    )
+    assert (tenants, keys, jobs_left) == (1, 1, 0)  # an expired job has no older status

@@ -166,6 +166,9 @@ class Job:
     debounce_key: str | None = None
     """While the job is pending, another enqueue of its tenant and type with this key
     replaces its payload: it runs once, when its window closes, with the last."""
+    capped: bool = False
+    """Its enqueue is refused while its tenant is at its cap (not stored: it says only
+    how the job is added)."""
     waiting: Wait | None = None
     """What the job waits for while its limits defer it (None once it starts)."""
     progress: JobProgress | None = None
@@ -200,13 +203,15 @@ class Job:
         deadline: datetime | None = None,
         unique_key: str | None = None,
         debounce_key: str | None = None,
+        capped: bool = False,
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if deadline is not None and deadline <= (run_after or now):
+        due = now if run_after is None else max(run_after, now)
+        if deadline is not None and deadline <= due:
             raise InvalidInputError(
-                f"deadline {deadline.isoformat()} is not after the job is due "
-                f"({(run_after or now).isoformat()})"
+                f"deadline {deadline.isoformat()} is not after the job may start "
+                f"({due.isoformat()})"
             )
         return cls(
             id=id,
@@ -227,6 +232,7 @@ class Job:
             deadline=deadline,
             unique_key=fitted_or_none(unique_key),
             debounce_key=fitted_or_none(debounce_key),
+            capped=capped,
         )
 
     def can_start(self, now: datetime) -> bool:

@@ -137,6 +137,7 @@ def new_job(
         deadline=cmd.deadline,
         unique_key=cmd.unique_key,
         debounce_key=None if cmd.debounce is None else cmd.debounce.key,
+        capped=cmd.capped,
     )
 
 

@@ -54,6 +54,9 @@ class EnqueueJobCommand:
     deadline: datetime | None = None
     unique_key: str | None = None
     debounce: "Debounce | None" = None
+    capped: bool = True
+    """Refused at the tenant's cap on its waiting jobs (a tenant's own enqueue); False
+    for what jobrail enqueues on its behalf: webhook deliveries, event consumers."""
     trace_context: Mapping[str, str] = field(default_factory=dict)
 
 

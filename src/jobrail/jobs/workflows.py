@@ -324,6 +324,7 @@ class Workflows:
                 type=spec.type,
                 payload=spec.payload,  # type: ignore[arg-type]
                 entity_id=spec.entity_id,
+                capped=False,  # a batch or chain is not capped (its jobs come together)
             ),
             now,
             self._default_max_attempts,

@@ -203,6 +203,10 @@ class OutboxPublisher:
             log.info("fast path left %d messages to the relay: %s", left_over, why)
 
 
+# At most this many batches of jobs past their deadline expire in one pass.
+_EXPIRE_BATCHES = 20
+
+
 async def _swept(what: str, sweep: Callable[[], Awaitable[int]]) -> None:
     try:
         await sweep()
@@ -345,11 +349,15 @@ class OutboxRelay:
         """Expire the waiting jobs whose deadline has passed, a batch at a time: a job
         whose message is parked behind a delay or a limit ends on time all the same (a
         worker that gets the message first expires it as well). How many expired."""
-        now = self._clock.now()
-        with database_errors():
-            async with self._engine.begin() as conn:
-                rows = await conn.execute(EXPIRE_OVERDUE, {"now": now, "batch": self._batch})
-                expired = len(rows.all())
+        now, expired = self._clock.now(), 0
+        for _ in range(_EXPIRE_BATCHES):  # a backlog of them goes in one pass, a batch a time
+            with database_errors():
+                async with self._engine.begin() as conn:
+                    rows = await conn.execute(EXPIRE_OVERDUE, {"now": now, "batch": self._batch})
+                    count = len(rows.all())
+            expired += count
+            if count < self._batch:
+                break
         if expired:
             log.info("%d jobs expired: not started by their deadline", expired)
         return expired

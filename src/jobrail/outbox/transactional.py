@@ -83,5 +83,6 @@ class OutboxEventPublisher:
                     type=consumer,
                     payload=delivery,
                     idempotency_key=f"event:{event.name}:{event.event_id}:{consumer}",
+                    capped=False,  # part of the business change: never refused alone
                 )
             )

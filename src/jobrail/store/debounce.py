@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from jobrail.kernel.errors import ConflictError, QueuedCapError
 from jobrail.store.dialects import under_queued_cap
-from jobrail.store.queries import ENQUEUED, ENQUEUING, MESSAGE, Values, bound
+from jobrail.store.queries import CAPPED, ENQUEUED, MESSAGE, Values, bound
 from jobrail.store.tables import PENDING_DEBOUNCE, jobs, outbox
 
 # What a later enqueue changes of the pending job: its payload, and when it changed.
@@ -36,8 +36,8 @@ def debounced(dialect: str, v: Values | None = None) -> Insert:
     """The upsert, returning the job as it is now (added: its own id; else the pending
     job's). No row when the tenant is at its cap and nothing was pending to take the
     payload: a job that collapses into a pending one adds nothing to the line."""
-    v = v or bound(ENQUEUING)
-    admitted = or_(under_queued_cap(v["tenant_id"]), exists().where(_pending(v)))
+    v = v or bound(CAPPED)
+    admitted = or_(under_queued_cap(v["cap_tenant_id"]), exists().where(_pending(v)))
     module: Any = postgresql if dialect == "postgresql" else sqlite
     statement = module.insert(jobs).from_select(
         ENQUEUED, select_(*(v[name] for name in ENQUEUED)).where(admitted)
@@ -51,7 +51,7 @@ def debounced(dialect: str, v: Values | None = None) -> Insert:
 
 def debounced_with_message() -> Select[Any]:
     """Postgres: the upsert, and the job's message, written only if the job was added."""
-    v = bound(ENQUEUING)
+    v = bound(CAPPED)
     upserted = debounced("postgresql", v).cte("upserted")
     message = bound({f"message_{name}": type_ for name, type_ in MESSAGE.items()})
     written = (

@@ -128,8 +128,10 @@ async def insert_or_existing(
         if active is not None:
             return active
     if capped:
-        cap = await session.scalar(select(queued_cap(row["tenant_id"])), execution_options=options)
-        if cap is not None:
+        tenant = literal(row["tenant_id"], table.c.tenant_id.type)
+        at_cap = select(queued_cap(tenant), under_queued_cap(tenant))
+        cap, under = (await session.execute(at_cap, execution_options=options)).one()
+        if cap is not None and not under:
             raise QueuedCapError(row["tenant_id"], cap)
     raise ConflictError(f"{what} with this key is being created; try again")
 

@@ -6,12 +6,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.jobs.progress import JobProgress
+from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store import queries as q
@@ -47,7 +49,7 @@ class SqlaJobRepository:
                 "a job",
                 other=flows,
                 holder=None if job.unique_key is None else _unique_holder(job),
-                capped=True,
+                capped=job.capped,
             )
         if existing is not None:
             return job_from_row(existing)
@@ -58,8 +60,9 @@ class SqlaJobRepository:
         """The job added, or the pending job of its debounce key, which took its payload."""
         dialect = self._session.get_bind().dialect.name
         with database_errors():
+            capped = {"cap_tenant_id": job.tenant_id if job.capped else None}
             result = await self._session.execute(
-                debounced(dialect), job_row(job), execution_options=self._options
+                debounced(dialect), {**job_row(job), **capped}, execution_options=self._options
             )
             row = result.mappings().first()
             if row is None:
@@ -118,10 +121,20 @@ class SqlaJobRepository:
 
     async def save(self, job: Job) -> None:
         with database_errors():
-            await self._session.execute(
-                update(jobs).where(jobs.c.id == job.id).values(job_state(job)),
-                execution_options=self._options,
-            )
+            try:
+                await self._session.execute(
+                    update(jobs).where(jobs.c.id == job.id).values(job_state(job)),
+                    execution_options=self._options,
+                )
+            except IntegrityError:
+                if job.unique_key is None and job.debounce_key is None:
+                    raise
+                # Run again (a redrive) while a newer job holds its key.
+                key = job.unique_key or job.debounce_key
+                raise ConflictError(
+                    f"job {job.id} cannot be pending again while another job of its type "
+                    f"holds its key {key!r}: wait for that one to end"
+                ) from None
 
     async def add_new(self, new: Sequence[Job]) -> None:
         if not new:

@@ -88,9 +88,10 @@ class PgJobIntake(_Pg):
             existing = await self._existing(job)
             if existing is not None:
                 return existing
-            cap = (await self._fetchrow(QUEUED_CAP, job.tenant_id))[0]
-            if cap is not None:
-                raise QueuedCapError(job.tenant_id, cap)
+            if job.capped:
+                cap, under = await self._fetchrow(QUEUED_CAP, job.tenant_id)
+                if cap is not None and not under:
+                    raise QueuedCapError(job.tenant_id, cap)
             if job.unique_key is None:
                 break
             # The active job that held the unique key ended meanwhile: try again.
@@ -104,6 +105,7 @@ class PgJobIntake(_Pg):
         row = await self._fetchrow(
             DEBOUNCE,
             *(values[name] for name in ENQUEUED),
+            job.tenant_id if job.capped else None,
             m.id,
             m.queue,
             m.body,
@@ -111,7 +113,7 @@ class PgJobIntake(_Pg):
             m.not_before,
             job.created_at,
         )
-        if row is None:
+        if row is None:  # only the cap leaves a debounced add out
             refused_by_cap(job.tenant_id, (await self._fetchrow(QUEUED_CAP, job.tenant_id))[0])
         return job_from_row(row)
 
@@ -193,6 +195,7 @@ class PgJobIntake(_Pg):
             [job.deadline for job in jobs_],
             [job.unique_key for job in jobs_],
             [job.debounce_key for job in jobs_],
+            [job.tenant_id if job.capped else None for job in jobs_],
             [job.id for job in jobs_],
             [m.id for m in messages],
             [m.queue for m in messages],

@@ -20,7 +20,7 @@ from sqlalchemy.sql import ClauseElement
 
 from jobrail.store import queries as q
 from jobrail.store.debounce import debounced_with_message
-from jobrail.store.dialects import queued_cap
+from jobrail.store.dialects import queued_cap, under_queued_cap
 
 # SQLAlchemy's asyncpg dialect: its parameters are asyncpg's ($n), each with its type.
 _ASYNCPG = make_url("postgresql+asyncpg://").get_dialect()()
@@ -70,13 +70,13 @@ WRITE_PROGRESS_MANY = compiled(q.WRITE_PROGRESS_MANY, *_HELD, "progress")
 # Enqueue: the jobs of every request in the batch (their columns in ENQUEUED's order, the
 # JSON documents as text), their messages (each with its job's id first, its headers as
 # text) and the published marks, in one statement.
-ENQUEUE = compiled(q.ENQUEUE, *q.ENQUEUED, "message_job_id", *_MESSAGE, "mark_id", "mark_at")
+ENQUEUE = compiled(q.ENQUEUE, *q.CAPPED, "message_job_id", *_MESSAGE, "mark_id", "mark_at")
 BY_KEY = compiled(q.BY_KEY, "tenant_id", "idempotency_key")
 FLOW_BY_KEY = compiled(q.FLOW_BY_KEY, "tenant_id", "idempotency_key")
 BY_UNIQUE = compiled(q.BY_UNIQUE, "tenant_id", "type", "unique_key")
 EXPIRE = compiled(q.EXPIRE, "job_id", "now")
-DEBOUNCE = compiled(
-    debounced_with_message(), *q.ENQUEUED, *(f"message_{name}" for name in q.MESSAGE)
-)
-QUEUED_CAP = compiled(select(queued_cap(bindparam("tenant_id", Text()))), "tenant_id")
+DEBOUNCE = compiled(debounced_with_message(), *q.CAPPED, *(f"message_{name}" for name in q.MESSAGE))
+_TENANT: Any = bindparam("tenant_id", Text())
+# The tenant's cap, and whether it is under it.
+QUEUED_CAP = compiled(select(queued_cap(_TENANT), under_queued_cap(_TENANT)), "tenant_id")
 MARK_PUBLISHED = compiled(q.MARK_PUBLISHED, "mark_id", "mark_at")

@@ -91,8 +91,7 @@ def _literal(value: str) -> ColumnElement[Any]:
     return literal_column(f"'{value}'", Text())
 
 
-RUNNING = _literal(JobStatus.RUNNING.value)
-# In the statuses' own order, so that the text is the same at every import.
+RUNNING = _literal(JobStatus.RUNNING.value)  # and below, in the statuses' own order:
 CLAIMABLE = [_literal(status.value) for status in JobStatus if status in CLAIMABLE_STATUSES]
 
 # What the end of an attempt writes (JobStore.record). cancel_requested belongs to
@@ -185,6 +184,7 @@ ENQUEUING: Types = {
     name: Text() if isinstance(jobs.c[name].type, String) else jobs.c[name].type
     for name in ENQUEUED
 }
+CAPPED: Types = {**ENQUEUING, "cap_tenant_id": Text()}  # NULL: no cap (Job.capped)
 
 
 # -- conditions
@@ -372,12 +372,12 @@ def _enqueue() -> Select[Any]:
     chain, or whose tenant is at its cap, is left out, and so is its message (the caller
     tells which). The marks of rows published since the last statement ride along (see
     PgOutboxMarks). The ids of the jobs added."""
-    j = unnested("j", ENQUEUING, json_text=("payload", "result", "trace_context"), ordinality="n")
+    j = unnested("j", CAPPED, json_text=("payload", "result", "trace_context"), ordinality="n")
     fresh = or_(
         j["idempotency_key"].is_(None),
         key_is_free(flows, tenant_id=j["tenant_id"], idempotency_key=j["idempotency_key"]),
     )
-    capped = under_queued_cap(j["tenant_id"])
+    capped = under_queued_cap(j["cap_tenant_id"])
     rows = select(*(j[name] for name in ENQUEUED)).where(fresh, capped).order_by(j["n"])
     added = (
         pg_insert(jobs)

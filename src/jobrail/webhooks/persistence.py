@@ -273,6 +273,9 @@ def _delivery(hook: Webhook, event_id: str) -> EnqueueJobCommand:
         type=DELIVER,
         payload={"webhook_id": str(hook.id), "event_id": event_id},
         idempotency_key=f"jobrail.webhook:{hook.id}:{event_id}",
+        # The relay's one position moves past every tenant's events: never held back
+        # by one tenant's cap.
+        capped=False,
     )
 
 
