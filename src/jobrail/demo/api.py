@@ -12,10 +12,9 @@ from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel, idempote
 from jobrail.jobs.domain import FlowRole
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.flow_service import FlowService
-from jobrail.jobs.options import ENQUEUE_OPENAPI, EnqueueOptionsQuery
+from jobrail.jobs.options import ENQUEUE_OPENAPI, EnqueueOptionsQuery, app_clock
 from jobrail.jobs.schemas import JobAccepted, accepted
 from jobrail.jobs.workflows import BatchCommand, FlowJob
-from jobrail.kernel.clock import Clock
 
 router = APIRouter(
     prefix="/demo", tags=["demo"], route_class=DishkaRoute, responses=ERROR_RESPONSES
@@ -38,10 +37,9 @@ async def echo(
     tenant: EnqueueTenant,
     options: EnqueueOptionsQuery,
     enqueue: FromDishka[EnqueueJob],
-    clock: FromDishka[Clock],
 ) -> JobAccepted:
     cmd = options.command(
-        clock,
+        await app_clock(request, options),
         tenant_id=tenant,
         type=echo_job.name,
         payload=body,

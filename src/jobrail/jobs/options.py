@@ -75,6 +75,10 @@ class EnqueueOptions(RequestModel):
         description="The debounce window, in seconds (at most a day). With `debounce_key`.",
     )
 
+    @property
+    def none_given(self) -> bool:
+        return self is NO_OPTIONS or not self.model_fields_set
+
     def command(
         self,
         clock: Clock | None,
@@ -88,6 +92,14 @@ class EnqueueOptions(RequestModel):
         """The command to enqueue with these options, resolved at the time of `clock`
         (the app's; without one, the system's): a 422 naming each option that does not
         hold (``run_at`` with ``delay``, a ``deadline`` not after the start)."""
+        if self.none_given:  # most enqueues: nothing to resolve
+            return EnqueueJobCommand(
+                tenant_id=tenant_id,
+                type=type,
+                payload=payload,
+                idempotency_key=idempotency_key,
+                entity_id=entity_id,
+            )
         now = clock.now() if clock is not None else datetime.now(UTC)
         try:
             options = resolve_options(
@@ -127,8 +139,9 @@ _NAMES = tuple(EnqueueOptions.model_fields)
 NO_OPTIONS: EnqueueOptions = _QueryOptions()
 
 
-def enqueue_options(request: Request) -> EnqueueOptions:
+async def enqueue_options(request: Request) -> EnqueueOptions:
     """The request's enqueue options, from its query string (none without one).
+    Async: FastAPI runs a plain function's dependency in a thread, on every request.
 
     Read from the request rather than declared as four ``Query`` parameters: FastAPI's
     parameter machinery costs each request of a hot route (``POST /demo/echo``) for
@@ -183,3 +196,12 @@ ENQUEUE_OPENAPI: dict[str, Any] = {
     "parameters": [*IDEMPOTENCY_KEY_OPENAPI["parameters"], *_query_parameters()]
 }
 """A route's ``openapi_extra`` for the Idempotency-Key header and the enqueue options."""
+
+
+async def app_clock(request: Request, options: EnqueueOptions) -> Clock | None:
+    """The app's clock, looked up only when `options` has times to resolve: a hot route
+    (``POST /demo/echo``) need not resolve one more dependency on every request."""
+    if options.none_given:
+        return None
+    container: Any = getattr(request.app.state, "dishka_container", None)
+    return None if container is None else await container.get(Clock)
