@@ -208,6 +208,9 @@ async def test_debounced_echoes_collapse_into_one_run_with_the_last_message(
         ({"debounce_s": "1"}, "debounce_key"),
         ({"debounce_key": "k", "debounce_s": "1", "delay": "5"}, "debounce_key"),
         ({"debounce_key": "k", "debounce_s": "0"}, "debounce_s"),
+        ({"debounce_key": "k", "debounce_s": "nan"}, "debounce_s"),
+        ({"debounce_key": "a\x01b", "debounce_s": "1"}, "debounce_key"),
+        ({"debounce_key": "   ", "debounce_s": "1"}, "debounce_key"),
     ],
 )
 async def test_a_debounce_that_does_not_hold_is_a_422_naming_it(

@@ -35,12 +35,22 @@ class Debounce:
     window_s: float
 
     def __post_init__(self) -> None:
-        if not self.key or not self.key.isprintable():
-            raise InvalidInputError("a debounce key is printable text, not empty")
-        if not 0 < self.window_s <= MAX_DEBOUNCE_S:
-            raise InvalidInputError(
-                f"a debounce window is more than 0 and at most {MAX_DEBOUNCE_S:g} seconds"
+        if not isinstance(self.key, str) or not self.key.strip() or not self.key.isprintable():
+            raise _refused("debounce_key", "a debounce key is printable text, not blank")
+        window = self.window_s
+        if isinstance(window, bool) or not isinstance(window, int | float):
+            raise _refused("debounce_s", "a debounce window is a number of seconds")
+        if not 0 < window <= MAX_DEBOUNCE_S:  # NaN too
+            raise _refused(
+                "debounce_s",
+                f"a debounce window is more than 0 and at most {MAX_DEBOUNCE_S:g} seconds",
             )
+
+
+def _refused(option: str, message: str) -> InvalidInputError:
+    return InvalidInputError(
+        message, details=[{"loc": [option], "msg": message, "type": "value_error"}]
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,9 +118,7 @@ def _debounce(
     try:
         return Debounce(key=key, window_s=window_s)
     except InvalidInputError as refused:
-        problems.append(
-            _problem("debounce_s" if key.strip() else "debounce_key", "invalid", str(refused))
-        )
+        problems.extend(refused.details)
         return None
 
 
