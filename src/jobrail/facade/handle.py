@@ -82,16 +82,12 @@ class JobHandle(Generic[P]):
             debounce_key=debounce_key,
             debounce_s=debounce_s,
         )
-        cmd = EnqueueJobCommand(
+        cmd = options.command(
             tenant_id=TenantId(tenant_id),
             type=self.spec.name,
             payload=payload,
             idempotency_key=idempotency_key,
             entity_id=entity_id,
-            run_after=options.run_after,
-            deadline=options.deadline,
-            unique_key=options.unique_key,
-            debounce=options.debounce,
         )
         return await self._rail.enqueue(cmd, session=session)
 

@@ -18,7 +18,8 @@ from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
 
 from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, RequestModel
 from jobrail.jobs.intake import MAX_DEBOUNCE_S, EnqueueJobCommand, ValidatedPayload
-from jobrail.jobs.timing import MAX_DELAY, MAX_UNIQUE_KEY_LENGTH, resolve_options
+from jobrail.jobs.timing import MAX_DELAY, MAX_UNIQUE_KEY_LENGTH, CommandOptions, resolve_options
+from jobrail.jobs.timing import NO_OPTIONS as NO_COMMAND_OPTIONS
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
@@ -92,17 +93,22 @@ class EnqueueOptions(RequestModel):
         """The command to enqueue with these options, resolved at the time of `clock`
         (the app's; without one, the system's): a 422 naming each option that does not
         hold (``run_at`` with ``delay``, a ``deadline`` not after the start)."""
-        if self.none_given:  # most enqueues: nothing to resolve
-            return EnqueueJobCommand(
-                tenant_id=tenant_id,
-                type=type,
-                payload=payload,
-                idempotency_key=idempotency_key,
-                entity_id=entity_id,
-            )
+        # Most enqueues give no option: nothing to resolve.
+        options = NO_COMMAND_OPTIONS if self.none_given else self.resolved(clock)
+        return options.command(
+            tenant_id=tenant_id,
+            type=type,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            entity_id=entity_id,
+        )
+
+    def resolved(self, clock: Clock | None) -> CommandOptions:
+        """The options checked at the time of `clock` (the system's without one); a 422
+        naming each that does not hold."""
         now = clock.now() if clock is not None else datetime.now(UTC)
         try:
-            options = resolve_options(
+            return resolve_options(
                 now,
                 run_at=self.run_at,
                 delay=self.delay,
@@ -115,17 +121,6 @@ class EnqueueOptions(RequestModel):
             raise RequestValidationError(
                 [{**detail, "loc": (self.where, *detail["loc"])} for detail in refused.details]
             ) from None
-        return EnqueueJobCommand(
-            tenant_id=tenant_id,
-            type=type,
-            payload=payload,
-            idempotency_key=idempotency_key,
-            entity_id=entity_id,
-            run_after=options.run_after,
-            deadline=options.deadline,
-            unique_key=options.unique_key,
-            debounce=options.debounce,
-        )
 
 
 class _QueryOptions(EnqueueOptions):

@@ -5,11 +5,13 @@ fields of ``EnqueueJobCommand``."""
 
 import math
 import unicodedata
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from jobrail.jobs.intake import Debounce
+from jobrail.jobs.intake import Debounce, EnqueueJobCommand, ValidatedPayload
 from jobrail.kernel.errors import InvalidInputError
+from jobrail.kernel.ids import TenantId
 
 MAX_DELAY = timedelta(days=366)
 """The furthest ahead a job may be put off, by `delay` or by `run_at`."""
@@ -28,6 +30,31 @@ class CommandOptions(NamedTuple):
     deadline: datetime | None
     unique_key: str | None
     debounce: Debounce | None = None
+
+    def command(
+        self,
+        *,
+        tenant_id: TenantId,
+        type: str,
+        payload: Mapping[str, Any] | ValidatedPayload,
+        idempotency_key: str | None = None,
+        entity_id: str | None = None,
+    ) -> EnqueueJobCommand:
+        """The command to enqueue a job of `type` with these options."""
+        return EnqueueJobCommand(
+            tenant_id=tenant_id,
+            type=type,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            entity_id=entity_id,
+            run_after=self.run_after,
+            deadline=self.deadline,
+            unique_key=self.unique_key,
+            debounce=self.debounce,
+        )
+
+
+NO_OPTIONS = CommandOptions(None, None, None)
 
 
 def resolve_options(
