@@ -708,3 +708,18 @@ async def test_debounced_adds_made_together_store_one_job_with_one_of_their_payl
 
     assert len({job.id for job in stored}) == 1
     assert await messages() == 1
+
+
+async def test_a_held_job_is_not_claimed_until_the_dispatcher_releases_it(
+    subject: StoreUnderTest,
+) -> None:
+    job = make_job()
+    job.hold()
+    await subject.put(job)
+
+    refused = await subject.store.claim(job.id, START, LEASE)
+
+    assert refused.job is None
+    assert refused.current is not None
+    assert refused.current.is_held
+    assert refused.current.held_since == job.created_at

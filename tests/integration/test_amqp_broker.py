@@ -300,3 +300,18 @@ async def test_publish_many_past_rabbitmq_s_confirms_deadline_says_so_for_each(
     assert all(isinstance(outcome, BrokerUnavailableError) for outcome in outcomes)
     assert "TimeoutError" in str(outcomes[0])
     assert waited < 30  # the publisher's own deadline, not a wait for good
+
+
+async def test_the_ready_gauge_counts_what_waits_now_every_time_it_is_asked(
+    broker: AmqpJobBroker,
+) -> None:
+    # The dispatcher's credit (jobrail.dispatch): a count stale by one publish would let
+    # it release more than the workers can take.
+    counts = [await broker.ready("jobs.default")]
+    for _ in range(3):
+        job = make_job()
+        message = JobMessage(job.id, job.type, "jobs.default", job.tenant_id)
+        await broker.publish(encode(message))
+        counts.append(await broker.ready("jobs.default"))
+
+    assert counts == [0, 1, 2, 3]

@@ -181,3 +181,41 @@ def test_0016_goes_down_and_up_with_tenants_keys_and_an_expired_job_in_place(
         )
     )
     assert (tenants, keys, jobs_left) == (1, 1, 0)  # an expired job has no older status
+
+
+def test_0017_refuses_to_go_down_while_jobs_wait_for_the_dispatcher(
+    empty_database: str,
+) -> None:
+    config = _config(empty_database)
+    command.upgrade(config, "head")
+
+    async def run(sql: str) -> object:
+        engine = create_async_engine(empty_database)
+        try:
+            async with engine.begin() as conn:
+                result = await conn.execute(text(sql))
+                return result.scalar() if result.returns_rows else None
+        finally:
+            await engine.dispose()
+
+    now = "'2026-12-06 00:00:00'"
+    asyncio.run(
+        run(
+            "INSERT INTO jobs (id, tenant_id, type, queue, status, payload, attempts, "
+            "max_attempts, trace_context, cancel_requested, created_at, updated_at, "
+            "held_since, rank_at) VALUES ('00000000000000000000000000000003', 'a', 't', 'q', "
+            f"'pending', '{{}}', 0, 1, '{{}}', false, {now}, {now}, {now}, {now})"
+        )
+    )
+
+    with pytest.raises(RuntimeError, match="1 jobs wait for the dispatcher"):
+        command.downgrade(config, "0016")
+    assert asyncio.run(run("SELECT count(*) FROM jobs WHERE held_since IS NOT NULL")) == 1
+
+    asyncio.run(run("UPDATE jobs SET held_since = NULL"))  # released
+    command.downgrade(config, "0016")
+    command.upgrade(config, "head")
+    # The job events' triggers (0013) are still there: a change of status is an event.
+    before = asyncio.run(run("SELECT count(*) FROM job_events"))
+    asyncio.run(run("UPDATE jobs SET status = 'cancelled'"))
+    assert asyncio.run(run("SELECT count(*) FROM job_events")) == before + 1  # type: ignore[operator]

@@ -18,6 +18,8 @@ PLATFORM_TABLES = {
     "job_events",
     "webhooks",
     "webhook_relay",
+    "dispatch_queues",
+    "dispatch_arrivals",
 }
 
 

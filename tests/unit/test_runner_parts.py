@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.domain import IllegalTransitionError, Job, JobStatus
 from jobrail.jobs.messages import DeadLetterMessage, JobMessage
 from jobrail.jobs.registry import JobSpec
 from jobrail.jobs.retry import RetryPolicy, backoff
@@ -176,6 +176,29 @@ def test_a_job_not_due_yet_is_looked_at_when_it_is_due() -> None:
     assert unclaimed(message, job, START) == ComeBack(START + timedelta(minutes=5))
     due = make_job()
     assert unclaimed(message, due, START) == ComeBack(START + timedelta(seconds=1))
+
+
+def test_a_message_of_a_job_the_dispatcher_holds_is_dropped_and_the_job_not_started() -> None:
+    job = make_job()
+    job.hold()
+    message = JobMessage(job.id, job.type, job.queue, job.tenant_id)
+
+    assert not job.can_start(START)
+    assert unclaimed(message, job, START) == Done()  # its release sends its own message
+    with pytest.raises(IllegalTransitionError):
+        job.start(START, timedelta(seconds=30))
+    job.held_since = None  # released
+    assert job.can_start(START)
+
+
+def test_only_a_new_pending_job_is_held() -> None:
+    job = make_job()
+    job.start(START, timedelta(seconds=30))
+    with pytest.raises(IllegalTransitionError):
+        job.hold()
+    later = make_job(run_after=START + timedelta(minutes=1))
+    later.hold()
+    assert later.rank_at == START + timedelta(minutes=1)  # in line by when it is due
 
 
 class Held:

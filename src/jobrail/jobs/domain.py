@@ -166,6 +166,12 @@ class Job:
     debounce_key: str | None = None
     """While the job is pending, another enqueue of its tenant and type with this key
     replaces its payload: it runs once, when its window closes, with the last."""
+    held_since: datetime | None = None
+    """Since when it waits for the dispatcher to release it into the broker (fair
+    dispatch, jobrail.dispatch); None once released, or if it was never held. A held job
+    has no message: none of its attempts may start until it is released."""
+    rank_at: datetime | None = None
+    """Its place in its tenant's line while it is held: earlier goes first."""
     capped: bool = False
     """Its enqueue is refused while its tenant is at its cap (not stored: it says only
     how the job is added)."""
@@ -235,11 +241,24 @@ class Job:
             capped=capped,
         )
 
+    def hold(self) -> None:
+        """Wait, from its enqueue, for the dispatcher to release it (jobrail.dispatch): in
+        its tenant's line, by the time it was due."""
+        if self.status is not JobStatus.PENDING or self.attempts:
+            raise IllegalTransitionError(self, "hold")
+        self.held_since = self.created_at
+        self.rank_at = self.run_after or self.created_at
+
+    @property
+    def is_held(self) -> bool:
+        """It waits for the dispatcher (pending or retrying, not released yet)."""
+        return self.held_since is not None and self.status in CLAIMABLE_STATUSES
+
     def can_start(self, now: datetime) -> bool:
         if self.past_deadline(now):
             return False
         if self.status in CLAIMABLE_STATUSES:
-            return self.is_due(now)
+            return self.held_since is None and self.is_due(now)
         return self.status is JobStatus.RUNNING and self.lease_expired(now)
 
     def past_deadline(self, now: datetime) -> bool:

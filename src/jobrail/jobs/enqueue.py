@@ -21,7 +21,14 @@ from jobrail.kernel.ids import JobId, new_id
 _tracer = trace.get_tracer("jobrail.jobs")
 
 
-__all__ = ["EnqueueJob", "EnqueueJobCommand", "EnqueueOpenJob", "EnqueueResult", "message_for"]
+__all__ = [
+    "EnqueueJob",
+    "EnqueueJobCommand",
+    "EnqueueOpenJob",
+    "EnqueueResult",
+    "holdable",
+    "message_for",
+]
 
 
 class EnqueueJob:
@@ -52,11 +59,16 @@ class EnqueueJob:
         catalog: JobCatalog,
         clock: Clock,
         default_max_attempts: int,
+        *,
+        hold: bool = False,
     ) -> None:
+        """`hold`: fair dispatch is on (jobrail.dispatch): a job due now waits, held, for
+        the dispatcher to release it, instead of its message leaving at the commit."""
         self._units = units
         self._catalog = catalog
         self._clock = clock
         self._default_max_attempts = default_max_attempts
+        self._hold = hold
 
     async def __call__(self, cmd: EnqueueJobCommand) -> EnqueueResult:
         # The span covers the commit too: the fast-path publish is its child (which may
@@ -79,6 +91,8 @@ class EnqueueJob:
         if job_type is None:
             raise InvalidInputError(f"unknown job type {cmd.type!r}")
         candidate = new_job(job_type, cmd, self._clock.now(), self._default_max_attempts)
+        if self._hold and holdable(candidate):
+            candidate.hold()
         job = await uow.intake.add(candidate, message_for(candidate, job_type))
         created = job.id == candidate.id
         _traced(span, job, created=created)
@@ -139,6 +153,13 @@ def new_job(
         debounce_key=None if cmd.debounce is None else cmd.debounce.key,
         capped=cmd.capped,
     )
+
+
+def holdable(job: Job) -> bool:
+    """Whether fair dispatch holds the job at its enqueue: one due now, of no batch or
+    chain. A job due later (run_at, delay, a debounce window) keeps its delayed message,
+    and a flow's members their flow's release, until the dispatcher keeps timers too."""
+    return job.run_after is None and job.debounce_key is None and job.flow is None
 
 
 def _debounceable(cmd: EnqueueJobCommand) -> None:

@@ -222,7 +222,8 @@ class RecordingIntake:
         stored = await self._store.add(job, envelope)
         if stored.id == job.id:  # otherwise an idempotent replay: nothing new to send
             self.created.append(job.type)
-            self.envelopes.append(envelope)
+            if stored.held_since is None:  # a held job's message is the dispatcher's
+                self.envelopes.append(envelope)
         return stored
 
     def take(self) -> tuple[list[Envelope], list[str]]:
@@ -249,7 +250,7 @@ class TransactionIntake:
 
     async def add(self, job: Job, message: JobMessage) -> Job:
         stored = await self._jobs.add(job)
-        if stored.id == job.id:
+        if stored.id == job.id and stored.held_since is None:
             await self._outbox.add(message)
         return stored
 

@@ -128,10 +128,14 @@ class UnitOfWorkFactory:
         default_max_attempts: int,
         enqueued: EnqueueCounter | None = None,
         after_commit: AfterCommit | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         """`after_commit`: the process's one AfterCommit (the composition root's), else
-        one over `dispatcher` and `enqueued`."""
-        enqueue = EnqueueJob(lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts)
+        one over `dispatcher` and `enqueued`. `hold`: as EnqueueJob's."""
+        enqueue = EnqueueJob(
+            lambda: self(SqlaUnitOfWork), job_types, clock, default_max_attempts, hold=hold
+        )
         self.workflows = Workflows(job_types, clock, default_max_attempts)
         self._args = (
             sessionmaker,

@@ -14,7 +14,7 @@ from typing import Any
 
 from dishka import AsyncContainer, make_async_container
 from dishka.integrations.fastapi import FastapiProvider
-from sqlalchemy import select
+from sqlalchemy import select, update
 from taskiq import AsyncBroker, TaskiqEvents, TaskiqState
 
 from jobrail.events.catalog import EventCatalog
@@ -31,7 +31,7 @@ from jobrail.runtime.modules import load_modules
 from jobrail.runtime.schedules import build_scheduler
 from jobrail.settings import Settings
 from jobrail.store.mapping import job_from_row
-from jobrail.store.tables import jobs
+from jobrail.store.tables import dispatch_queues, jobs
 from jobrail.telemetry.metrics import Metrics
 from jobrail.telemetry.metrics_server import WorkerMetricsServer
 from jobrail.tenants.ports import TenantDirectory
@@ -328,14 +328,23 @@ async def _warn_if_demo_key_is_live(runtime: Runtime, directory: TenantDirectory
 
 async def resume_unfinished_jobs(runtime: Runtime) -> int:
     """Embedded mode only: its queues live in memory, so after a restart the jobs table
-    is the only record of unfinished work. Publish every unfinished job again."""
+    is the only record of unfinished work. Publish every unfinished job again, but those
+    held for the dispatcher (jobrail.dispatch), which this process's dispatcher releases
+    at once: the lease of the process that ran before is ended."""
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     engine = await runtime.container.get(AsyncEngine)
     unfinished = [JobStatus.PENDING.value, JobStatus.RETRYING.value, JobStatus.RUNNING.value]
-    async with engine.connect() as conn:
+    async with engine.begin() as conn:
+        await conn.execute(update(dispatch_queues).values(lease_until=None))
         rows = (
-            (await conn.execute(select(jobs).where(jobs.c.status.in_(unfinished)))).mappings().all()
+            (
+                await conn.execute(
+                    select(jobs).where(jobs.c.status.in_(unfinished), jobs.c.held_since.is_(None))
+                )
+            )
+            .mappings()
+            .all()
         )
     for row in rows:
         job = job_from_row(row)

@@ -355,6 +355,7 @@ class PlatformProvider(Provider):
             settings.retry.max_attempts,
             enqueued=metrics.jobs,
             after_commit=after_commit,
+            hold=settings.dispatch.enabled,
         )
 
     @provide(scope=Scope.REQUEST)
@@ -375,6 +376,7 @@ class PlatformProvider(Provider):
             catalog,
             clock,
             settings.retry.max_attempts,
+            hold=settings.dispatch.enabled,
         )
 
     @provide(scope=Scope.APP)

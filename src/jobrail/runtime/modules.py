@@ -30,12 +30,14 @@ def installed_modules() -> dict[str, EntryPoint]:
 
 
 def load_modules(names: Sequence[str]) -> list[Module]:
-    """The platform's housekeeping and webhooks, then the installed modules `names` names."""
+    """The platform's housekeeping, dispatch and webhooks, then the installed modules
+    `names` names."""
+    from jobrail.dispatch import module as dispatch
     from jobrail.maintenance import module as housekeeping
     from jobrail.webhooks import module as webhooks
 
     installed = installed_modules()
-    modules = [housekeeping, webhooks]
+    modules = [housekeeping, dispatch, webhooks]
     for name in names:
         point = installed.get(name)
         if point is None:

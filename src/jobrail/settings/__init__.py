@@ -12,6 +12,7 @@ Each section is a model in the module of its concern:
 - ``limits``: the limits backend (Redis), and how a job waits on its limits;
 - ``jobs``: retries, a job's timeout and lease, the worker;
 - ``outbox``: the relay;
+- ``dispatch``: fair dispatch, the dispatcher's credit and lease;
 - ``events``: the job event feed and its webhooks;
 - ``api``: the server, keys, and the API's rate limits;
 - ``scheduler``: ``jobrail scheduler`` and its housekeeping;
@@ -24,6 +25,7 @@ Import them from here: ``from jobrail.settings import Settings, load_settings``.
 
 from jobrail.settings.api import ApiLimitRule, ApiLimitsSettings, ApiSettings, AuthSettings
 from jobrail.settings.database import DatabaseSettings
+from jobrail.settings.dispatch import DispatchSettings
 from jobrail.settings.events import EventsSettings
 from jobrail.settings.jobs import JobsSettings, RetrySettings, WorkerSettings
 from jobrail.settings.limits import LimitsSettings, RedisSettings
@@ -61,6 +63,7 @@ __all__ = [
     "AuthSettings",
     "DatabaseSettings",
     "Days",
+    "DispatchSettings",
     "EventsSettings",
     "JobsSettings",
     "LimitsSettings",

@@ -18,6 +18,7 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 
 from jobrail.settings.api import ApiLimitsSettings, ApiSettings, AuthSettings
 from jobrail.settings.database import DatabaseSettings
+from jobrail.settings.dispatch import DispatchSettings
 from jobrail.settings.events import EventsSettings
 from jobrail.settings.jobs import JobsSettings, RetrySettings, WorkerSettings
 from jobrail.settings.limits import LimitsSettings, RedisSettings
@@ -68,6 +69,7 @@ class Settings(BaseSettings):
     retry: RetrySettings = RetrySettings()
     jobs: JobsSettings = JobsSettings()
     outbox: OutboxSettings = OutboxSettings()
+    dispatch: DispatchSettings = DispatchSettings()
     limits: LimitsSettings = LimitsSettings()
     api: ApiSettings = ApiSettings()
     auth: AuthSettings = AuthSettings()

@@ -18,8 +18,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from jobrail.jobs.domain import Job
 from jobrail.kernel.errors import ConflictError, QueuedCapError
-from jobrail.store.tables import jobs, tenants
+from jobrail.store.tables import dispatch_arrivals, jobs, tenants
 
 # The unique index of jobs and of flows: one row per tenant and idempotency key (NULL
 # keys never collide).
@@ -154,3 +155,24 @@ async def key_used_for(
     if found is None:
         return None
     return f"a {found[0]}" if flows else "a job"
+
+
+async def note_arrival(session: AsyncSession, job: Job, options: Mapping[str, Any]) -> None:
+    """Note, for the dispatcher, that the held `job`'s tenant has a job in its queue
+    (jobrail.dispatch): one row per queue and tenant until the dispatcher takes it."""
+    dialect = session.get_bind().dialect.name
+    row = {"queue": job.queue, "tenant_id": job.tenant_id}
+    statement = upsert_insert(dialect, dispatch_arrivals).values(row).on_conflict_do_nothing()
+    await session.execute(statement, execution_options=options)
+
+
+def arrivals_noted(added: Any) -> Any:
+    """Postgres, in the enqueue's statement: `note_arrival` for the held jobs among
+    `added` (a CTE of the jobs inserted), once per queue and tenant."""
+    tenants = select(added.c.queue, added.c.tenant_id).where(added.c.held_since.is_not(None))
+    return (
+        postgresql.insert(dispatch_arrivals)
+        .from_select(["queue", "tenant_id"], tenants.distinct())
+        .on_conflict_do_nothing()
+        .cte("arrived")
+    )

@@ -18,7 +18,7 @@ from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store import queries as q
 from jobrail.store.debounce import debounced, refused_by_cap
-from jobrail.store.dialects import insert_or_existing, queued_cap
+from jobrail.store.dialects import insert_or_existing, note_arrival, queued_cap
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.store.outbox_rows import insert_outbox_rows
@@ -53,6 +53,8 @@ class SqlaJobRepository:
             )
         if existing is not None:
             return job_from_row(existing)
+        if job.held_since is not None:
+            await note_arrival(self._session, job, self._options)
         self._created.append(job.type)
         return job
 
@@ -304,7 +306,7 @@ class SqlaJobIntake:
         async with self._sessionmaker() as session:
             stored = await SqlaJobRepository(session).add(job)
             with database_errors():
-                if stored.id == job.id:
+                if stored.id == job.id and stored.held_since is None:
                     await insert_outbox_rows(session, [envelope], job.created_at)
                 await session.commit()  # a debounced add may have changed the pending job
         return stored

@@ -34,6 +34,8 @@ def job_from_row(row: Any) -> Job:
         deadline=row["deadline"],
         unique_key=row["unique_key"],
         debounce_key=row["debounce_key"],
+        held_since=row["held_since"],
+        rank_at=row["rank_at"],
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
         flow=(
@@ -100,5 +102,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "deadline": job.deadline,
         "unique_key": job.unique_key,
         "debounce_key": job.debounce_key,
+        "held_since": job.held_since,
+        "rank_at": job.rank_at,
         **job_state(job),
     }

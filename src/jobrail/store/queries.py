@@ -48,7 +48,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.types import TypeEngine
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, EXPIRED_ERROR, FlowRole, JobStatus
-from jobrail.store.dialects import key_is_free, keyed, under_queued_cap
+from jobrail.store.dialects import arrivals_noted, key_is_free, keyed, under_queued_cap
 from jobrail.store.tables import Json, UtcDateTime, flows, jobs, outbox
 
 Types = Mapping[str, TypeEngine[Any]]
@@ -110,31 +110,14 @@ RECORDED = (
 # What an enqueue writes. A job enqueued alone belongs to no flow (batches and chains are
 # written in a unit of work, jobrail.jobs.workflows), waits for nothing and has reported
 # no progress.
+# fmt: off
 ENQUEUED = (
-    "id",
-    "tenant_id",
-    "type",
-    "queue",
-    "status",
-    "entity_id",
-    "idempotency_key",
-    "payload",
-    "result",
-    "attempts",
-    "max_attempts",
-    "last_error",
-    "trace_context",
-    "cancel_requested",
-    "created_at",
-    "updated_at",
-    "started_at",
-    "finished_at",
-    "run_after",
-    "lease_until",
-    "deadline",
-    "unique_key",
-    "debounce_key",
+    "id", "tenant_id", "type", "queue", "status", "entity_id", "idempotency_key", "payload",
+    "result", "attempts", "max_attempts", "last_error", "trace_context", "cancel_requested",
+    "created_at", "updated_at", "started_at", "finished_at", "run_after", "lease_until",
+    "deadline", "unique_key", "debounce_key", "held_since", "rank_at",
 )
+# fmt: on
 assert {*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step"} == set(
     jobs.c.keys()
 ), "the jobs table changed: update ENQUEUED, and the enqueue's parameters (PgJobIntake)"
@@ -191,13 +174,15 @@ CAPPED: Types = {**ENQUEUING, "cap_tenant_id": Text()}  # NULL: no cap (Job.capp
 
 
 def claimable(v: Values) -> ColumnElement[bool]:
-    """Job.can_start as a condition: before its deadline, pending or retrying and due by
+    """Job.can_start as a condition: before its deadline, pending or retrying (released
+    by the dispatcher, if it held the job) and due by
     `due_by` (now and DUE_TOLERANCE, see Job.is_due), or running on a lease that ended by
     `now`. `now` is the claiming worker's clock, as is the lease_until the holder wrote:
     workers' clocks must agree to within the renewal margin (see worker.runner)."""
     due = or_(jobs.c.run_after.is_(None), jobs.c.run_after <= v["due_by"])
     in_time = or_(jobs.c.deadline.is_(None), jobs.c.deadline > v["now"])
-    return and_(in_time, or_(and_(jobs.c.status.in_(CLAIMABLE), due), _abandoned(v)))
+    waiting = and_(jobs.c.status.in_(CLAIMABLE), jobs.c.held_since.is_(None), due)
+    return and_(in_time, or_(waiting, _abandoned(v)))
 
 
 def _abandoned(v: Values) -> ColumnElement[bool]:
@@ -383,17 +368,19 @@ def _enqueue() -> Select[Any]:
         pg_insert(jobs)
         .from_select(ENQUEUED, rows)
         .on_conflict_do_nothing()  # no target: the idempotency key's and the unique key's
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.tenant_id, jobs.c.held_since)
         .cte("added")
     )
+    # A held job has no message (the dispatcher makes it): its tenant is noted instead.
+    released = select(added.c.id).where(added.c.held_since.is_(None))
     m = unnested("m", {"job_id": Uuid(), **MESSAGE}, prefix="message_", json_text=("headers",))
     messages = (
         insert(outbox)
-        .from_select(list(MESSAGE), _messages(m).where(m["job_id"].in_(select(added.c.id))))
+        .from_select(list(MESSAGE), _messages(m).where(m["job_id"].in_(released)))
         .cte("messages")
     )
     marked = _mark_published(unnested("p", MARK, prefix="mark_")).cte("marked")
-    return select(added.c.id).add_cte(messages, marked)
+    return select(added.c.id).add_cte(messages, marked, arrivals_noted(added))
 
 
 RECORD_WITH_MESSAGES = _record_with_messages()

@@ -75,6 +75,7 @@ WEBHOOK_DELIVERIES = text("type = 'webhooks.deliver'")
 ACTIVE_UNIQUE = text("unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'running')")
 WAITING_DEADLINE = text("deadline IS NOT NULL AND status IN ('pending', 'retrying')")
 PENDING_DEBOUNCE = text("debounce_key IS NOT NULL AND status = 'pending'")
+HELD = text("held_since IS NOT NULL AND status IN ('pending', 'retrying')")
 
 jobs = Table(
     "jobs",
@@ -115,6 +116,11 @@ jobs = Table(
     # While the job is pending, another enqueue of its tenant and type with this key
     # replaces its payload instead of making a new job (it runs once, with the last).
     Column("debounce_key", String(255)),
+    # Fair dispatch (jobrail.dispatch): since when the job waits for the dispatcher to
+    # release it into the broker (NULL: released, or never held), and its place in its
+    # tenant's line.
+    Column("held_since", UtcDateTime),
+    Column("rank_at", UtcDateTime),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
@@ -156,6 +162,16 @@ jobs = Table(
         postgresql_where=WAITING_DEADLINE,
         sqlite_where=WAITING_DEADLINE,
     ),
+    # The held jobs of each queue and tenant in the order the dispatcher releases them.
+    Index(
+        "ix_jobs_held",
+        "queue",
+        "tenant_id",
+        "rank_at",
+        "id",
+        postgresql_where=HELD,
+        sqlite_where=HELD,
+    ),
     # The ops page's webhook deliveries of the last day (jobrail.webhooks): the delivery
     # jobs alone, so its refreshes read those and not every job of the day.
     Index(
@@ -166,6 +182,26 @@ jobs = Table(
         postgresql_where=WEBHOOK_DELIVERIES,
         sqlite_where=WEBHOOK_DELIVERIES,
     ),
+)
+
+# One row per queue under fair dispatch: who releases its jobs (the lease of one
+# dispatcher at a time; `term` grows with each new holder).
+dispatch_queues = Table(
+    "dispatch_queues",
+    metadata,
+    Column("queue", String(128), primary_key=True),
+    Column("holder", String(128)),
+    Column("term", Integer, nullable=False, server_default=text("0")),
+    Column("lease_until", UtcDateTime),
+)
+
+# The tenants that held jobs arrived for since the dispatcher last looked (an enqueue
+# notes its tenant; the dispatcher takes the notes).
+dispatch_arrivals = Table(
+    "dispatch_arrivals",
+    metadata,
+    Column("queue", String(128), primary_key=True),
+    Column("tenant_id", String(64), primary_key=True),
 )
 
 FLOW_KINDS = ("batch", "chain")

@@ -17,9 +17,10 @@ from taskiq_aio_pika import AioPikaBroker
 from jobrail.jobs.messages import DeadLetter
 from jobrail.jobs.operator_reads import QueueDepth
 from jobrail.kernel.clock import Clock, SystemClock
+from jobrail.kernel.errors import BrokerUnavailableError
 from jobrail.settings import RabbitSettings
 from jobrail.transport import internals
-from jobrail.transport.amqp_errors import why
+from jobrail.transport.amqp_errors import CHANNEL_GONE, why
 from jobrail.transport.codec import Envelope
 from jobrail.transport.consuming import AmqpConsumer, Deliveries
 from jobrail.transport.dead_letters import AmqpDeadLetters
@@ -75,6 +76,7 @@ class AmqpJobBroker(AioPikaBroker):
             watch=self._watch,
         )
         self._connection: AbstractRobustConnection | None = None
+        self._gauge_channel: AbstractChannel | None = None
         self._read_channel: AbstractChannel | None = None
         self._connector: asyncio.Task[None] | None = None
         self._deliveries: Deliveries[AckableMessage] | None = None
@@ -183,6 +185,24 @@ class AmqpJobBroker(AioPikaBroker):
     ) -> list[BaseException | None]:
         """Publish in one write, each with its confirm (see AmqpPublisher.publish_many)."""
         return await self._publisher.publish_many(envelopes, timeout_s)
+
+    async def ready(self, queue: str) -> int:
+        """A passive declare on a channel kept for it (the dispatcher asks every pass)."""
+        channel = self._gauge_channel
+        try:
+            async with asyncio.timeout(self._settings.publish_timeout_s):
+                if channel is None or channel.is_closed:
+                    if self._connection is None or self._connection.is_closed:
+                        raise BrokerUnavailableError("not connected to RabbitMQ")
+                    channel = self._gauge_channel = await self._connection.channel()
+                # The driver's channel: aio-pika's declare_queue on a robust channel hands
+                # back the queue it declared first, with that first declare's count.
+                raw = await channel.get_underlay_channel()
+                declared = await raw.queue_declare(self.topology.queues[queue], passive=True)
+        except (*CHANNEL_GONE, TimeoutError) as exc:
+            self._gauge_channel = None
+            raise BrokerUnavailableError(f"queue {queue}: {why(exc)}") from exc
+        return declared.message_count or 0
 
     async def queue_depths(self) -> list[QueueDepth]:
         return await queue_depths(

@@ -42,6 +42,12 @@ class JobBroker(Protocol):
         self, envelopes: Sequence[Envelope], timeout_s: float | None = None
     ) -> Sequence[BaseException | None]: ...
 
+    async def ready(self, queue: str) -> int:
+        """Messages of the work queue `queue` (its logical name) that wait for a worker
+        to take them (not those taken and not yet acknowledged); raises
+        BrokerUnavailableError when the broker cannot be asked."""
+        ...
+
     async def queue_depths(self) -> list[QueueDepth]:
         """Messages ready and consumers of every work queue and of the dead-letter
         queue; raises BrokerUnavailableError when the broker cannot be asked."""

@@ -107,6 +107,11 @@ class MessagePublisher:
     async def publish(self, message: Outgoing) -> None:
         await self._broker.publish(encode(message))
 
+    async def send(self, messages: Sequence[Outgoing]) -> Sequence[BaseException | None]:
+        """Publish `messages` in one write, each confirmed: None for each one sent, else
+        its error (the dispatcher's ``Sender``)."""
+        return await self._broker.publish_many([encode(message) for message in messages])
+
 
 def encode(message: Outgoing) -> Envelope:
     """The envelope that carries `message`: a Taskiq message for the task named after

@@ -130,6 +130,10 @@ class EmbeddedJobBroker(InMemoryBroker):
         finally:
             self._slots.release()
 
+    async def ready(self, queue: str) -> int:
+        """The deliveries of `queue` waiting for a slot."""
+        return self._waiting[queue]
+
     async def queue_depths(self) -> list[QueueDepth]:
         """Ready: the deliveries of a queue waiting for a slot, and on the default
         queue the delayed ones too (which wait on a timer); the DLQ is its in-memory

@@ -271,7 +271,8 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The job is finished already: acknowledge the message, run nothing."""
+    """Nothing to run (the job is finished, or another message will start it): acknowledge
+    the message, run nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +294,8 @@ def unclaimed(message: JobMessage, current: Job | None, now: datetime) -> Refuse
         return Done()
     if current.status is JobStatus.BLOCKED:
         # Waiting for the rest of its batch or chain: the release sends its own message.
+        return Done()
+    if current.is_held:  # the dispatcher sends its own message when it releases the job
         return Done()
     # Not due yet, or still leased by a live attempt: come back when that ends.
     at = (
@@ -328,9 +331,9 @@ def sent_on(
     if isinstance(route, Done):
         assert current is not None
         log.info(
-            "job %s is already %s; message %s acknowledged without running",
+            "job %s %s; message %s acknowledged without running",
             current.id,
-            current.status.value,
+            "waits for the dispatcher" if current.is_held else f"is already {current.status.value}",
             message.message_id,
         )
         return None

@@ -1,0 +1,42 @@
+import os
+import socket
+import uuid
+
+from dishka import Provider, Scope, provide
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.dispatch.use_cases import JobDispatcher
+from jobrail.jobs.intake import JobCatalog
+from jobrail.kernel.clock import Clock
+from jobrail.settings import Settings
+from jobrail.store.dispatch import SqlaDispatchStore
+from jobrail.transport.brokers import JobBroker
+from jobrail.transport.codec import MessagePublisher
+
+
+class DispatchProvider(Provider):
+    scope = Scope.APP
+
+    @provide
+    def dispatcher(
+        self,
+        engine: AsyncEngine,
+        broker: JobBroker,
+        catalog: JobCatalog,
+        clock: Clock,
+        settings: Settings,
+    ) -> JobDispatcher:
+        # Names this process in dispatch_queues.holder (for an operator reading it).
+        holder = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        return JobDispatcher(
+            SqlaDispatchStore(engine),
+            broker,
+            MessagePublisher(broker),
+            catalog,
+            clock,
+            settings.dispatch,
+            settings.rabbit.queues,
+            holder,
+            # The embedded broker is this process's memory: see jobrail.dispatch.use_cases.
+            send_after_commit=settings.embedded,
+        )

@@ -1,0 +1,60 @@
+"""What a dispatcher's pass needs, as ports: the store of held jobs (with the queue's
+lease), the queue's ready count, and the publisher of released jobs' messages."""
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from jobrail.jobs.domain import Job
+from jobrail.jobs.messages import JobMessage
+from jobrail.kernel.ids import JobId
+
+
+class ReleaseTurn(Protocol):
+    """One pass over a queue, in one transaction that holds the queue's lease: what it
+    releases is released when the transaction commits, and not at all if it does not."""
+
+    @property
+    def term(self) -> int:
+        """Grows each time another dispatcher takes the queue."""
+        ...
+
+    async def arrivals(self) -> list[str]:
+        """The tenants whose held jobs arrived since the last pass took them (taken)."""
+        ...
+
+    async def tenants(self) -> list[str]:
+        """Every tenant with held jobs in the queue."""
+        ...
+
+    async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
+        """Up to `wants[tenant]` of each tenant's held jobs, in its line's order."""
+        ...
+
+    async def release(self, ids: Sequence[JobId], now: datetime) -> list[Job]:
+        """Release the jobs of `ids` that are still held, waiting and before their
+        deadline at `now`; the jobs released."""
+        ...
+
+
+class DispatchStore(Protocol):
+    def turn(
+        self, queue: str, holder: str, now: datetime, lease: timedelta
+    ) -> AbstractAsyncContextManager[ReleaseTurn | None]:
+        """A pass over `queue` as `holder`, who holds its lease until `now + lease`; None
+        (and nothing done) while another holder's lease runs. Leaving it with an error
+        undoes the pass."""
+        ...
+
+
+class ReadyGauge(Protocol):
+    async def ready(self, queue: str) -> int:
+        """Messages of `queue` published and not yet taken by a worker."""
+        ...
+
+
+class Sender(Protocol):
+    async def send(self, messages: Sequence[JobMessage]) -> Sequence[BaseException | None]:
+        """Publish `messages` (confirmed): None for each one sent, else its error."""
+        ...

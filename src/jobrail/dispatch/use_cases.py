@@ -1,0 +1,194 @@
+"""The dispatcher: the loop that releases a queue's held jobs into the broker, in fair
+order between tenants (``model.FairShares``), only as many as keep the queue's ready
+messages at `ready_target` (the credit: workers take messages as they have room, so
+what is released beyond what they can take waits in the broker, where a tenant that
+comes later cannot pass it).
+
+Every process that runs jobs runs one; a queue's lease (``DispatchStore.turn``) lets
+one of them release its jobs at a time, and another takes over `lease_s` after that one
+stops. A pass releases and publishes in one transaction, so that a job is released if
+and only if its message was confirmed: a dispatcher that dies mid-pass leaves its jobs
+held (its transaction rolls back), and the messages it had published find their jobs
+held and are dropped (``worker.outcomes.unclaimed``). Where the broker is the process's
+own memory (the embedded mode), the messages are sent after the commit instead: they
+would die with it, and the restart sends every released job again.
+"""
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from jobrail.dispatch.model import FairShares
+from jobrail.dispatch.ports import DispatchStore, ReadyGauge, ReleaseTurn, Sender
+from jobrail.jobs.enqueue import message_for
+from jobrail.jobs.intake import JobCatalog
+from jobrail.jobs.messages import JobMessage
+from jobrail.kernel.clock import Clock, sleep_unless
+from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
+from jobrail.kernel.ids import JobId
+from jobrail.settings import DispatchSettings
+
+log = logging.getLogger("jobrail.dispatch")
+
+# The held jobs a tenant's line reads at a time (one statement serves several releases).
+HEADS = 4
+
+
+@dataclass
+class _Line:
+    """What the dispatcher knows of one queue while it holds its lease."""
+
+    queue: str
+    term: int | None = None  # the lease's, while this process holds it
+    shares: FairShares = field(default_factory=FairShares)
+    heads: dict[str, deque[JobId]] = field(default_factory=dict)
+    discovered_at: float = float("-inf")
+    look_again_at: float = float("-inf")  # when a process without the lease looks again
+
+    def restart(self, term: int | None) -> None:
+        self.term = term
+        self.shares = FairShares()
+        self.heads.clear()
+        self.discovered_at = float("-inf")
+
+
+class JobDispatcher:
+    def __init__(
+        self,
+        store: DispatchStore,
+        gauge: ReadyGauge,
+        sender: Sender,
+        catalog: JobCatalog,
+        clock: Clock,
+        settings: DispatchSettings,
+        queues: Sequence[str],
+        holder: str,
+        *,
+        send_after_commit: bool = False,
+    ) -> None:
+        self._store = store
+        self._gauge = gauge
+        self._sender = sender
+        self._catalog = catalog
+        self._clock = clock
+        self._settings = settings
+        self._lines = [_Line(queue) for queue in queues]
+        self._holder = holder
+        self._send_after_commit = send_after_commit
+        self._lease = timedelta(seconds=settings.lease_s)
+        self._last_warning = float("-inf")
+
+    async def run_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Pass over every queue until `stop` is set. With dispatch off, nothing new is
+        held, but jobs held before are still released (a pass every `rediscover_s`)."""
+        stop = stop or asyncio.Event()
+        idle = self._settings.interval_s if self._settings.enabled else self._settings.rediscover_s
+        while not stop.is_set():
+            released = 0
+            for line in self._lines:
+                released += await self._pass_safely(line)
+            if not released:
+                await sleep_unless(stop, idle)
+
+    async def _pass_safely(self, line: _Line) -> int:
+        try:
+            return await self.pass_once(line.queue)
+        except (StoreUnavailableError, BrokerUnavailableError) as exc:
+            line.restart(None)  # what it knew may be stale by the time it is back
+            if time.monotonic() - self._last_warning > 10:
+                self._last_warning = time.monotonic()
+                log.warning("dispatcher: %s; held jobs wait until it is back", exc)
+            return 0
+        except Exception:
+            line.restart(None)
+            log.exception("dispatcher: a pass over %s failed; trying again", line.queue)
+            return 0
+
+    async def pass_once(self, queue: str) -> int:
+        """One pass over `queue`: how many jobs it released."""
+        line = next(line for line in self._lines if line.queue == queue)
+        if line.term is None and time.monotonic() < line.look_again_at:
+            return 0  # another process holds the lease: look now and then only
+        sent: list[JobMessage] = []
+        async with self._store.turn(queue, self._holder, self._clock.now(), self._lease) as turn:
+            if turn is None:
+                if line.term is not None:
+                    log.info("dispatcher: another process now releases %s", queue)
+                line.restart(None)
+                line.look_again_at = time.monotonic() + self._settings.lease_s / 3
+                return 0
+            if turn.term != line.term:
+                line.restart(turn.term)
+            await self._learn(line, turn)
+            if not line.shares.active:
+                return 0
+            budget = self._settings.ready_target - await self._gauge.ready(queue)
+            if budget <= 0:
+                return 0
+            picks = await self._pick(line, turn, budget)
+            if not picks:
+                return 0
+            released = await turn.release(picks, self._clock.now())
+            order = {job_id: n for n, job_id in enumerate(picks)}
+            released.sort(key=lambda job: order[job.id])
+            sent = [message_for(job, self._catalog.get(job.type)) for job in released]
+            if not self._send_after_commit:
+                await self._send(sent)  # an error here undoes the release
+        if self._send_after_commit:
+            await self._send(sent)
+        return len(sent)
+
+    async def _learn(self, line: _Line, turn: ReleaseTurn) -> None:
+        """Which tenants have held jobs: the arrivals noted since the last pass, and all
+        of them when the lease is new or `rediscover_s` has passed (an arrival noted by a
+        transaction that committed after a pass found its tenant's line empty)."""
+        now = time.monotonic()
+        if now - line.discovered_at >= self._settings.rediscover_s:
+            line.discovered_at = now
+            line.shares.activate_all(await turn.tenants())
+        line.shares.activate_all(await turn.arrivals())
+
+    async def _pick(self, line: _Line, turn: ReleaseTurn, budget: int) -> list[JobId]:
+        """Up to `budget` held jobs, in fair order: each round plans the next releases,
+        reads the lines that have too few heads, and drops a tenant whose line is empty."""
+        picks: list[JobId] = []
+        taken: Counter[str] = Counter()  # picked this pass, per tenant
+        while len(picks) < budget and line.shares.active:
+            plan = line.shares.plan(budget - len(picks))
+            wanted = Counter(plan)
+            short = {
+                tenant: max(HEADS, count + taken[tenant])
+                for tenant, count in wanted.items()
+                if len(line.heads.get(tenant, ())) < count
+            }
+            if short:
+                chosen = set(picks)
+                for tenant, ids in (await turn.heads(short)).items():
+                    line.heads[tenant] = deque(i for i in ids if i not in chosen)
+                for tenant in short.keys() - line.heads.keys():
+                    line.heads[tenant] = deque()
+            for tenant in plan:
+                heads = line.heads.get(tenant)
+                if not heads:  # its line is empty: plan again without it
+                    line.shares.deactivate(tenant)
+                    line.heads.pop(tenant, None)
+                    break
+                picks.append(heads.popleft())
+                taken[tenant] += 1
+                line.shares.charge(tenant)
+        return picks
+
+    async def _send(self, messages: Sequence[JobMessage]) -> None:
+        if not messages:
+            return
+        results = await self._sender.send(messages)
+        failed = [error for error in results if error is not None]
+        if failed:
+            raise BrokerUnavailableError(
+                f"{len(failed)} of {len(messages)} released messages were not confirmed "
+                f"({failed[0]})"
+            )

@@ -1,0 +1,48 @@
+"""Fair dispatch: whether jobs wait in the database for a dispatcher that releases them
+into the broker in fair order, and how it does (see ``jobrail.dispatch``)."""
+
+from pydantic import BaseModel, Field
+
+from jobrail.settings.values import PositiveFloat
+
+
+class DispatchSettings(BaseModel):
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Hold the jobs an enqueue makes due now in the database, and release them into "
+            "the broker in fair order between tenants, a few at a time (`ready_target`). "
+            "Off: every job's message is published at its enqueue, first in first out."
+        ),
+    )
+    ready_target: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description=(
+            "At most this many released messages wait ready in a queue (not yet taken by "
+            "a worker): the dispatcher releases more only as workers take them. Lower is "
+            "fairer to a tenant that arrives late; too low leaves workers waiting."
+        ),
+    )
+    interval_s: PositiveFloat = Field(
+        default=0.02,
+        le=5,
+        description="How long the dispatcher waits after a pass that released nothing.",
+    )
+    lease_s: PositiveFloat = Field(
+        default=3.0,
+        le=60,
+        description=(
+            "How long a dispatcher keeps a queue after its last pass: one dispatcher "
+            "releases a queue's jobs at a time, another takes over this long after it stops."
+        ),
+    )
+    rediscover_s: PositiveFloat = Field(
+        default=5.0,
+        le=3600,
+        description=(
+            "How often the dispatcher reads again which tenants have held jobs (it learns "
+            "of new ones from their enqueues; this catches any whose notice it missed)."
+        ),
+    )

@@ -1,0 +1,173 @@
+"""The dispatcher's statements (jobrail.dispatch): a queue's lease, the tenants with
+held jobs, the heads of their lines, and the release, on Postgres and SQLite alike.
+
+A pass is one transaction (``SqlaDispatchStore.turn``). It takes the queue's row in
+``dispatch_queues`` first, with ``FOR UPDATE SKIP LOCKED`` on Postgres: two processes'
+passes over one queue never overlap, and one that finds the row taken does nothing
+rather than wait. The release is a conditional UPDATE (still held, still waiting,
+before its deadline), so a job released by a pass that another process's pass
+overlapped (a lease taken over) is released once.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    Integer,
+    Text,
+    bindparam,
+    column,
+    delete,
+    func,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from jobrail.jobs.domain import Job
+from jobrail.kernel.ids import JobId
+from jobrail.store.dialects import upsert_insert
+from jobrail.store.errors import database_errors
+from jobrail.store.mapping import job_from_row
+from jobrail.store.tables import HELD, dispatch_arrivals, dispatch_queues, jobs
+
+_queue = bindparam("queue", type_=Text())
+_LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
+
+TENANTS = select(jobs.c.tenant_id).where(jobs.c.queue == _queue, HELD).distinct()
+ARRIVALS = (
+    delete(dispatch_arrivals)
+    .where(dispatch_arrivals.c.queue == _queue)
+    .returning(dispatch_arrivals.c.tenant_id)
+)
+# One tenant's heads (SQLite, a statement per tenant).
+HEADS_OF = (
+    select(jobs.c.id)
+    .where(jobs.c.queue == _queue, jobs.c.tenant_id == bindparam("tenant_id", type_=Text()), HELD)
+    .order_by(*_LINE)
+    .limit(bindparam("n", type_=Integer()))
+)
+
+
+def _heads_of_many() -> Any:
+    """Postgres: every wanted tenant's heads in one statement, an index range each."""
+    wanted = (
+        func.unnest(
+            bindparam("tenants", type_=ARRAY(Text())), bindparam("counts", type_=ARRAY(Integer()))
+        )
+        .table_valued(column("tenant_id", Text()), column("n", Integer()))
+        .render_derived(name="w")
+    )
+    heads = (
+        select(jobs.c.id)
+        .where(jobs.c.queue == _queue, jobs.c.tenant_id == wanted.c.tenant_id, HELD)
+        .order_by(*_LINE)
+        .limit(wanted.c.n)
+        .lateral("h")
+    )
+    return select(wanted.c.tenant_id, heads.c.id).select_from(wanted.join(heads, true()))
+
+
+HEADS_OF_MANY = _heads_of_many()
+
+
+def _release(ids: Sequence[JobId], now: datetime) -> Any:
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id.in_(ids),
+            HELD,
+            or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+        )
+        .values(held_since=None)
+        .returning(*jobs.c)
+    )
+
+
+class SqlaTurn:
+    def __init__(self, conn: AsyncConnection, queue: str, term: int, postgres: bool) -> None:
+        self._conn = conn
+        self._queue = queue
+        self.term = term
+        self._postgres = postgres
+
+    async def arrivals(self) -> list[str]:
+        return list((await self._conn.execute(ARRIVALS, {"queue": self._queue})).scalars())
+
+    async def tenants(self) -> list[str]:
+        return list((await self._conn.execute(TENANTS, {"queue": self._queue})).scalars())
+
+    async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
+        found: dict[str, list[JobId]] = {tenant: [] for tenant in wants}
+        if self._postgres:
+            rows = await self._conn.execute(
+                HEADS_OF_MANY,
+                {"queue": self._queue, "tenants": list(wants), "counts": list(wants.values())},
+            )
+            for tenant, job_id in rows:
+                found[tenant].append(JobId(job_id))
+            return found
+        for tenant, count in wants.items():
+            ids = await self._conn.execute(
+                HEADS_OF, {"queue": self._queue, "tenant_id": tenant, "n": count}
+            )
+            found[tenant] = [JobId(job_id) for job_id in ids.scalars()]
+        return found
+
+    async def release(self, ids: Sequence[JobId], now: datetime) -> list[Job]:
+        rows = await self._conn.execute(_release(ids, now))
+        return [job_from_row(row) for row in rows.mappings()]
+
+
+class SqlaDispatchStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._postgres = engine.dialect.name == "postgresql"
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self, queue: str, holder: str, now: datetime, lease: timedelta
+    ) -> AsyncIterator[SqlaTurn | None]:
+        with database_errors():
+            async with self._engine.begin() as conn:
+                term = await self._lease(conn, queue, holder, now, lease)
+                yield None if term is None else SqlaTurn(conn, queue, term, self._postgres)
+
+    async def _lease(
+        self, conn: AsyncConnection, queue: str, holder: str, now: datetime, lease: timedelta
+    ) -> int | None:
+        """The queue's term if `holder` holds (or now takes) its lease; None if another
+        holder's runs, or another pass has the row."""
+        q = dispatch_queues
+        row = (
+            await conn.execute(
+                select(q.c.holder, q.c.term, q.c.lease_until)
+                .where(q.c.queue == queue)
+                .with_for_update(skip_locked=True)
+            )
+        ).first()
+        until = now + lease
+        if row is None:  # no row yet, or another pass has it
+            first = (
+                upsert_insert(self._engine.dialect.name, q)
+                .values(queue=queue, holder=holder, term=1, lease_until=until)
+                .on_conflict_do_nothing()
+                .returning(q.c.term)
+            )
+            return (await conn.execute(first)).scalar_one_or_none()
+        running = row.lease_until is not None and row.lease_until > now
+        if running and row.holder != holder:
+            return None
+        term = row.term if running else row.term + 1
+        if not running or row.lease_until - now < lease * 2 / 3:  # renewed now and then
+            await conn.execute(
+                update(q)
+                .where(q.c.queue == queue)
+                .values(holder=holder, term=term, lease_until=until)
+            )
+        return int(term)

@@ -1,0 +1,105 @@
+"""Fair dispatch in the embedded mode: a tenant that arrives behind another's backlog
+starts its jobs at once, sharing the workers, instead of after the whole backlog.
+
+Counted by the order of starts (``tests/support/fair_starts.py``), never by time: with
+four slots and at most four released jobs waiting for one, each of B's jobs has at
+most a few of A's ahead of it once B has arrived. First in, first out, B's ten would
+start after every one of A's."""
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.kernel.ids import TenantId
+from jobrail.runtime.app import create_app, runtime_of
+from jobrail.store.tables import jobs
+from tests.api.conftest import embedded_settings, migrated
+from tests.support.apps import REFERENCE
+from tests.support.fair_starts import module, started
+from tests.support.services import wait_for
+
+BACKLOG = 80
+LATE = 10
+SLOTS = 4
+
+
+async def _enqueue(app: object, tenant: str, path: str, count: int, work_s: float) -> list[str]:
+    async with runtime_of(app).container() as request:
+        enqueue = await request.get(EnqueueJob)
+        results = [
+            await enqueue(
+                EnqueueJobCommand(
+                    tenant_id=TenantId(tenant),
+                    type="test.fair_step",
+                    payload={"path": path, "work_s": work_s},
+                )
+            )
+            for _ in range(count)
+        ]
+    return [str(result.job.id) for result in results]
+
+
+def _count(path: str, count: int) -> Callable[[], Awaitable[bool]]:
+    async def reached() -> bool:
+        return len(started(path)) >= count
+
+    return reached
+
+
+def _finished(engine: AsyncEngine) -> Callable[[], Awaitable[bool]]:
+    async def ended() -> bool:
+        async with engine.connect() as conn:
+            active = await conn.scalar(
+                select(func.count()).where(jobs.c.status.in_(["pending", "running"]))
+            )
+        return active == 0
+
+    return ended
+
+
+async def test_a_late_tenant_starts_its_jobs_among_the_backlog_not_after_it(
+    tmp_path: Path,
+) -> None:
+    settings = embedded_settings(
+        tmp_path,
+        dispatch={"enabled": True, "ready_target": SLOTS},
+        worker={"max_async_tasks": SLOTS},
+    )
+    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    path = str(tmp_path / "starts")
+    async with app.router.lifespan_context(app):
+        engine = await runtime_of(app).container.get(AsyncEngine)
+        a_ids = await _enqueue(app, "a", path, BACKLOG, work_s=0.2)
+        await wait_for(_count(path, SLOTS), timeout=30, what="A to start")
+        b_ids = await _enqueue(app, "b", path, LATE, work_s=0.0)
+        a_before = len(started(path))  # B has arrived: its jobs are committed
+
+        async def all_of_b() -> bool:
+            return sum(tenant == "b" for tenant, _ in started(path)) == LATE
+
+        await wait_for(all_of_b, timeout=60, what="B's jobs to start")
+        order = started(path)
+        last_b = max(n for n, (tenant, _) in enumerate(order) if tenant == "b")
+        a_meanwhile = sum(tenant == "a" for tenant, _ in order[a_before:last_b])
+
+        await wait_for(_count(path, BACKLOG + LATE), timeout=60, what="every job to start")
+        await wait_for(_finished(engine), timeout=30, what="every job to end")
+        async with engine.connect() as conn:
+            succeeded = await conn.scalar(
+                select(func.count()).where(
+                    jobs.c.type == "test.fair_step", jobs.c.status == "succeeded"
+                )
+            )
+            held = await conn.scalar(select(func.count()).where(jobs.c.held_since.is_not(None)))
+
+    print(f"\nA's starts between B's arrival and B's last start: {a_meanwhile} of {BACKLOG}")
+    # Ahead of B's first: what was released before it arrived (SLOTS at most); then
+    # the two take turns.
+    assert a_meanwhile <= LATE + 2 * SLOTS, order
+    ids = [job_id for _, job_id in started(path)]
+    assert sorted(ids) == sorted(a_ids + b_ids), "a job started twice, or never"
+    assert succeeded == BACKLOG + LATE
+    assert held == 0
