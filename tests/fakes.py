@@ -467,12 +467,18 @@ class FakeTenantDirectory:
         return sorted(self.tenants.values(), key=lambda t: t.id)
 
     async def set_max_queued(self, tenant_id: Any, cap: int | None) -> Any:
+        return self._set(tenant_id, max_queued=cap)
+
+    async def set_weight(self, tenant_id: Any, weight: float | None) -> Any:
+        return self._set(tenant_id, weight=weight)
+
+    def _set(self, tenant_id: Any, **values: Any) -> Any:
         import dataclasses
 
         tenant = self.tenants.get(tenant_id)
         if tenant is None:
             return None
-        self.tenants[tenant_id] = dataclasses.replace(tenant, max_queued=cap)
+        self.tenants[tenant_id] = dataclasses.replace(tenant, **values)
         return self.tenants[tenant_id]
 
     async def add_key(self, key: Any, key_digest: str) -> None:

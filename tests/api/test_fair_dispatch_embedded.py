@@ -6,6 +6,7 @@ four slots and at most four released jobs waiting for one, each of B's jobs has 
 most a few of A's ahead of it once B has arrived. First in, first out, B's ten would
 start after every one of A's."""
 
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from jobrail.store.tables import jobs
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.apps import REFERENCE
 from tests.support.fair_starts import module, started
+from tests.support.fixtures import ApiClient
 from tests.support.services import wait_for
 
 BACKLOG = 80
@@ -103,3 +105,47 @@ async def test_a_late_tenant_starts_its_jobs_among_the_backlog_not_after_it(
     assert sorted(ids) == sorted(a_ids + b_ids), "a job started twice, or never"
     assert succeeded == BACKLOG + LATE
     assert held == 0
+
+
+WEIGHTS = {"a": 3, "b": 2, "c": 1}
+WINDOW = 60  # starts: 30, 20 and 10 by weight
+
+
+async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: Path) -> None:
+    import httpx
+
+    settings = embedded_settings(
+        tmp_path,
+        dispatch={"enabled": True, "ready_target": SLOTS},
+        worker={"max_async_tasks": SLOTS},
+    )
+    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    path = str(tmp_path / "starts")
+    client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    client.app = app
+    async with app.router.lifespan_context(app), client:
+        admin = await client.auth("ops", admin=True)
+        for tenant, weight in WEIGHTS.items():
+            await client.key_for(tenant)  # the tenant exists
+            answer = await client.put(
+                f"/admin/tenants/{tenant}/weight", json={"weight": weight}, headers=admin
+            )
+            assert answer.status_code == 200, answer.text
+        # Each tenant's backlog in proportion to its weight, enqueued side by side: all
+        # three are backlogged together and run out together.
+        for _ in range(30):
+            for tenant, weight in WEIGHTS.items():
+                await _enqueue(app, tenant, path, weight, work_s=0.01)
+        total = 30 * sum(WEIGHTS.values())
+        await wait_for(_count(path, total), timeout=120, what="every job to start")
+
+    order = [tenant for tenant, _ in started(path)]
+    # From once the first of them were released to before the lines run dry.
+    windows = [order[start : start + WINDOW] for start in (2 * SLOTS, 2 * SLOTS + WINDOW)]
+    for window in windows:
+        counts = Counter(window)
+        print(f"\nstarts in a window of {WINDOW}: {dict(sorted(counts.items()))}")
+        for tenant, weight in WEIGHTS.items():
+            expected = WINDOW * weight / sum(WEIGHTS.values())
+            assert abs(counts[tenant] - expected) <= 0.1 * expected + 1, (counts, order)
+    assert len(order) == total

@@ -20,13 +20,13 @@ from jobrail.store.dispatch import SqlaDispatchStore
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.store.pg_intake import PgJobIntake
 from jobrail.store.pg_pool import create_pool
-from jobrail.store.tables import dispatch_arrivals, jobs, outbox
+from jobrail.store.tables import dispatch_arrivals, jobs, outbox, tenants
 from jobrail.transport.codec import encode
 from tests.fakes import START, make_job
 from tests.support.services import store_engine
 
 LEASE = timedelta(seconds=3)
-TABLES = "jobs, outbox, dispatch_queues, dispatch_arrivals"
+TABLES = "jobs, outbox, dispatch_queues, dispatch_arrivals, tenants CASCADE"
 
 
 class Subject:
@@ -185,3 +185,18 @@ async def test_two_passes_over_one_queue_never_overlap(subject: Subject) -> None
         assert turn is None
     leave.set()
     await first
+
+
+async def test_a_pass_reads_the_weights_that_are_set(subject: Subject) -> None:
+    async with subject.engine.begin() as conn:
+        await conn.execute(
+            tenants.insert(),
+            [
+                {"id": "heavy", "admin": False, "created_at": START, "weight": 3.0},
+                {"id": "plain", "admin": False, "created_at": START, "weight": None},
+            ],
+        )
+
+    async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+        assert turn is not None
+        assert await turn.weights() == {"heavy": 3.0}

@@ -103,3 +103,26 @@ async def test_the_cli_sets_and_removes_a_tenants_cap_and_refuses_bad_ones_in_a_
         assert len(refused.stderr.strip().splitlines()) <= 3, refused.stderr
     assert "max_queued must be" in zero.stderr
     assert "not found" in nobody.stderr
+
+
+def test_set_weight_sets_and_resets_a_tenant_s_share_and_refuses_bad_values(
+    stack_env: dict[str, str],
+) -> None:
+    ok(stack_env, "create", "heavy")
+
+    assert ok(stack_env, "set-weight", "heavy", "3") == {"tenant_id": "heavy", "weight": 3.0}
+    listed = {t["tenant_id"]: t["weight"] for t in ok(stack_env, "list")["tenants"]}
+    assert listed["heavy"] == 3.0
+    assert ok(stack_env, "set-weight", "heavy", "none")["weight"] is None
+
+    refused = [
+        jobrail(stack_env, "set-weight", "heavy", value) for value in ("lots", "0", "nan", "1e9")
+    ]
+    nobody = jobrail(stack_env, "set-weight", "nobody", "2")
+    for answer in (*refused, nobody):
+        assert answer.returncode != 0
+        assert "Traceback" not in answer.stderr
+        assert len(answer.stderr.strip().splitlines()) <= 3, answer.stderr
+    assert "weight must be" in refused[1].stderr
+    assert "weight must be" in refused[2].stderr  # NaN is no weight
+    assert "not found" in nobody.stderr

@@ -88,3 +88,11 @@ def test_many_tenants_come_and_go_without_keeping_them_all() -> None:
 def test_weights_are_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         FairShares().activate("a", 0)
+
+
+def test_a_weight_changed_applies_from_the_next_release() -> None:
+    shares = FairShares()
+    shares.activate_all(["a", "b"])
+    assert Counter(release(shares, 100)) == {"a": 50, "b": 50}
+    shares.activate("a", 4.0)  # already active: only its weight changes
+    assert Counter(release(shares, 100)) == {"a": 80, "b": 20}

@@ -113,6 +113,7 @@ examples:
   jobrail tenants add-key acme           # a second key, to rotate: deploy it, then...
   jobrail tenants revoke-key KEY_ID      # ...revoke the old one
   jobrail tenants set-cap acme 1000      # at most 1000 jobs waiting to start
+  jobrail tenants set-weight acme 3      # three times the default share of workers
   jobrail tenants list""",
     ),
 }
@@ -159,6 +160,19 @@ The jobs already queued stay. Prints {"tenant_id", "max_queued"}.
 examples:
   jobrail tenants set-cap acme 1000
   jobrail tenants set-cap acme none""",
+    ),
+    "set-weight": CommandHelp(
+        "set a tenant's share of the workers under fair dispatch",
+        """\
+Set a tenant's weight under fair dispatch (JOBRAIL_DISPATCH__ENABLED), in the database
+at JOBRAIL_DATABASE__URL: among the tenants with jobs waiting in a queue, each gets a
+share of its workers in proportion to its weight (0.01 to 1000). `none` sets it back to
+the default, 1. The dispatchers read it within a second, for the jobs already waiting
+too. Prints {"tenant_id", "weight"}.
+
+examples:
+  jobrail tenants set-weight acme 3
+  jobrail tenants set-weight acme none""",
     ),
     "list": CommandHelp(
         "tenants and their keys (hints only)",
@@ -228,6 +242,9 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
     cap = command(actions, "set-cap", TENANT_HELP["set-cap"])
     cap.add_argument("name")
     cap.add_argument("max_queued", type=_cap, help="a whole number of jobs, or none")
+    weight = command(actions, "set-weight", TENANT_HELP["set-weight"])
+    weight.add_argument("name")
+    weight.add_argument("weight", type=_weight, help="a number from 0.01 to 1000, or none")
     command(actions, "list", TENANT_HELP["list"])
     return parser
 
@@ -240,3 +257,13 @@ def _cap(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or none") from None
+
+
+def _weight(text: str) -> float | None:
+    """A weight as typed: a number, or `none` (the default)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or none") from None

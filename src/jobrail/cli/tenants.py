@@ -18,7 +18,13 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
     from jobrail.kernel.ids import TenantId
     from jobrail.store.engine import create_engine
     from jobrail.store.tenants import SqlaTenantDirectory
-    from jobrail.tenants.use_cases import CreateTenant, IssueApiKey, RevokeApiKey, SetQueuedCap
+    from jobrail.tenants.use_cases import (
+        CreateTenant,
+        IssueApiKey,
+        RevokeApiKey,
+        SetQueuedCap,
+        SetTenantWeight,
+    )
 
     engine = create_engine(settings.database)
     directory = SqlaTenantDirectory(engine)
@@ -31,6 +37,9 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
         elif args.action == "set-cap":
             tenant = await SetQueuedCap(directory)(TenantId(args.name), args.max_queued)
             return {"tenant_id": tenant.id, "max_queued": tenant.max_queued}
+        elif args.action == "set-weight":
+            tenant = await SetTenantWeight(directory)(TenantId(args.name), args.weight)
+            return {"tenant_id": tenant.id, "weight": tenant.weight}
         elif args.action == "revoke-key":
             revoked = await RevokeApiKey(directory, clock)(args.key_id)
             return {
@@ -46,6 +55,7 @@ async def _tenants_command(settings: Settings, args: argparse.Namespace) -> dict
                         "tenant_id": tenant.id,
                         "admin": tenant.admin,
                         "max_queued": tenant.max_queued,
+                        "weight": tenant.weight,
                         "keys": [
                             {
                                 "key_id": str(key.id),

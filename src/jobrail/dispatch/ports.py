@@ -28,6 +28,10 @@ class ReleaseTurn(Protocol):
         """Every tenant with held jobs in the queue."""
         ...
 
+    async def weights(self) -> dict[str, float]:
+        """The tenants whose weight is set, and their weights (the others' is 1)."""
+        ...
+
     async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
         """Up to `wants[tenant]` of each tenant's held jobs, in its line's order."""
         ...

@@ -36,6 +36,8 @@ log = logging.getLogger("jobrail.dispatch")
 
 # The held jobs a tenant's line reads at a time (one statement serves several releases).
 HEADS = 4
+# How often the tenants' weights are read again (a change applies within this).
+WEIGH_EVERY_S = 1.0
 
 
 @dataclass
@@ -47,6 +49,8 @@ class _Line:
     shares: FairShares = field(default_factory=FairShares)
     heads: dict[str, deque[JobId]] = field(default_factory=dict)
     discovered_at: float = float("-inf")
+    weighed_at: float = float("-inf")
+    weights: dict[str, float] = field(default_factory=dict)
     look_again_at: float = float("-inf")  # when a process without the lease looks again
 
     def restart(self, term: int | None) -> None:
@@ -54,6 +58,7 @@ class _Line:
         self.shares = FairShares()
         self.heads.clear()
         self.discovered_at = float("-inf")
+        self.weighed_at = float("-inf")
 
 
 class JobDispatcher:
@@ -143,14 +148,22 @@ class JobDispatcher:
         return len(sent)
 
     async def _learn(self, line: _Line, turn: ReleaseTurn) -> None:
-        """Which tenants have held jobs: the arrivals noted since the last pass, and all
-        of them when the lease is new or `rediscover_s` has passed (an arrival noted by a
-        transaction that committed after a pass found its tenant's line empty)."""
+        """Which tenants have held jobs, with their weights: the arrivals noted since the
+        last pass, and all of them when the lease is new or `rediscover_s` has passed (an
+        arrival noted by a transaction that committed after a pass found its tenant's
+        line empty). The weights are read every WEIGH_EVERY_S."""
         now = time.monotonic()
+        if now - line.weighed_at >= WEIGH_EVERY_S:
+            line.weighed_at = now
+            line.weights = await turn.weights()
+            for tenant in line.shares.active:  # a weight changed applies at once
+                line.shares.activate(tenant, line.weights.get(tenant, 1.0))
+        tenants = await turn.arrivals()
         if now - line.discovered_at >= self._settings.rediscover_s:
             line.discovered_at = now
-            line.shares.activate_all(await turn.tenants())
-        line.shares.activate_all(await turn.arrivals())
+            tenants += await turn.tenants()
+        for tenant in tenants:
+            line.shares.activate(tenant, line.weights.get(tenant, 1.0))
 
     async def _pick(self, line: _Line, turn: ReleaseTurn, budget: int) -> list[JobId]:
         """Up to `budget` held jobs, in fair order: each round plans the next releases,

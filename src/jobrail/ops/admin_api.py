@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobrail.http.auth import AdminPrincipal, require_admin
@@ -16,7 +16,8 @@ from jobrail.http.schemas import RequestModel
 from jobrail.jobs.api import JobsRoute
 from jobrail.jobs.operator_reads import QueueStats
 from jobrail.jobs.schemas import JobOut
-from jobrail.kernel.ids import JobId, TenantId
+from jobrail.kernel.ids import JobId
+from jobrail.ops import tenant_admin
 from jobrail.ops.dead_letters import (
     ListDeadLetters,
     PurgeDeadLetters,
@@ -27,8 +28,6 @@ from jobrail.ops.dead_letters import (
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
-from jobrail.tenants.domain import MAX_QUEUED_CAP
-from jobrail.tenants.use_cases import SetQueuedCap
 
 router = APIRouter(
     prefix="/admin",
@@ -346,31 +345,5 @@ async def redrive_job(
     return RedrivenJobOut(**JobOut.of(done.job).model_dump(), dead_letters=done.dead_letters.note)
 
 
-class QueuedCapIn(RequestModel):
-    max_queued: int | None = Field(
-        ge=1,
-        le=MAX_QUEUED_CAP,
-        description="At most this many of the tenant's jobs wait to start (pending, "
-        "retrying); null: no cap.",
-    )
-
-
-class QueuedCapOut(BaseModel):
-    tenant_id: str
-    max_queued: int | None
-
-
-@router.put(
-    "/tenants/{tenant_id}/max-queued",
-    summary="Cap a tenant's jobs waiting to start",
-    description="Beyond the cap, the tenant's enqueues are refused with 429 "
-    "(`queued_cap`, with the cap) until some of its jobs start; the jobs already "
-    "queued stay. As `jobrail tenants set-cap`.",
-)
-async def set_queued_cap(
-    tenant_id: Annotated[str, Path(min_length=1, max_length=64)],
-    body: QueuedCapIn,
-    set_cap: FromDishka[SetQueuedCap],
-) -> QueuedCapOut:
-    tenant = await set_cap(TenantId(tenant_id), body.max_queued)
-    return QueuedCapOut(tenant_id=tenant.id, max_queued=tenant.max_queued)
+# A tenant's settings (its cap, its weight): jobrail.ops.tenant_admin.
+router.include_router(tenant_admin.router)

@@ -53,6 +53,7 @@ from jobrail.tenants.use_cases import (
     IssueApiKey,
     RevokeApiKey,
     SetQueuedCap,
+    SetTenantWeight,
 )
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
@@ -280,6 +281,7 @@ class PlatformProvider(Provider):
     create_tenant = provide(CreateTenant, scope=Scope.APP)
     issue_api_key = provide(IssueApiKey, scope=Scope.APP)
     set_queued_cap = provide(SetQueuedCap, scope=Scope.APP)
+    set_tenant_weight = provide(SetTenantWeight, scope=Scope.APP)
     revoke_api_key = provide(RevokeApiKey, scope=Scope.APP)
 
     @provide(scope=Scope.APP)

@@ -34,11 +34,12 @@ from jobrail.kernel.ids import JobId
 from jobrail.store.dialects import upsert_insert
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
-from jobrail.store.tables import HELD, dispatch_arrivals, dispatch_queues, jobs
+from jobrail.store.tables import HELD, dispatch_arrivals, dispatch_queues, jobs, tenants
 
 _queue = bindparam("queue", type_=Text())
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
 
+WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
 TENANTS = select(jobs.c.tenant_id).where(jobs.c.queue == _queue, HELD).distinct()
 ARRIVALS = (
     delete(dispatch_arrivals)
@@ -101,6 +102,10 @@ class SqlaTurn:
 
     async def tenants(self) -> list[str]:
         return list((await self._conn.execute(TENANTS, {"queue": self._queue})).scalars())
+
+    async def weights(self) -> dict[str, float]:
+        rows = await self._conn.execute(WEIGHTS)
+        return {tenant: float(weight) for tenant, weight in rows}
 
     async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
         found: dict[str, list[JobId]] = {tenant: [] for tenant in wants}

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -347,6 +348,8 @@ tenants = Table(
     # At most this many of the tenant's jobs wait to start (pending, retrying): the next
     # enqueue is refused (429). NULL: no cap.
     Column("max_queued", Integer),
+    # Its share of a queue's workers under fair dispatch (jobrail.dispatch); NULL: 1.
+    Column("weight", Float),
 )
 
 api_keys = Table(

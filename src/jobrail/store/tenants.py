@@ -27,7 +27,11 @@ def _key(row: Any) -> ApiKeyInfo:
 
 def _tenant(row: Any) -> Tenant:
     return Tenant(
-        id=TenantId(row.id), admin=row.admin, created_at=row.created_at, max_queued=row.max_queued
+        id=TenantId(row.id),
+        admin=row.admin,
+        created_at=row.created_at,
+        max_queued=row.max_queued,
+        weight=row.weight,
     )
 
 
@@ -60,13 +64,19 @@ class SqlaTenantDirectory:
         return [_tenant(row) for row in rows]
 
     async def set_max_queued(self, tenant_id: TenantId, cap: int | None) -> Tenant | None:
+        return await self._set(tenant_id, max_queued=cap)
+
+    async def set_weight(self, tenant_id: TenantId, weight: float | None) -> Tenant | None:
+        return await self._set(tenant_id, weight=weight)
+
+    async def _set(self, tenant_id: TenantId, **values: object) -> Tenant | None:
         with database_errors():
             async with self._engine.begin() as conn:
                 row = (
                     await conn.execute(
                         update(tenants)
                         .where(tenants.c.id == tenant_id)
-                        .values(max_queued=cap)
+                        .values(**values)
                         .returning(*tenants.c)
                     )
                 ).first()

@@ -61,6 +61,9 @@ class Tenant:
     max_queued: int | None = None
     """At most this many of its jobs wait to start (pending, retrying): the next enqueue
     is refused until some start. None: no cap."""
+    weight: float | None = None
+    """Its share of a queue's workers under fair dispatch, relative to the other tenants
+    with jobs waiting there (jobrail.dispatch). None: the default, 1."""
 
 
 MAX_QUEUED_CAP = 10_000_000
@@ -70,6 +73,17 @@ def check_max_queued(cap: int | None) -> int | None:
     if cap is not None and not 1 <= cap <= MAX_QUEUED_CAP:
         raise InvalidInputError(f"max_queued must be 1 to {MAX_QUEUED_CAP}, or none (no cap)")
     return cap
+
+
+MIN_WEIGHT, MAX_WEIGHT = 0.01, 1000.0
+
+
+def check_weight(weight: float | None) -> float | None:
+    if weight is not None and not MIN_WEIGHT <= weight <= MAX_WEIGHT:  # NaN is neither
+        raise InvalidInputError(
+            f"weight must be {MIN_WEIGHT} to {MAX_WEIGHT:g}, or none (the default, 1)"
+        )
+    return weight
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,10 @@ class TenantDirectory(Protocol):
         """Set the tenant's cap on its jobs waiting to start: the tenant, or None if
         there is no such tenant."""
 
+    async def set_weight(self, tenant_id: TenantId, weight: float | None) -> Tenant | None:
+        """Set the tenant's weight under fair dispatch (None: the default): the tenant,
+        or None if there is no such tenant."""
+
     async def add_key(self, key: ApiKeyInfo, key_digest: str) -> None:
         """Raises KeyExistsError when the digest is taken."""
 

@@ -17,6 +17,7 @@ from jobrail.tenants.domain import (
     Tenant,
     check_key_shape,
     check_max_queued,
+    check_weight,
     digest,
     hint,
     new_api_key,
@@ -62,6 +63,21 @@ class SetQueuedCap:
 
     async def __call__(self, tenant_id: TenantId, cap: int | None) -> Tenant:
         tenant = await self._directory.set_max_queued(tenant_id, check_max_queued(cap))
+        if tenant is None:
+            raise NotFoundError(f"tenant {tenant_id!r} not found")
+        return tenant
+
+
+class SetTenantWeight:
+    """Set a tenant's weight under fair dispatch (None: the default, 1): among the
+    tenants with jobs waiting in a queue, each gets a share of its workers in proportion
+    to its weight. The dispatchers read it again within a second; nothing restarts."""
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self._directory = directory
+
+    async def __call__(self, tenant_id: TenantId, weight: float | None) -> Tenant:
+        tenant = await self._directory.set_weight(tenant_id, check_weight(weight))
         if tenant is None:
             raise NotFoundError(f"tenant {tenant_id!r} not found")
         return tenant

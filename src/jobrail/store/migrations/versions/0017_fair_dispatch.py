@@ -6,7 +6,9 @@ Two nullable columns on ``jobs``: ``held_since`` (NULL for every existing job: t
 all released) and ``rank_at`` (its place in its tenant's line), and a partial index over
 the held jobs alone, in the order they are released. ``dispatch_queues``: one row per
 queue, the lease of the one dispatcher that releases its jobs. ``dispatch_arrivals``:
-the tenants whose held jobs arrived since the dispatcher last looked.
+the tenants whose held jobs arrived since the dispatcher last looked. ``tenants.weight``:
+a tenant's share of a queue's workers under fair dispatch (NULL, as for every existing
+tenant: 1).
 
 On Postgres the columns are nullable with no default (no rewrite of ``jobs``) and the
 index is built ``CONCURRENTLY``. On SQLite the columns are added in place: ``jobs`` is
@@ -43,6 +45,7 @@ def upgrade() -> None:
         sa.Column("queue", sa.String(128), primary_key=True),
         sa.Column("tenant_id", sa.String(64), primary_key=True),
     )
+    op.add_column("tenants", sa.Column("weight", sa.Float))
     # In place on both: nullable, no default (SQLite's ADD COLUMN keeps the triggers).
     op.add_column("jobs", sa.Column("held_since", sa.DateTime(timezone=True)))
     op.add_column("jobs", sa.Column("rank_at", sa.DateTime(timezone=True)))
@@ -79,5 +82,7 @@ def downgrade() -> None:
     # In place on both (SQLite >= 3.35 drops a column without a rebuild).
     op.execute("ALTER TABLE jobs DROP COLUMN rank_at")
     op.execute("ALTER TABLE jobs DROP COLUMN held_since")
+    # In place: a batch would rebuild tenants, which api_keys' foreign key refuses.
+    op.execute("ALTER TABLE tenants DROP COLUMN weight")
     op.drop_table("dispatch_arrivals")
     op.drop_table("dispatch_queues")
