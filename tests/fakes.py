@@ -511,3 +511,18 @@ class FakeTenantDirectory:
         if key is None or key.revoked_at is not None:
             return None
         return Principal(key.tenant_id, self.tenants[key.tenant_id].admin, key.id)
+
+
+class FakePauses:
+    """The pauses (jobrail.jobs.ports.PauseReader) in memory: `paused` by (scope, value)."""
+
+    def __init__(self) -> None:
+        from jobrail.jobs.ports import Pause
+
+        self.paused: dict[tuple[str, str], Pause] = {}
+
+    async def pause_of(self, job: Any) -> Any:
+        for key in (("queue", job.queue), ("type", job.type), ("tenant", job.tenant_id)):
+            if key in self.paused:
+                return self.paused[key]
+        return None

@@ -80,6 +80,24 @@ async def test_a_deadline_and_a_unique_key_in_the_query_reach_the_job(api: ApiCl
     assert again.json()["job_id"] == first.json()["job_id"]
 
 
+async def test_a_priority_in_the_query_or_the_body_reaches_the_job(api: ApiClient) -> None:
+    by_query = await api.post("/demo/echo", params={"priority": "high"}, json={"message": "a"})
+    by_body = await api.post(
+        "/jobs",
+        json={"type": "demo.echo", "payload": {"message": "b"}, "priority": "urgent"},
+    )
+    default = await api.post("/demo/echo", json={"message": "c"})
+    unknown = await api.post("/demo/echo", params={"priority": "asap"}, json={"message": "d"})
+
+    assert by_query.status_code == by_body.status_code == 202, (by_query.text, by_body.text)
+    assert (await api.job(by_query.json()["job_id"]))["priority"] == "high"
+    assert (await api.job(by_body.json()["job_id"]))["priority"] == "urgent"
+    assert (await api.job(default.json()["job_id"]))["priority"] == "normal"
+    status, problems = refusal(unknown)
+    assert status == 422
+    assert problems[0][0] == ("query", "priority")
+
+
 async def test_run_at_in_the_past_runs_at_once(api: ApiClient) -> None:
     past = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
     response = await api.post("/demo/echo", params={"run_at": iso(past)}, json={"message": "x"})
@@ -178,7 +196,15 @@ async def test_the_openapi_schema_documents_the_options_of_demo_echo(api: ApiCli
     operation = api.app.openapi()["paths"]["/demo/echo"]["post"]
     query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
 
-    assert set(query) == {"run_at", "delay", "deadline", "unique_key", "debounce_key", "debounce_s"}
+    assert set(query) == {
+        "run_at",
+        "delay",
+        "deadline",
+        "unique_key",
+        "debounce_key",
+        "debounce_s",
+        "priority",
+    }
     assert all(not p["required"] for p in query.values())
     assert {"type": "number", "minimum": 0, "maximum": 31_622_400} in query["delay"]["schema"][
         "anyOf"

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
+from jobrail.jobs.priority import Priority
 from jobrail.kernel.ids import TenantId
 from jobrail.runtime.app import create_app, runtime_of
 from jobrail.store.tables import jobs
@@ -28,7 +29,14 @@ LATE = 10
 SLOTS = 4
 
 
-async def _enqueue(app: object, tenant: str, path: str, count: int, work_s: float) -> list[str]:
+async def _enqueue(
+    app: object,
+    tenant: str,
+    path: str,
+    count: int,
+    work_s: float,
+    priority: Priority | None = None,
+) -> list[str]:
     async with runtime_of(app).container() as request:
         enqueue = await request.get(EnqueueJob)
         results = [
@@ -37,6 +45,7 @@ async def _enqueue(app: object, tenant: str, path: str, count: int, work_s: floa
                     tenant_id=TenantId(tenant),
                     type="test.fair_step",
                     payload={"path": path, "work_s": work_s},
+                    priority=priority,
                 )
             )
             for _ in range(count)
@@ -109,6 +118,7 @@ async def test_a_late_tenant_starts_its_jobs_among_the_backlog_not_after_it(
 
 WEIGHTS = {"a": 3, "b": 2, "c": 1}
 WINDOW = 60  # starts: 30, 20 and 10 by weight
+ROUNDS = 40
 
 
 async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: Path) -> None:
@@ -131,17 +141,22 @@ async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: P
                 f"/admin/tenants/{tenant}/weight", json={"weight": weight}, headers=admin
             )
             assert answer.status_code == 200, answer.text
-        # Each tenant's backlog in proportion to its weight, enqueued side by side: all
-        # three are backlogged together and run out together.
-        for _ in range(30):
-            for tenant, weight in WEIGHTS.items():
-                await _enqueue(app, tenant, path, weight, work_s=0.01)
-        total = 30 * sum(WEIGHTS.values())
+        # The whole backlog in while the queue is paused, then resumed: the three are
+        # backlogged together from the first release (and their lines, in proportion to
+        # their weights, run dry together).
+        paused = await client.post(
+            "/admin/pauses", json={"scope": "queue", "value": "jobs.default"}, headers=admin
+        )
+        assert paused.status_code == 201, paused.text
+        for tenant, weight in WEIGHTS.items():
+            await _enqueue(app, tenant, path, ROUNDS * weight, work_s=0.01)
+        total = ROUNDS * sum(WEIGHTS.values())
+        resumed = await client.delete("/admin/pauses/queue/jobs.default", headers=admin)
+        assert resumed.status_code == 200, resumed.text
         await wait_for(_count(path, total), timeout=120, what="every job to start")
 
     order = [tenant for tenant, _ in started(path)]
-    # From once the first of them were released to before the lines run dry.
-    windows = [order[start : start + WINDOW] for start in (2 * SLOTS, 2 * SLOTS + WINDOW)]
+    windows = [order[start : start + WINDOW] for start in range(0, total, WINDOW)]
     for window in windows:
         counts = Counter(window)
         print(f"\nstarts in a window of {WINDOW}: {dict(sorted(counts.items()))}")
@@ -149,3 +164,31 @@ async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: P
             expected = WINDOW * weight / sum(WEIGHTS.values())
             assert abs(counts[tenant] - expected) <= 0.1 * expected + 1, (counts, order)
     assert len(order) == total
+
+
+async def test_a_high_job_goes_ahead_of_its_tenant_s_backlog_and_a_low_one_behind(
+    tmp_path: Path,
+) -> None:
+    settings = embedded_settings(
+        tmp_path,
+        dispatch={"enabled": True, "ready_target": SLOTS},
+        worker={"max_async_tasks": SLOTS},
+    )
+    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    path = str(tmp_path / "starts")
+    async with app.router.lifespan_context(app):
+        backlog = await _enqueue(app, "a", path, 60, work_s=0.1)
+        [low] = await _enqueue(app, "a", path, 1, work_s=0.0, priority=Priority.LOW)
+        [high] = await _enqueue(app, "a", path, 1, work_s=0.0, priority=Priority.HIGH)
+        before_high = len(started(path))
+        await wait_for(_count(path, 62), timeout=60, what="every job to start")
+
+    ids = [job_id for _, job_id in started(path)]
+    # Ahead of the high one: what had started or been released before it came (at most
+    # two passes' worth); the rest of the backlog waits behind it.
+    assert ids.index(high) <= before_high + 2 * SLOTS, ids
+    # The low one came after the backlog: within normal's head start (30 s) of it, so it
+    # waits behind all of it (give or take the few a slot freed at once lets by: the
+    # embedded mode's slots are not strictly first come, first served).
+    assert ids.index(low) >= len(ids) - 1 - SLOTS, ids
+    assert set(ids) == {*backlog, high, low}

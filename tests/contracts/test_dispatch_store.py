@@ -3,6 +3,7 @@ job has no message until a pass releases it, one holder at a time has a queue's 
 and a pass that does not commit releases nothing."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -10,23 +11,24 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.ids import TenantId
 from jobrail.settings import DatabaseSettings
-from jobrail.store.dispatch import SqlaDispatchStore
-from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
+from jobrail.store.dispatch import SqlaDispatchStore, SqlaPauses
+from jobrail.store.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
 from jobrail.store.pg_intake import PgJobIntake
+from jobrail.store.pg_job_store import PgJobStore
 from jobrail.store.pg_pool import create_pool
-from jobrail.store.tables import dispatch_arrivals, jobs, outbox, tenants
+from jobrail.store.tables import dispatch_arrivals, dispatch_pauses, jobs, outbox, tenants
 from jobrail.transport.codec import encode
 from tests.fakes import START, make_job
 from tests.support.services import store_engine
 
 LEASE = timedelta(seconds=3)
-TABLES = "jobs, outbox, dispatch_queues, dispatch_arrivals, tenants CASCADE"
+TABLES = "jobs, outbox, dispatch_queues, dispatch_arrivals, dispatch_pauses, tenants CASCADE"
 
 
 class Subject:
@@ -56,6 +58,8 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     yield Subject(engine, add)
     if pool is not None:
         await pool.close()
+    async with engine.begin() as conn:  # a pause left behind would stop every later claim
+        await conn.execute(dispatch_pauses.delete())
     await engine.dispose()
 
 
@@ -200,3 +204,128 @@ async def test_a_pass_reads_the_weights_that_are_set(subject: Subject) -> None:
     async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
         assert turn is not None
         assert await turn.weights() == {"heavy": 3.0}
+
+
+async def test_a_pause_holds_the_scope_s_jobs_again_and_the_claim_refuses_them(
+    subject: Subject,
+) -> None:
+    pauses = SqlaPauses(subject.engine)
+    released = await subject.add(make_job(tenant_id=TenantId("a")))  # a message on its way
+    other = await subject.add(make_job(tenant_id=TenantId("b")))
+    store = SqlaJobStore(subject.engine)
+
+    pause, recalled = await pauses.pause("tenant", "a", START)
+    again, _ = await pauses.pause("tenant", "a", START + timedelta(seconds=5))
+
+    assert (pause.scope, pause.value, pause.paused_at, recalled) == ("tenant", "a", START, 1)
+    assert again.paused_at == START  # paused already: the first pause stands
+    refused = await store.claim(released.id, START, LEASE)
+    assert refused.job is None
+    assert refused.current is not None
+    assert refused.current.is_held  # its message is dropped; the dispatcher releases it
+    assert await pauses.pause_of(refused.current) == pause
+    assert (await store.claim(other.id, START, LEASE)).job is not None
+    assert [p.value for p in await pauses.pauses()] == ["a"]
+
+    assert await pauses.resume("tenant", "a")
+    assert not await pauses.resume("tenant", "a")
+    assert await subject.count(dispatch_arrivals, dispatch_arrivals.c.tenant_id == "a") == 1
+    async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+        assert turn is not None
+        assert [j.id for j in await turn.release([released.id], START)] == [released.id]
+
+
+@pytest.mark.parametrize("scope", ["queue", "type"])
+async def test_a_paused_queue_or_type_is_neither_claimed_nor_released(
+    subject: Subject, scope: str
+) -> None:
+    pauses = SqlaPauses(subject.engine)
+    job = held()
+    await subject.add(job)
+    await pauses.pause(scope, job.queue if scope == "queue" else job.type, START)
+
+    async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+        assert turn is not None
+        assert await turn.heads({"acme": 5}) == {"acme": []}
+        assert await turn.release([job.id], START) == []
+    async with subject.engine.begin() as conn:  # as a release from before the pause
+        await conn.execute(jobs.update().values(held_since=None))
+    assert (await SqlaJobStore(subject.engine).claim(job.id, START, LEASE)).job is None
+
+
+@pytest.mark.parametrize("subject", ["postgres"], indirect=True)
+@pytest.mark.parametrize("commits", [True, False], ids=["released", "rolled-back"])
+async def test_a_claim_that_meets_a_release_under_way_waits_for_its_end(
+    subject: Subject, commits: bool
+) -> None:
+    # A release publishes before it commits: a worker may claim the job in between.
+    job = held()
+    await subject.add(job)
+    pool = await create_pool(DatabaseSettings(url=subject.engine.url.render_as_string(False)))
+    store = PgJobStore(pool)
+    released = asyncio.Event()
+    claimed = asyncio.Event()
+
+    async def release() -> None:
+        async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+            assert turn is not None
+            assert len(await turn.release([job.id], START)) == 1
+            released.set()
+            await claimed.wait()  # the claim is under way: now end the release
+            if not commits:
+                raise RuntimeError("a publish was not confirmed")
+
+    try:
+        releasing = asyncio.create_task(release())
+        await released.wait()
+        claim = asyncio.create_task(store.claim(job.id, START, LEASE))
+        await asyncio.sleep(0.1)  # let it reach the database (it waits either way)
+        claimed.set()
+        with contextlib.suppress(RuntimeError):
+            await releasing
+        result = await claim
+    finally:
+        await pool.close()
+
+    if commits:
+        assert result.job is not None, result.current
+        assert result.job.status is JobStatus.RUNNING
+    else:
+        assert result.job is None
+        assert result.current is not None
+        assert result.current.is_held  # its message is dropped; the next pass releases it
+
+
+@pytest.mark.parametrize("subject", ["postgres"], indirect=True)
+async def test_a_pass_that_takes_a_tenant_s_note_sees_the_job_that_wrote_it_again(
+    subject: Subject,
+) -> None:
+    # The note is there already (an earlier job); a host's transaction holds another
+    # job of the tenant, not committed yet, when a pass takes the notes.
+    await subject.add(held("b"))
+    async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+        assert turn is not None
+        assert await turn.arrivals() == ["b"]
+        await turn.release((await turn.heads({"b": 1}))["b"], START)
+    await subject.add(held("b", now=START + timedelta(seconds=1)))  # a fresh note
+    late = held("b", now=START + timedelta(seconds=2))
+    entered = asyncio.Event()
+    seen: dict[str, list[Any]] = {}
+
+    async def pass_() -> None:
+        entered.set()
+        async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+            assert turn is not None
+            seen["arrivals"] = await turn.arrivals()  # waits for the host's transaction
+            seen["heads"] = (await turn.heads({"b": 5}))["b"]
+
+    async with AsyncSession(subject.engine) as session:
+        await SqlaJobRepository(session).add(late)
+        passing = asyncio.create_task(pass_())
+        await entered.wait()
+        await asyncio.sleep(0.1)  # the pass reaches the notes (and waits) before the commit
+        await session.commit()
+    await passing
+
+    assert seen["arrivals"] == ["b"]
+    assert late.id in seen["heads"]

@@ -20,6 +20,7 @@ PLATFORM_TABLES = {
     "webhook_relay",
     "dispatch_queues",
     "dispatch_arrivals",
+    "dispatch_pauses",
 }
 
 

@@ -17,7 +17,14 @@ from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
 from jobrail.outbox.committing import intake_units
 from jobrail.settings import RabbitSettings
 from jobrail.transport.embedded_broker import EmbeddedJobBroker
-from tests.fakes import NO_TYPES, FakeDispatcher, FakeJobIntake, FakeUnitOfWork, FixedClock
+from tests.fakes import (
+    NO_TYPES,
+    FakeDispatcher,
+    FakeJobIntake,
+    FakePauses,
+    FakeUnitOfWork,
+    FixedClock,
+)
 
 ACME = TenantId("acme")
 GLOBEX = TenantId("globex")
@@ -176,11 +183,28 @@ async def test_a_delayed_job_carries_its_due_time_to_the_message(
 
 async def test_get_hides_other_tenants_jobs(enqueue: EnqueueJob, uow: FakeUnitOfWork) -> None:
     created = await enqueue(greet_cmd())
-    get = GetJob(uow)
+    get = GetJob(uow, FakePauses())
 
     assert (await get(GetJobQuery(ACME, created.job.id))).id == created.job.id
     with pytest.raises(NotFoundError):
         await get(GetJobQuery(GLOBEX, created.job.id))
+
+
+async def test_a_waiting_job_says_which_pause_holds_it_and_a_finished_one_does_not(
+    enqueue: EnqueueJob, uow: FakeUnitOfWork, clock: FixedClock
+) -> None:
+    from jobrail.jobs.ports import Pause
+
+    created = await enqueue(greet_cmd())
+    pauses = FakePauses()
+    pause = Pause("tenant", str(ACME), clock.now())
+    pauses.paused[("tenant", str(ACME))] = pause
+    get = GetJob(uow, pauses)
+
+    job = await get(GetJobQuery(ACME, created.job.id))
+    assert await get.pause_of(job) == pause
+    job.cancel(clock.now())
+    assert await get.pause_of(job) is None
 
 
 async def test_list_pages_newest_first_and_filters(

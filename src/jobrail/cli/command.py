@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from jobrail.cli.parser import _parser
+from jobrail.cli.pauses import _pauses_command
 from jobrail.cli.schema import _check_schema_or_exit, _migrate_or_exit, _up_to_date
 from jobrail.cli.serving import _check_job_catalog, run_worker, serve_api
 from jobrail.cli.tenants import _tenants_command
@@ -96,12 +97,16 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
         except ScheduleConfigError as exc:
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-    elif args.command == "tenants":
+    elif args.command in ("tenants", "pause", "resume", "pauses"):
         from jobrail.kernel.errors import StoreUnavailableError
 
         _check_schema_or_exit(settings, modules, args.app)
         try:
-            print(json.dumps(asyncio.run(_tenants_command(settings, args))))
+            if args.command == "tenants":
+                answer = asyncio.run(_tenants_command(settings, args))
+            else:
+                answer = asyncio.run(_pauses_command(settings, args, modules))
+            print(json.dumps(answer))
         except StoreUnavailableError as exc:
             print(
                 f"jobrail: the database cannot be used ({exc}); is it there and migrated "

@@ -100,6 +100,34 @@ of a SQLite file is made; a Postgres database only with --create-database.
 example:
   JOBRAIL_DATABASE__URL=postgresql+asyncpg://app:pw@db/jobrail jobrail migrate --create-database""",
     ),
+    "pause": CommandHelp(
+        "pause a queue, a job type or a tenant: none of its jobs starts (prints JSON)",
+        """\
+Pause a queue, a job type or a tenant in the database at JOBRAIL_DATABASE__URL: none of
+its jobs starts until `jobrail resume`; running jobs finish, and nothing is lost (a
+deadline that passes meanwhile ends its job expired). Its jobs already released to the
+workers are held again. Prints {"scope", "value", "paused_at", "recalled"}.
+
+examples:
+  jobrail pause tenant acme
+  jobrail pause queue jobs.heavy
+  jobrail pause type reports.render""",
+    ),
+    "resume": CommandHelp(
+        "resume what `jobrail pause` paused (prints JSON)",
+        """\
+Resume a queue, a job type or a tenant: its jobs are released again, in fair order, at
+the dispatchers' next pass. Exit 1 if it is not paused.
+
+example:
+  jobrail resume tenant acme""",
+    ),
+    "pauses": CommandHelp(
+        "what is paused (prints JSON)",
+        """\
+Every paused queue, job type and tenant, oldest first: {"pauses": [{"scope", "value",
+"paused_at"}]}.""",
+    ),
     "tenants": CommandHelp(
         "create tenants, issue and revoke their API keys (prints JSON)",
         """\
@@ -229,6 +257,11 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
         action="store_true",
         help="create the Postgres database first if it does not exist",
     )
+    for name in ("pause", "resume"):
+        scoped = command(sub, name, HELP[name])
+        scoped.add_argument("scope", choices=("queue", "type", "tenant"), help="what to " + name)
+        scoped.add_argument("value", help="its name: a queue, a job type or a tenant id")
+    command(sub, "pauses", HELP["pauses"])
     tenants = command(sub, "tenants", HELP["tenants"])
     actions = tenants.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = command(actions, "create", TENANT_HELP["create"])

@@ -2,20 +2,32 @@ import os
 import socket
 import uuid
 
-from dishka import Provider, Scope, provide
+from dishka import AnyOf, Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.dispatch.pauses import Pauses
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.intake import JobCatalog
+from jobrail.jobs.ports import PauseReader
 from jobrail.kernel.clock import Clock
 from jobrail.settings import Settings
-from jobrail.store.dispatch import SqlaDispatchStore
+from jobrail.store.dispatch import SqlaDispatchStore, SqlaPauses
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 
 
 class DispatchProvider(Provider):
     scope = Scope.APP
+
+    @provide
+    def pause_store(self, engine: AsyncEngine) -> AnyOf[SqlaPauses, PauseReader]:
+        return SqlaPauses(engine)
+
+    @provide
+    def pauses(
+        self, store: SqlaPauses, clock: Clock, catalog: JobCatalog, settings: Settings
+    ) -> Pauses:
+        return Pauses(store, clock, settings.rabbit.queues, catalog)
 
     @provide
     def dispatcher(

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.priority import Priority
 from jobrail.jobs.registry import JobSpec
 from jobrail.jobs.timing import resolve_options
 from jobrail.kernel.errors import InvalidInputError
@@ -48,6 +49,7 @@ class JobHandle(Generic[P]):
         unique_key: str | None = None,
         debounce_key: str | None = None,
         debounce_s: float | None = None,
+        priority: Priority | str | None = None,
         entity_id: str | None = None,
         session: AsyncSession | None = None,
         run_after: datetime | None = None,
@@ -66,6 +68,8 @@ class JobHandle(Generic[P]):
         started by, and `unique_key` keeps one unfinished job of this type per key and
         tenant. Enqueues with one `debounce_key` within `debounce_s` seconds of the first
         collapse into one job that starts when that window closes, with the last payload.
+        `priority` (``"low"`` to ``"urgent"``; its type's by default) orders it among the
+        tenant's jobs under fair dispatch (jobrail.jobs.priority).
         InvalidInputError for an option that does not hold (see
         ``jobrail.jobs.timing.resolve_options``). `run_after` is the former name of
         `run_at`."""
@@ -81,6 +85,7 @@ class JobHandle(Generic[P]):
             unique_key=unique_key,
             debounce_key=debounce_key,
             debounce_s=debounce_s,
+            priority=priority,
         )
         cmd = options.command(
             tenant_id=TenantId(tenant_id),

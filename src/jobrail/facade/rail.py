@@ -29,6 +29,7 @@ from jobrail.facade.routes import jobs_router
 from jobrail.http.auth import ApiServices
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.intake import EnqueueJobCommand, EnqueueResult
+from jobrail.jobs.priority import Priority
 from jobrail.jobs.registry import HandlerFunc, JobSpec, job
 from jobrail.kernel.clock import Clock
 from jobrail.limits.api import ApiRateLimiter
@@ -117,6 +118,7 @@ class JobRail:
         retry_cap_s: float | None = None,
         max_wait_s: float | None = None,
         open_to_tenants: bool = False,
+        priority: Priority | str = Priority.NORMAL,
     ) -> Callable[[HandlerFunc], JobHandle[P]]:
         """Declare a job type whose handler is the decorated function, as
         ``jobrail.jobs.registry.job`` does, and return its ``JobHandle``.
@@ -127,7 +129,8 @@ class JobRail:
         payload's fields and ``tenant_id``; ``max_attempts``, ``retry_base_s`` and
         ``retry_cap_s`` override the retry policy for this type; ``max_wait_s`` caps how
         long a job may wait for its limits and lock before it fails; ``open_to_tenants``
-        lets a tenant enqueue it by its name (``POST {prefix}`` of ``router``)."""
+        lets a tenant enqueue it by its name (``POST {prefix}`` of ``router``);
+        ``priority`` is its jobs' when an enqueue gives none."""
         declare = job(
             name,
             payload=payload,
@@ -140,6 +143,7 @@ class JobRail:
             retry_cap_s=retry_cap_s,
             max_wait_s=max_wait_s,
             open_to_tenants=open_to_tenants,
+            priority=priority,
         )
 
         def register(handler: HandlerFunc) -> JobHandle[P]:

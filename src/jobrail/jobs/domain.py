@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from jobrail.jobs.priority import Priority
 from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
@@ -166,6 +167,8 @@ class Job:
     debounce_key: str | None = None
     """While the job is pending, another enqueue of its tenant and type with this key
     replaces its payload: it runs once, when its window closes, with the last."""
+    priority: Priority = Priority.NORMAL
+    """Its place among its tenant's jobs under fair dispatch (jobrail.jobs.priority)."""
     held_since: datetime | None = None
     """Since when it waits for the dispatcher to release it into the broker (fair
     dispatch, jobrail.dispatch); None once released, or if it was never held. A held job
@@ -210,6 +213,7 @@ class Job:
         unique_key: str | None = None,
         debounce_key: str | None = None,
         capped: bool = False,
+        priority: Priority = Priority.NORMAL,
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -239,15 +243,17 @@ class Job:
             unique_key=fitted_or_none(unique_key),
             debounce_key=fitted_or_none(debounce_key),
             capped=capped,
+            priority=priority,
         )
 
-    def hold(self) -> None:
+    def hold(self, rank_at: datetime | None = None) -> None:
         """Wait, from its enqueue, for the dispatcher to release it (jobrail.dispatch): in
-        its tenant's line, by the time it was due."""
+        its tenant's line at `rank_at` (jobrail.jobs.priority.LineRules; by default, when
+        it is due)."""
         if self.status is not JobStatus.PENDING or self.attempts:
             raise IllegalTransitionError(self, "hold")
         self.held_since = self.created_at
-        self.rank_at = self.run_after or self.created_at
+        self.rank_at = rank_at or self.run_after or self.created_at
 
     @property
     def is_held(self) -> bool:

@@ -14,6 +14,7 @@ from jobrail.jobs.intake import (
     JobType,
 )
 from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.priority import LineRules
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import ConflictError, InvalidInputError
 from jobrail.kernel.ids import JobId, new_id
@@ -60,10 +61,11 @@ class EnqueueJob:
         clock: Clock,
         default_max_attempts: int,
         *,
-        hold: bool = False,
+        hold: LineRules | None = None,
     ) -> None:
         """`hold`: fair dispatch is on (jobrail.dispatch): a job due now waits, held, for
-        the dispatcher to release it, instead of its message leaving at the commit."""
+        the dispatcher to release it, instead of its message leaving at the commit, placed
+        in its tenant's line by these rules."""
         self._units = units
         self._catalog = catalog
         self._clock = clock
@@ -91,8 +93,8 @@ class EnqueueJob:
         if job_type is None:
             raise InvalidInputError(f"unknown job type {cmd.type!r}")
         candidate = new_job(job_type, cmd, self._clock.now(), self._default_max_attempts)
-        if self._hold and holdable(candidate):
-            candidate.hold()
+        if self._hold is not None and holdable(candidate):
+            candidate.hold(self._hold.rank(candidate.created_at, candidate.priority))
         job = await uow.intake.add(candidate, message_for(candidate, job_type))
         created = job.id == candidate.id
         _traced(span, job, created=created)
@@ -152,6 +154,7 @@ def new_job(
         unique_key=cmd.unique_key,
         debounce_key=None if cmd.debounce is None else cmd.debounce.key,
         capped=cmd.capped,
+        priority=cmd.priority if cmd.priority is not None else job_type.priority,
     )
 
 

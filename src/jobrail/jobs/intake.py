@@ -11,6 +11,7 @@ from typing import Any, Protocol, Self
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.priority import Priority
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 
@@ -64,6 +65,8 @@ class EnqueueJobCommand:
     deadline: datetime | None = None
     unique_key: str | None = None
     debounce: "Debounce | None" = None
+    priority: Priority | None = None
+    """Its place among the tenant's jobs under fair dispatch; None: its type's default."""
     capped: bool = True
     """Refused at the tenant's cap on its waiting jobs (a tenant's own enqueue); False
     for what jobrail enqueues on its behalf: webhook deliveries, event consumers."""
@@ -127,6 +130,11 @@ class JobType(Protocol):
     @property
     def open_to_tenants(self) -> bool:
         """Whether a tenant may enqueue it by its name (``POST /jobs``)."""
+        ...
+
+    @property
+    def priority(self) -> Priority:
+        """Its jobs' priority when an enqueue gives none."""
         ...
 
     def validate_payload(self, payload: Mapping[str, Any] | ValidatedPayload) -> dict[str, Any]:

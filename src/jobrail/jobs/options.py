@@ -1,5 +1,5 @@
 """The enqueue options over HTTP: ``run_at`` or ``delay``, ``deadline``, ``unique_key``,
-``debounce_key`` with ``debounce_s``.
+``debounce_key`` with ``debounce_s``, ``priority``.
 
 ``POST /jobs`` takes them in its body (``EnqueueOptions``' fields). A route whose body
 is the job's payload (``POST /demo/echo``) takes them as query parameters
@@ -10,7 +10,7 @@ app's clock and makes the ``EnqueueJobCommand``.
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
@@ -75,6 +75,13 @@ class EnqueueOptions(RequestModel):
         allow_inf_nan=False,
         description="The debounce window, in seconds (at most a day). With `debounce_key`.",
     )
+    priority: Literal["low", "normal", "high", "urgent"] | None = Field(
+        default=None,
+        description="Its place among the tenant's jobs under fair dispatch: a higher one "
+        "goes ahead of the lower ones due less than the difference of their head starts "
+        "before it (by default low 0 s, normal 30 s, high 120 s, urgent 600 s), so none "
+        "waits behind higher ones forever. Default: its type's.",
+    )
 
     @property
     def none_given(self) -> bool:
@@ -116,6 +123,7 @@ class EnqueueOptions(RequestModel):
                 unique_key=self.unique_key,
                 debounce_key=self.debounce_key,
                 debounce_s=self.debounce_s,
+                priority=self.priority,
             )
         except InvalidInputError as refused:
             raise RequestValidationError(

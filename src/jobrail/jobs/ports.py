@@ -175,3 +175,22 @@ class Inbox(Protocol):
         """Record that `consumer` took the message, in the current transaction.
         False if it already had: the message is a duplicate."""
         ...
+
+
+PAUSE_SCOPES = ("queue", "type", "tenant")
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """An operator paused a queue, a job type or a tenant (`scope`), by name (`value`):
+    none of its jobs starts until it is resumed (jobrail.dispatch.pauses)."""
+
+    scope: str
+    value: str
+    paused_at: datetime
+
+
+class PauseReader(Protocol):
+    async def pause_of(self, job: Job) -> Pause | None:
+        """A pause that holds `job` back (of its queue, type or tenant), if any."""
+        ...

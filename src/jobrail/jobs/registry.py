@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from jobrail.jobs.intake import ValidatedPayload
+from jobrail.jobs.priority import Priority
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import JobLimits, KeyTemplate, Limit, Lock, RateOrSlots
 
@@ -49,6 +50,8 @@ class JobSpec:
     max_wait_s: float | None = None
     """How long a job of this type may wait for its limits and lock (from its first
     deferral since it last ran) before it fails without running; None: no cap."""
+    priority: Priority = Priority.NORMAL
+    """Its jobs' priority when an enqueue gives none (jobrail.jobs.priority)."""
     open_to_tenants: bool = False
     """Whether a tenant may enqueue it by its name over HTTP (``POST /jobs``). Internal
     types (housekeeping, webhook deliveries, flow callbacks, a module's own steps) stay
@@ -107,6 +110,7 @@ def job(
     retry_cap_s: float | None = None,
     max_wait_s: float | None = None,
     open_to_tenants: bool = False,
+    priority: Priority | str = Priority.NORMAL,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
 
@@ -117,7 +121,8 @@ def job(
     ``max_wait_s`` caps how long a job may wait for its limits and lock, from its first
     deferral since it last ran: past it, the job fails without running, saying what it
     waited for. ``open_to_tenants`` lets a tenant enqueue it by its name over HTTP
-    (``POST /jobs``, with its payload as JSON); a type is closed unless it says so."""
+    (``POST /jobs``, with its payload as JSON); a type is closed unless it says so.
+    ``priority`` is its jobs' when an enqueue gives none (``"low"`` to ``"urgent"``)."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -133,6 +138,7 @@ def job(
             retry_cap_s=retry_cap_s,
             max_wait_s=max_wait_s,
             open_to_tenants=open_to_tenants,
+            priority=Priority.of(priority),
         )
 
     return declare
@@ -161,6 +167,10 @@ class RegisteredType:
     @property
     def open_to_tenants(self) -> bool:
         return self.spec.open_to_tenants
+
+    @property
+    def priority(self) -> Priority:
+        return self.spec.priority
 
     @property
     def description(self) -> str:

@@ -15,7 +15,7 @@ from jobrail.jobs.enqueue import EnqueueResult
 from jobrail.jobs.flow import FlowCounts
 from jobrail.jobs.listing import ListJobs, ListJobsQuery
 from jobrail.jobs.options import EnqueueOptions
-from jobrail.jobs.ports import Cursor
+from jobrail.jobs.ports import Cursor, Pause
 from jobrail.jobs.registry import MAX_NAME_LENGTH
 from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import InvalidInputError
@@ -65,6 +65,12 @@ class WaitingOut(BaseModel):
     on: list[WaitsOnOut] = Field(description="What turned the job away at its last try.")
     until: datetime = Field(description="When it tries again.")
     since: datetime = Field(description="Since when it has been waiting.")
+
+
+class PausedByOut(BaseModel):
+    scope: str = Field(description="queue, type or tenant")
+    value: str = Field(description="Its name.")
+    since: datetime = Field(description="When it was paused.")
 
 
 class ProgressOut(BaseModel):
@@ -167,9 +173,18 @@ class JobOut(BaseModel):
         description="While this job is pending, retrying or running, an enqueue of its type "
         "with this key returns it instead of making a new one.",
     )
+    priority: Literal["low", "normal", "high", "urgent"] = Field(
+        default="normal",
+        description="Its place among the tenant's jobs under fair dispatch.",
+    )
     waiting: WaitingOut | None = Field(
         default=None,
         description="A due job its limits or lock defer: what it waits for, until when.",
+    )
+    paused: PausedByOut | None = Field(
+        default=None,
+        description="A waiting job whose queue, type or tenant an operator paused: it "
+        "starts once that is resumed.",
     )
     progress: ProgressOut | None = Field(
         default=None,
@@ -181,7 +196,7 @@ class JobOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, job: Job, flow: FlowView | None = None) -> "JobOut":
+    def of(cls, job: Job, flow: FlowView | None = None, paused: Pause | None = None) -> "JobOut":
         return cls(
             id=job.id,
             type=job.type,
@@ -200,6 +215,10 @@ class JobOut(BaseModel):
             run_after=job.run_after,
             deadline=job.deadline,
             unique_key=job.unique_key,
+            priority=job.priority.label,
+            paused=None
+            if paused is None
+            else PausedByOut(scope=paused.scope, value=paused.value, since=paused.paused_at),
             waiting=None
             if job.waiting is None
             else WaitingOut(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from jobrail.jobs.intake import Debounce, EnqueueJobCommand, ValidatedPayload
+from jobrail.jobs.priority import Priority
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
 
@@ -30,6 +31,7 @@ class CommandOptions(NamedTuple):
     deadline: datetime | None
     unique_key: str | None
     debounce: Debounce | None = None
+    priority: Priority | None = None
 
     def command(
         self,
@@ -51,6 +53,7 @@ class CommandOptions(NamedTuple):
             deadline=self.deadline,
             unique_key=self.unique_key,
             debounce=self.debounce,
+            priority=self.priority,
         )
 
 
@@ -66,6 +69,7 @@ def resolve_options(
     unique_key: str | None = None,
     debounce_key: str | None = None,
     debounce_s: float | None = None,
+    priority: Priority | str | None = None,
 ) -> CommandOptions:
     """The command's fields for these options at `now`; InvalidInputError naming each
     one that is wrong (its details' ``loc`` is the option's name).
@@ -80,6 +84,7 @@ def resolve_options(
     - `debounce_key` and `debounce_s` (its window, more than 0 and at most a day) go
       together, and with neither a start time nor a unique key (``Debounce``): the job
       starts when the window closes.
+    - `priority` is one of low, normal, high, urgent (jobrail.jobs.priority).
     """
     problems: list[dict[str, Any]] = []
     run_at = _utc("run_at", run_at, problems)
@@ -105,6 +110,12 @@ def resolve_options(
             )
         )
     _check_unique_key(unique_key, problems)
+    level = None
+    if priority is not None:
+        try:
+            level = Priority.of(priority)
+        except InvalidInputError as refused:
+            problems.extend(refused.details)
     debounce = _debounce(debounce_key, debounce_s, run_after is not None or unique_key, problems)
     if debounce is not None and deadline is not None and not problems:
         closes = now + timedelta(seconds=debounce.window_s)
@@ -119,7 +130,7 @@ def resolve_options(
             )
     if problems:
         raise InvalidInputError("; ".join(problem["msg"] for problem in problems), details=problems)
-    return CommandOptions(run_after, deadline, unique_key, debounce)
+    return CommandOptions(run_after, deadline, unique_key, debounce, level)
 
 
 def _debounce(

@@ -5,19 +5,19 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Depends, Query
+from dishka.integrations.fastapi import FromDishka
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from jobrail.http.auth import AdminPrincipal, require_admin
+from jobrail.http.auth import AdminPrincipal
 from jobrail.http.errors import ADMIN_ERROR_RESPONSES, ERROR_RESPONSES
-from jobrail.http.rate_limits import RateLimitEnqueue, RateLimitRead
+from jobrail.http.rate_limits import RateLimitEnqueue
 from jobrail.http.schemas import RequestModel
 from jobrail.jobs.api import JobsRoute
 from jobrail.jobs.operator_reads import QueueStats
 from jobrail.jobs.schemas import JobOut
 from jobrail.kernel.ids import JobId
-from jobrail.ops import tenant_admin
+from jobrail.ops.admin_routes import admin_router
 from jobrail.ops.dead_letters import (
     ListDeadLetters,
     PurgeDeadLetters,
@@ -29,13 +29,7 @@ from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
 
-router = APIRouter(
-    prefix="/admin",
-    tags=["admin"],
-    route_class=DishkaRoute,
-    responses=ADMIN_ERROR_RESPONSES,
-    dependencies=[Depends(require_admin), RateLimitRead],
-)
+router = admin_router()
 
 LimitKey = Annotated[
     str,
@@ -343,7 +337,3 @@ async def redrive_job(
 ) -> RedrivenJobOut:
     done = await redrive(RedriveJobCommand(tenant_id=None, job_id=JobId(job_id)))
     return RedrivenJobOut(**JobOut.of(done.job).model_dump(), dead_letters=done.dead_letters.note)
-
-
-# A tenant's settings (its cap, its weight): jobrail.ops.tenant_admin.
-router.include_router(tenant_admin.router)

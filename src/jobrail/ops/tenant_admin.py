@@ -1,19 +1,19 @@
 """The admin routes that set a tenant's settings: its cap on jobs waiting to start, and
-its weight under fair dispatch (included in jobrail.ops.admin_api's router, under
-``/admin``, admin keys only)."""
+its weight under fair dispatch (under ``/admin``, admin keys only)."""
 
 from typing import Annotated
 
-from dishka.integrations.fastapi import DishkaRoute, FromDishka
-from fastapi import APIRouter, Path
+from dishka.integrations.fastapi import FromDishka
+from fastapi import Path
 from pydantic import BaseModel, Field
 
 from jobrail.http.schemas import RequestModel
 from jobrail.kernel.ids import TenantId
+from jobrail.ops.admin_routes import admin_router
 from jobrail.tenants.domain import MAX_QUEUED_CAP, MAX_WEIGHT, MIN_WEIGHT
 from jobrail.tenants.use_cases import SetQueuedCap, SetTenantWeight
 
-router = APIRouter(tags=["admin"], route_class=DishkaRoute)
+router = admin_router()
 
 
 class QueuedCapIn(RequestModel):

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from jobrail.events.catalog import EventCatalog
 from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.jobs.intake import EnqueueCounter, JobCatalog
+from jobrail.jobs.priority import LineRules
 from jobrail.jobs.workflows import Workflows
 from jobrail.kernel.clock import Clock
 from jobrail.outbox.committing import (
@@ -129,7 +130,7 @@ class UnitOfWorkFactory:
         enqueued: EnqueueCounter | None = None,
         after_commit: AfterCommit | None = None,
         *,
-        hold: bool = False,
+        hold: LineRules | None = None,
     ) -> None:
         """`after_commit`: the process's one AfterCommit (the composition root's), else
         one over `dispatcher` and `enqueued`. `hold`: as EnqueueJob's."""

@@ -24,6 +24,7 @@ from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.listing import ListJobs
 from jobrail.jobs.operator_reads import OpsReadModel
 from jobrail.jobs.ports import JobsUnitOfWork
+from jobrail.jobs.priority import LineRules
 from jobrail.jobs.publishing import OutboxDispatcher, OutboxMarks, Publisher
 from jobrail.jobs.registry import JobRegistry
 from jobrail.jobs.retry import RetryPolicy
@@ -357,7 +358,7 @@ class PlatformProvider(Provider):
             settings.retry.max_attempts,
             enqueued=metrics.jobs,
             after_commit=after_commit,
-            hold=settings.dispatch.enabled,
+            hold=LineRules.of(settings.dispatch),
         )
 
     @provide(scope=Scope.REQUEST)
@@ -378,7 +379,7 @@ class PlatformProvider(Provider):
             catalog,
             clock,
             settings.retry.max_attempts,
-            hold=settings.dispatch.enabled,
+            hold=LineRules.of(settings.dispatch),
         )
 
     @provide(scope=Scope.APP)

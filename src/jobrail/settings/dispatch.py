@@ -1,7 +1,7 @@
 """Fair dispatch: whether jobs wait in the database for a dispatcher that releases them
 into the broker in fair order, and how it does (see ``jobrail.dispatch``)."""
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from jobrail.settings.values import PositiveFloat
 
@@ -38,6 +38,14 @@ class DispatchSettings(BaseModel):
             "releases a queue's jobs at a time, another takes over this long after it stops."
         ),
     )
+    priority_offsets_s: dict[str, float] = Field(
+        default={"low": 0.0, "normal": 30.0, "high": 120.0, "urgent": 600.0},
+        description=(
+            "Each priority's head start, in seconds: a held job is placed in its tenant's "
+            "line as if it had been due this much earlier, so a higher priority goes ahead "
+            "of lower ones due less than the difference before it, and no further."
+        ),
+    )
     rediscover_s: PositiveFloat = Field(
         default=5.0,
         le=3600,
@@ -46,3 +54,16 @@ class DispatchSettings(BaseModel):
             "of new ones from their enqueues; this catches any whose notice it missed)."
         ),
     )
+
+    @field_validator("priority_offsets_s")
+    @classmethod
+    def _every_priority(cls, offsets: dict[str, float]) -> dict[str, float]:
+        levels = ("low", "normal", "high", "urgent")
+        missing = [level for level in levels if level not in offsets]
+        unknown = [name for name in offsets if name not in levels]
+        if missing or unknown:
+            raise ValueError(f"give the offsets of {', '.join(levels)}, and no other")
+        values = [offsets[level] for level in levels]
+        if any(not 0 <= v <= 86_400 for v in values) or values != sorted(values):
+            raise ValueError("offsets are 0 to 86400 seconds, growing from low to urgent")
+        return offsets

@@ -11,6 +11,7 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    or_,
     select,
     true,
 )
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.domain import Job
 from jobrail.kernel.errors import ConflictError, QueuedCapError
-from jobrail.store.tables import dispatch_arrivals, jobs, tenants
+from jobrail.store.tables import dispatch_arrivals, dispatch_pauses, jobs, tenants
 
 # The unique index of jobs and of flows: one row per tenant and idempotency key (NULL
 # keys never collide).
@@ -162,17 +163,40 @@ async def note_arrival(session: AsyncSession, job: Job, options: Mapping[str, An
     (jobrail.dispatch): one row per queue and tenant until the dispatcher takes it."""
     dialect = session.get_bind().dialect.name
     row = {"queue": job.queue, "tenant_id": job.tenant_id}
-    statement = upsert_insert(dialect, dispatch_arrivals).values(row).on_conflict_do_nothing()
-    await session.execute(statement, execution_options=options)
+    statement = upsert_insert(dialect, dispatch_arrivals).values(row)
+    await session.execute(_touched(statement), execution_options=options)
+
+
+def _touched(statement: Any) -> Any:
+    """An arrival's upsert that locks the note it finds (writing it again) rather than
+    passing it by: a dispatcher's pass that takes the notes then waits for this
+    transaction, and reads the tenant's line after it committed. Left alone, the pass
+    could take the note, read the line without this job, and drop the tenant, leaving
+    the job to the next rediscovery."""
+    return statement.on_conflict_do_update(
+        index_elements=["queue", "tenant_id"],
+        set_={"tenant_id": statement.excluded.tenant_id},
+    )
 
 
 def arrivals_noted(added: Any) -> Any:
     """Postgres, in the enqueue's statement: `note_arrival` for the held jobs among
     `added` (a CTE of the jobs inserted), once per queue and tenant."""
     tenants = select(added.c.queue, added.c.tenant_id).where(added.c.held_since.is_not(None))
-    return (
-        postgresql.insert(dispatch_arrivals)
-        .from_select(["queue", "tenant_id"], tenants.distinct())
-        .on_conflict_do_nothing()
-        .cte("arrived")
+    statement = postgresql.insert(dispatch_arrivals).from_select(
+        ["queue", "tenant_id"], tenants.distinct()
+    )
+    return _touched(statement).cte("arrived")
+
+
+def paused_job() -> ColumnElement[bool]:
+    """The job (a row of `jobs`) is of a queue, a type or a tenant an operator paused
+    (jobrail.dispatch.pauses): it is neither released nor started until resumed."""
+    p = dispatch_pauses
+    return exists().where(
+        or_(
+            and_(p.c.scope == literal_column("'queue'"), p.c.value == jobs.c.queue),
+            and_(p.c.scope == literal_column("'type'"), p.c.value == jobs.c.type),
+            and_(p.c.scope == literal_column("'tenant'"), p.c.value == jobs.c.tenant_id),
+        )
     )

@@ -18,25 +18,36 @@ from sqlalchemy import (
     ARRAY,
     Integer,
     Text,
+    and_,
     bindparam,
     column,
     delete,
     func,
     or_,
     select,
+    text,
     true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from jobrail.jobs.domain import Job
+from jobrail.jobs.ports import Pause
 from jobrail.kernel.ids import JobId
-from jobrail.store.dialects import upsert_insert
+from jobrail.store.dialects import paused_job, upsert_insert
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
-from jobrail.store.tables import HELD, dispatch_arrivals, dispatch_queues, jobs, tenants
+from jobrail.store.tables import (
+    HELD,
+    dispatch_arrivals,
+    dispatch_pauses,
+    dispatch_queues,
+    jobs,
+    tenants,
+)
 
 _queue = bindparam("queue", type_=Text())
+_IDLE_TIMEOUT = text("SET LOCAL idle_in_transaction_session_timeout = '10s'")
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
@@ -49,7 +60,12 @@ ARRIVALS = (
 # One tenant's heads (SQLite, a statement per tenant).
 HEADS_OF = (
     select(jobs.c.id)
-    .where(jobs.c.queue == _queue, jobs.c.tenant_id == bindparam("tenant_id", type_=Text()), HELD)
+    .where(
+        jobs.c.queue == _queue,
+        jobs.c.tenant_id == bindparam("tenant_id", type_=Text()),
+        HELD,
+        ~paused_job(),
+    )
     .order_by(*_LINE)
     .limit(bindparam("n", type_=Integer()))
 )
@@ -66,7 +82,7 @@ def _heads_of_many() -> Any:
     )
     heads = (
         select(jobs.c.id)
-        .where(jobs.c.queue == _queue, jobs.c.tenant_id == wanted.c.tenant_id, HELD)
+        .where(jobs.c.queue == _queue, jobs.c.tenant_id == wanted.c.tenant_id, HELD, ~paused_job())
         .order_by(*_LINE)
         .limit(wanted.c.n)
         .lateral("h")
@@ -84,6 +100,7 @@ def _release(ids: Sequence[JobId], now: datetime) -> Any:
             jobs.c.id.in_(ids),
             HELD,
             or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+            ~paused_job(),  # paused since the pass read its heads
         )
         .values(held_since=None)
         .returning(*jobs.c)
@@ -140,6 +157,11 @@ class SqlaDispatchStore:
     ) -> AsyncIterator[SqlaTurn | None]:
         with database_errors():
             async with self._engine.begin() as conn:
+                if self._postgres:
+                    # A pass holds its jobs' rows and the queue's row while it publishes:
+                    # should its process hang (not die) mid-pass, Postgres ends the
+                    # transaction, and another dispatcher takes the queue over.
+                    await conn.execute(_IDLE_TIMEOUT)
                 term = await self._lease(conn, queue, holder, now, lease)
                 yield None if term is None else SqlaTurn(conn, queue, term, self._postgres)
 
@@ -176,3 +198,91 @@ class SqlaDispatchStore:
                 .values(holder=holder, term=term, lease_until=until)
             )
         return int(term)
+
+
+_SCOPE_COLUMNS = {"queue": jobs.c.queue, "type": jobs.c.type, "tenant": jobs.c.tenant_id}
+
+
+class SqlaPauses:
+    """The pauses (``dispatch_pauses``): each paused queue, job type or tenant, and the
+    recall of its jobs released but not started."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def pause(self, scope: str, value: str, now: datetime) -> tuple[Pause, int]:
+        """Pause, and hold again the jobs of the scope that wait with a message (their
+        messages find them held and are dropped; the dispatcher releases them after the
+        resume, in fair order): the pause (the earlier one, if it was paused already)
+        and how many jobs were held again."""
+        p, column = dispatch_pauses, _SCOPE_COLUMNS[scope]
+        with database_errors():
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    upsert_insert(self._engine.dialect.name, p)
+                    .values(scope=scope, value=value, paused_at=now)
+                    .on_conflict_do_nothing()
+                )
+                paused_at = (
+                    await conn.execute(
+                        select(p.c.paused_at).where(p.c.scope == scope, p.c.value == value)
+                    )
+                ).scalar_one()
+                recalled = await conn.execute(
+                    update(jobs)
+                    .where(
+                        column == value,
+                        jobs.c.held_since.is_(None),
+                        jobs.c.status.in_(["pending", "retrying"]),
+                    )
+                    .values(
+                        held_since=now,
+                        rank_at=func.coalesce(jobs.c.rank_at, jobs.c.run_after, jobs.c.created_at),
+                    )
+                    .returning(jobs.c.id)
+                )
+                count = len(recalled.all())
+        return Pause(scope, value, paused_at), count
+
+    async def resume(self, scope: str, value: str) -> bool:
+        """Resume: False if it was not paused. The tenants with held jobs of the scope are
+        noted for the dispatchers, which release them at their next pass."""
+        p, column = dispatch_pauses, _SCOPE_COLUMNS[scope]
+        with database_errors():
+            async with self._engine.begin() as conn:
+                gone = await conn.execute(
+                    delete(p).where(p.c.scope == scope, p.c.value == value).returning(p.c.scope)
+                )
+                if gone.first() is None:
+                    return False
+                waiting = select(jobs.c.queue, jobs.c.tenant_id).where(column == value, HELD)
+                await conn.execute(
+                    upsert_insert(self._engine.dialect.name, dispatch_arrivals)
+                    .from_select(["queue", "tenant_id"], waiting.distinct())
+                    .on_conflict_do_nothing()
+                )
+        return True
+
+    async def pauses(self) -> list[Pause]:
+        p = dispatch_pauses
+        with database_errors():
+            async with self._engine.connect() as conn:
+                rows = await conn.execute(select(p).order_by(p.c.paused_at, p.c.scope, p.c.value))
+        return [Pause(row.scope, row.value, row.paused_at) for row in rows]
+
+    async def pause_of(self, job: Job) -> Pause | None:
+        p = dispatch_pauses
+        mine = or_(
+            *(
+                and_(p.c.scope == scope, p.c.value == value)
+                for scope, value in (
+                    ("queue", job.queue),
+                    ("type", job.type),
+                    ("tenant", job.tenant_id),
+                )
+            )
+        )
+        with database_errors():
+            async with self._engine.connect() as conn:
+                row = (await conn.execute(select(p).where(mine).order_by(p.c.paused_at))).first()
+        return None if row is None else Pause(row.scope, row.value, row.paused_at)

@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrail.jobs.domain import FlowLink, FlowRole, Job, JobStatus, Wait
+from jobrail.jobs.priority import Priority
 from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.ids import JobId, TenantId
 
@@ -36,6 +37,7 @@ def job_from_row(row: Any) -> Job:
         debounce_key=row["debounce_key"],
         held_since=row["held_since"],
         rank_at=row["rank_at"],
+        priority=Priority(row["priority"]),
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
         flow=(
@@ -104,5 +106,6 @@ def job_row(job: Job) -> dict[str, Any]:
         "debounce_key": job.debounce_key,
         "held_since": job.held_since,
         "rank_at": job.rank_at,
+        "priority": int(job.priority),
         **job_state(job),
     }

@@ -197,6 +197,7 @@ class PgJobIntake(_Pg):
             [job.debounce_key for job in jobs_],
             [job.held_since for job in jobs_],
             [job.rank_at for job in jobs_],
+            [int(job.priority) for job in jobs_],
             [job.tenant_id if job.capped else None for job in jobs_],
             [job.id for job in jobs_],
             [m.id for m in messages],

@@ -4,6 +4,7 @@ extension, cancel requests, flow members, wait notes and progress, each one stat
 """
 
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from jobrail.store.pg_queries import (
     EXTEND_LEASE,
     FLOW_MEMBERS,
     GET,
+    GET_SETTLED,
     NOTE_WAITS,
     RECORD,
     RECORD_MANY,
@@ -80,12 +82,32 @@ class PgJobStore(_Pg):
     async def claim(
         self, job_id: JobId, now: datetime, lease: timedelta, expect: JobIdentity | None = None
     ) -> ClaimResult:
-        job = await self._claims.submit(
-            _Claim(job_id, now, now + lease, now + DUE_TOLERANCE, expect)
-        )
+        claim = _Claim(job_id, now, now + lease, now + DUE_TOLERANCE, expect)
+        job = await self._claims.submit(claim)
         if job is not None:
             return ClaimResult(job=job)
-        return ClaimResult(job=None, current=await self.get(job_id))
+        current = await self.get(job_id)
+        if current is not None and current.is_held:
+            # A dispatcher publishes a release's messages before it commits the release
+            # (jobrail.dispatch.use_cases): this one may have come first. Its claim saw
+            # the job held and passed it by (a conditional update waits only for a row
+            # its condition matched); wait for that transaction's end, and try again if
+            # it released the job. Still held: it rolled back, or a pause held it again.
+            waited_from = time.monotonic()
+            current = await self._settled(job_id)
+            if current is not None and not current.is_held:
+                # The lease runs from now, not from before the wait.
+                later = now + timedelta(seconds=time.monotonic() - waited_from)
+                claim = _Claim(job_id, later, later + lease, later + DUE_TOLERANCE, expect)
+                job = await self._claims.submit(claim)
+                if job is not None:
+                    return ClaimResult(job=job)
+                current = await self.get(job_id)
+        return ClaimResult(job=None, current=current)
+
+    async def _settled(self, job_id: JobId) -> Job | None:
+        row = await self._fetchrow(GET_SETTLED, job_id)
+        return job_from_row(row) if row else None
 
     async def _claim_many(self, claims: Sequence[_Claim]) -> list[Job | None]:
         if len(claims) == 1:

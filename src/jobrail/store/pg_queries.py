@@ -49,6 +49,7 @@ _CLAIM = ("job_id", "now", "lease_until", "due_by", "expect_tenant_id", "expect_
 _MESSAGE = tuple(f"message_{name}" for name in q.MESSAGE)
 
 GET = compiled(q.GET, "job_id")
+GET_SETTLED = compiled(q.GET_SETTLED, "job_id")
 CLAIM = compiled(q.CLAIM, *_CLAIM)
 # The outbox rows' parameters come after the job's, and the claim's started_at last.
 RECORD = compiled(

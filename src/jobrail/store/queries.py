@@ -48,7 +48,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.types import TypeEngine
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, EXPIRED_ERROR, FlowRole, JobStatus
-from jobrail.store.dialects import arrivals_noted, key_is_free, keyed, under_queued_cap
+from jobrail.store.dialects import (
+    arrivals_noted,
+    key_is_free,
+    keyed,
+    paused_job,
+    under_queued_cap,
+)
 from jobrail.store.tables import Json, UtcDateTime, flows, jobs, outbox
 
 Types = Mapping[str, TypeEngine[Any]]
@@ -115,7 +121,7 @@ ENQUEUED = (
     "id", "tenant_id", "type", "queue", "status", "entity_id", "idempotency_key", "payload",
     "result", "attempts", "max_attempts", "last_error", "trace_context", "cancel_requested",
     "created_at", "updated_at", "started_at", "finished_at", "run_after", "lease_until",
-    "deadline", "unique_key", "debounce_key", "held_since", "rank_at",
+    "deadline", "unique_key", "debounce_key", "held_since", "rank_at", "priority",
 )
 # fmt: on
 assert {*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step"} == set(
@@ -174,15 +180,15 @@ CAPPED: Types = {**ENQUEUING, "cap_tenant_id": Text()}  # NULL: no cap (Job.capp
 
 
 def claimable(v: Values) -> ColumnElement[bool]:
-    """Job.can_start as a condition: before its deadline, pending or retrying (released
-    by the dispatcher, if it held the job) and due by
+    """Job.can_start as a condition, and not paused: before its deadline, pending or
+    retrying (released by the dispatcher, if it held the job) and due by
     `due_by` (now and DUE_TOLERANCE, see Job.is_due), or running on a lease that ended by
     `now`. `now` is the claiming worker's clock, as is the lease_until the holder wrote:
     workers' clocks must agree to within the renewal margin (see worker.runner)."""
     due = or_(jobs.c.run_after.is_(None), jobs.c.run_after <= v["due_by"])
     in_time = or_(jobs.c.deadline.is_(None), jobs.c.deadline > v["now"])
     waiting = and_(jobs.c.status.in_(CLAIMABLE), jobs.c.held_since.is_(None), due)
-    return and_(in_time, or_(waiting, _abandoned(v)))
+    return and_(in_time, or_(waiting, _abandoned(v)), ~paused_job())
 
 
 def _abandoned(v: Values) -> ColumnElement[bool]:
@@ -278,6 +284,8 @@ def _messages(v: Values) -> Select[Any]:
 
 
 GET = select(jobs).where(jobs.c.id == bound(JOB)["job_id"])
+# GET once no transaction holds the row for an update (a dispatcher's release under way).
+GET_SETTLED = GET.with_for_update(read=True)
 CANCEL_REQUESTED = select(jobs.c.cancel_requested).where(jobs.c.id == bound(JOB)["job_id"])
 FLOW_MEMBERS = (
     select(jobs)

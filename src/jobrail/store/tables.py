@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -122,6 +123,8 @@ jobs = Table(
     # tenant's line.
     Column("held_since", UtcDateTime),
     Column("rank_at", UtcDateTime),
+    # Its priority (jobrail.jobs.priority: 0 low, 1 normal, 2 high, 3 urgent).
+    Column("priority", SmallInteger, nullable=False, server_default=text("1")),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
     CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts"),
     # One job per tenant and idempotency key (NULL keys never collide).
@@ -203,6 +206,18 @@ dispatch_arrivals = Table(
     metadata,
     Column("queue", String(128), primary_key=True),
     Column("tenant_id", String(64), primary_key=True),
+)
+
+# What an operator paused (jobrail.dispatch.pauses): a queue, a job type or a tenant,
+# by name. Nothing of it is released, nor started, until the row is gone.
+PAUSE_SCOPES = ("queue", "type", "tenant")
+dispatch_pauses = Table(
+    "dispatch_pauses",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("value", String(128), primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=False),
+    CheckConstraint("scope IN ('queue', 'type', 'tenant')", name="scope"),
 )
 
 FLOW_KINDS = ("batch", "chain")
