@@ -30,7 +30,8 @@ help:
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
 	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone),"
-	@echo "                and what a batch and progress reports cost (--costs-only: those alone)"
+	@echo "                and what a batch and progress reports cost (--costs-only: those alone),"
+	@echo "                and fair dispatch against plain (python -m bench.fair_dispatch: alone)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -117,12 +117,13 @@ async def _ready(port: int, path: str) -> bool:
 
 
 @asynccontextmanager
-async def jobrail_api(stack: Stack) -> AsyncIterator[tuple[Proc, int, str]]:
-    """`jobrail api` on a free port, with a tenant: yields (process, port, API key)."""
+async def jobrail_api(stack: Stack, tenant: str = "bench") -> AsyncIterator[tuple[Proc, int, str]]:
+    """`jobrail api` on a free port, with a new tenant named `tenant`: yields (process,
+    port, API key)."""
     port = _free_port()
     created = await asyncio.to_thread(
         subprocess.run,
-        [PYTHON, "-m", "jobrail.cli", "tenants", "create", "bench"],
+        [PYTHON, "-m", "jobrail.cli", "tenants", "create", tenant],
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")},
             **stack.env(),
@@ -141,7 +142,7 @@ async def jobrail_api(stack: Stack) -> AsyncIterator[tuple[Proc, int, str]]:
             JOBRAIL_API_LIMITS__READ="[]",
             JOBRAIL_METRICS__TOKEN=unique("bench-metrics-"),
         ),
-        "api",
+        "api" if tenant == "bench" else f"api-{tenant}",
     )
     try:
         await wait_until(lambda: _ready(port, "/ready"), 60, "the API", interval=0.2)
@@ -155,10 +156,11 @@ def echo_request(key: str) -> bytes:
 
 
 @asynccontextmanager
-async def _peer(database_url: str) -> AsyncIterator[tuple[Proc, int]]:
-    """The plain FastAPI peer (bench/peer_app.py) on `uvicorn bench.peer_app:app`."""
+async def peer_api(database_url: str, queue: str | None = None) -> AsyncIterator[tuple[Proc, int]]:
+    """The plain FastAPI peer (bench/peer_app.py) on `uvicorn bench.peer_app:app`, its
+    tasks sent to `queue` (a new one by default; deleted at the end)."""
     port = _free_port()
-    queue = unique("bench.peer.")
+    queue = queue or unique("bench.peer.")
     server = spawn(
         [
             PYTHON,
@@ -200,7 +202,7 @@ async def run(concurrency: int = 32, seconds: float = 4.0, rounds: int = 3) -> d
     url = await create_database()
     stack = Stack(database_url=url, prefix=unique("bench."))
     try:
-        async with jobrail_api(stack) as (server, port, key), _peer(url) as (peer, peer_port):
+        async with jobrail_api(stack) as (server, port, key), peer_api(url) as (peer, peer_port):
             requests = {
                 "enqueue": (port, echo_request(key), server.popen.pid),
                 "peer_insert_kiq": (

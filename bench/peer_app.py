@@ -4,9 +4,14 @@
 asyncpg and then awaits `.kiq()` (the seeds' enqueue: no outbox, no idempotency, no
 auth, no rate limit). Served by plain `uvicorn bench.peer_app:app`, with uvicorn's
 defaults (httptools and uvloop when installed, as they are in the bench extra).
+
+Its task is a no-op; a worker (`taskiq worker bench.peer_app:broker`) started with
+`BENCH_STARTS` set appends `<job id> <time.time()>` to that file as each task starts
+(`bench.fair_dispatch` times request to start with it).
 """
 
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +24,7 @@ from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
 
 QUEUE = os.environ.get("BENCH_QUEUE", "bench.peer")
 DSN = os.environ.get("BENCH_PEER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+STARTS = os.environ.get("BENCH_STARTS")
 
 # The seeds' jobs table (checklist guide 03, "Job lifecycle and schema").
 SCHEMA = """
@@ -54,7 +60,12 @@ broker = AioPikaBroker(
 
 @broker.task(task_name="bench.peer_echo")
 async def echo(job_id: str) -> None:
-    return None
+    if STARTS:
+        fd = os.open(STARTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{job_id} {time.time()!r}\n".encode())
+        finally:
+            os.close(fd)
 
 
 class EchoIn(BaseModel):

@@ -1,4 +1,5 @@
-"""`make bench`: every measurement in one run, against the same services, then a table.
+"""`make bench`: every measurement in one run, against the same services, then a table
+(fair dispatch against plain last, `bench.fair_dispatch`).
 
 Writes bench/results/latest.json (and a dated copy) and the table in bench/README.md.
 `--quick` is a smaller run; `--api-only` measures only the API and its peers (its results
@@ -21,6 +22,7 @@ from bench import (
     batch_cost,
     celery_pipeline,
     counts,
+    fair_dispatch,
     jobrail_e2e,
     progress_cost,
     raw_aio_pika,
@@ -73,6 +75,8 @@ async def measure(quick: bool) -> dict[str, Any]:
     step("API")
     api = await api_load.run(concurrency=32, seconds=3 if quick else 4, rounds=2 if quick else 3)
     costs = await measure_costs(quick)
+    step("fair dispatch against plain (bench.fair_dispatch)")
+    fair = await fair_dispatch.run(fair_dispatch.Sizes.quick() if quick else None)
     celery_best = max(celery.values())
     one = jobrail["jobs_per_s"]["1"]
     return {
@@ -90,6 +94,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             "jobrail_vs_celery": round(one / celery_best, 2),
             **api_ratios(api),
             **costs["ratios"],
+            **fair_dispatch.ratios(fair),
         },
         "per_job": {
             "redis_round_trips": counted["redis_round_trips"],
@@ -107,6 +112,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         },
         "batch": costs["batch"],
         "progress": costs["progress"],
+        "fair_dispatch": fair,
         "worker_rounds": worker_rounds,
     }
 
@@ -272,6 +278,7 @@ def table(r: dict[str, Any]) -> str:
             f"{r['memory']['worker_rss_mb_idle']} / {r['memory']['worker_rss_mb_loaded']} MB",
         ),
         *cost_rows(r),
+        *fair_dispatch.rows(r["fair_dispatch"]),
     ]
     lines = render(rows)
     m = r["machine"]
@@ -329,7 +336,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.run",
         description="jobrail's benchmarks against raw Taskiq, Celery and plain FastAPI "
-        "peers (bench/README.md). Without options: the whole set (about 6 minutes), "
+        "peers (bench/README.md). Without options: the whole set (about 10 minutes), "
         "written to bench/results/ and the README's table.",
     )
     only = parser.add_mutually_exclusive_group()
