@@ -85,6 +85,9 @@ class JobDispatcher:
         self._holder = holder
         self._send_after_commit = send_after_commit
         self._lease = timedelta(seconds=settings.lease_s)
+        # The fewest jobs a pass releases while the queue has a line: a quarter of the
+        # credit (a pass costs a few statements and a publish whatever it releases).
+        self._least = max(1, min(16, settings.ready_target // 4))
         self._last_warning = float("-inf")
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
@@ -132,7 +135,9 @@ class JobDispatcher:
             if not line.shares.active:
                 return 0
             budget = self._settings.ready_target - await self._gauge.ready(queue)
-            if budget <= 0:
+            if budget < self._least:
+                # Too little room for a pass worth its cost (each costs about the same
+                # whatever it releases): let the workers take a few more first.
                 return 0
             picks = await self._pick(line, turn, budget)
             if not picks:

@@ -23,9 +23,9 @@ from sqlalchemy import (
     column,
     delete,
     func,
+    literal,
     or_,
     select,
-    text,
     true,
     update,
 )
@@ -47,7 +47,12 @@ from jobrail.store.tables import (
 )
 
 _queue = bindparam("queue", type_=Text())
-_IDLE_TIMEOUT = text("SET LOCAL idle_in_transaction_session_timeout = '10s'")
+# A pass holds its jobs' rows and the queue's row while it publishes: should its process
+# hang (not die) mid-pass, Postgres ends the transaction after this long idle, and
+# another dispatcher takes the queue over. Set with the lease's read: no round trip more.
+_IDLE_TIMEOUT = func.set_config(
+    literal("idle_in_transaction_session_timeout"), literal("10s"), true()
+).label("idle_timeout")
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
@@ -157,11 +162,6 @@ class SqlaDispatchStore:
     ) -> AsyncIterator[SqlaTurn | None]:
         with database_errors():
             async with self._engine.begin() as conn:
-                if self._postgres:
-                    # A pass holds its jobs' rows and the queue's row while it publishes:
-                    # should its process hang (not die) mid-pass, Postgres ends the
-                    # transaction, and another dispatcher takes the queue over.
-                    await conn.execute(_IDLE_TIMEOUT)
                 term = await self._lease(conn, queue, holder, now, lease)
                 yield None if term is None else SqlaTurn(conn, queue, term, self._postgres)
 
@@ -171,11 +171,12 @@ class SqlaDispatchStore:
         """The queue's term if `holder` holds (or now takes) its lease; None if another
         holder's runs, or another pass has the row."""
         q = dispatch_queues
+        columns = [q.c.holder, q.c.term, q.c.lease_until]
+        if self._postgres:
+            columns.append(_IDLE_TIMEOUT)  # type: ignore[arg-type]
         row = (
             await conn.execute(
-                select(q.c.holder, q.c.term, q.c.lease_until)
-                .where(q.c.queue == queue)
-                .with_for_update(skip_locked=True)
+                select(*columns).where(q.c.queue == queue).with_for_update(skip_locked=True)
             )
         ).first()
         until = now + lease
