@@ -182,10 +182,15 @@ def _touched(statement: Any) -> Any:
 def arrivals_noted(added: Any) -> Any:
     """Postgres, in the enqueue's statement: `note_arrival` for the held jobs among
     `added` (a CTE of the jobs inserted), once per queue and tenant."""
-    tenants = select(added.c.queue, added.c.tenant_id).where(added.c.held_since.is_not(None))
-    statement = postgresql.insert(dispatch_arrivals).from_select(
-        ["queue", "tenant_id"], tenants.distinct()
+    tenants = (
+        select(added.c.queue, added.c.tenant_id)
+        .where(added.c.held_since.is_not(None))
+        .distinct()
+        # In the primary key's order, as every other writer of the notes takes them:
+        # two statements that note the same tenants never wait for each other in turn.
+        .order_by(added.c.queue, added.c.tenant_id)
     )
+    statement = postgresql.insert(dispatch_arrivals).from_select(["queue", "tenant_id"], tenants)
     return _touched(statement).cte("arrived")
 
 

@@ -256,10 +256,15 @@ class SqlaPauses:
                 )
                 if gone.first() is None:
                     return False
-                waiting = select(jobs.c.queue, jobs.c.tenant_id).where(column == value, HELD)
+                waiting = (
+                    select(jobs.c.queue, jobs.c.tenant_id)
+                    .where(column == value, HELD)
+                    .distinct()
+                    .order_by(jobs.c.queue, jobs.c.tenant_id)  # as the enqueues note them
+                )
                 await conn.execute(
                     upsert_insert(self._engine.dialect.name, dispatch_arrivals)
-                    .from_select(["queue", "tenant_id"], waiting.distinct())
+                    .from_select(["queue", "tenant_id"], waiting)
                     .on_conflict_do_nothing()
                 )
         return True
