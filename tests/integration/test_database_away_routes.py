@@ -49,6 +49,10 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("DELETE", f"/webhooks/{ID}", None, False),
     ("GET", "/admin/overview", None, True),
     ("PUT", "/admin/tenants/acme/max-queued", {"max_queued": 5}, True),
+    ("PUT", "/admin/tenants/acme/weight", {"weight": 2}, True),
+    ("POST", "/admin/pauses", {"scope": "tenant", "value": "acme"}, True),
+    ("GET", "/admin/pauses", None, True),
+    ("DELETE", "/admin/pauses/tenant/acme", None, True),
     ("GET", "/ops", None, True),
     ("GET", f"/ops/jobs/{ID}", None, True),
     ("GET", f"/ops/flows/{ID}", None, True),
@@ -125,6 +129,7 @@ def _shape(path: str) -> str:
         "/billing/month-end-runs/2026-01": "/billing/month-end-runs/{month}",
         "/sync/accounts/shop-1": "/sync/accounts/{account_id}",
         "/admin/tenants/acme": "/admin/tenants/{tenant_id}",
+        "/admin/pauses/tenant/acme": "/admin/pauses/{scope}/{value}",
     }
     for concrete, shape in shapes.items():
         if path.startswith(concrete):
