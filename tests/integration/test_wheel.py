@@ -128,9 +128,10 @@ def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
 
     assert loaded.split() == [
         "maintenance",
+        "dispatch",
         "webhooks",
         "demo",
-    ]  # the platform's two, then the one named
+    ]  # the platform's three, then the one named
 
 
 def test_the_reference_application_runs_beside_the_installed_wheel_as_in_the_image(
