@@ -1,6 +1,7 @@
 """Loading the modules a process runs with: those ``JOBRAIL_MODULES`` names (installed
-entry points of the group ``jobrail.modules``), after the platform's own housekeeping
-and webhooks, which are always there (see ``jobrail.modules`` for what a module is)."""
+entry points of the group ``jobrail.modules``), after the platform's own housekeeping,
+dispatch and webhooks, which are always there (see ``jobrail.modules`` for what a module
+is)."""
 
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
