@@ -37,7 +37,7 @@ def test_every_statement_numbers_its_parameters_from_one_without_a_gap() -> None
         if name.isupper() and isinstance(value, str)
     }
 
-    assert len(statements) == 19
+    assert len(statements) == 20
     for name, sql in statements.items():
         numbers = {int(n) for n in re.findall(r"\$(\d+)", sql)}
         assert numbers == set(range(1, len(numbers) + 1)), name
