@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -53,6 +54,16 @@ async def _enqueue(
     return [str(result.job.id) for result in results]
 
 
+async def _dispatching_app(tmp_path: Path) -> FastAPI:
+    """The embedded app with fair dispatch, SLOTS slots and as many released at most."""
+    settings = embedded_settings(
+        tmp_path,
+        dispatch={"enabled": True, "ready_target": SLOTS},
+        worker={"max_async_tasks": SLOTS},
+    )
+    return create_app(await migrated(settings), modules=[*REFERENCE, module])
+
+
 def _count(path: str, count: int) -> Callable[[], Awaitable[bool]]:
     async def reached() -> bool:
         return len(started(path)) >= count
@@ -74,12 +85,7 @@ def _finished(engine: AsyncEngine) -> Callable[[], Awaitable[bool]]:
 async def test_a_late_tenant_starts_its_jobs_among_the_backlog_not_after_it(
     tmp_path: Path,
 ) -> None:
-    settings = embedded_settings(
-        tmp_path,
-        dispatch={"enabled": True, "ready_target": SLOTS},
-        worker={"max_async_tasks": SLOTS},
-    )
-    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    app = await _dispatching_app(tmp_path)
     path = str(tmp_path / "starts")
     async with app.router.lifespan_context(app):
         engine = await runtime_of(app).container.get(AsyncEngine)
@@ -124,12 +130,7 @@ ROUNDS = 40
 async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: Path) -> None:
     import httpx
 
-    settings = embedded_settings(
-        tmp_path,
-        dispatch={"enabled": True, "ready_target": SLOTS},
-        worker={"max_async_tasks": SLOTS},
-    )
-    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    app = await _dispatching_app(tmp_path)
     path = str(tmp_path / "starts")
     client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     client.app = app
@@ -169,12 +170,7 @@ async def test_backlogged_tenants_share_the_workers_by_their_weights(tmp_path: P
 async def test_a_high_job_goes_ahead_of_its_tenant_s_backlog_and_a_low_one_behind(
     tmp_path: Path,
 ) -> None:
-    settings = embedded_settings(
-        tmp_path,
-        dispatch={"enabled": True, "ready_target": SLOTS},
-        worker={"max_async_tasks": SLOTS},
-    )
-    app = create_app(await migrated(settings), modules=[*REFERENCE, module])
+    app = await _dispatching_app(tmp_path)
     path = str(tmp_path / "starts")
     async with app.router.lifespan_context(app):
         backlog = await _enqueue(app, "a", path, 60, work_s=0.1)

@@ -2,33 +2,17 @@
 is what the claim and the admin API see; what they refuse is one line, never a traceback."""
 
 import json
-import os
-import subprocess
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.support.fixtures import ApiClient
-from tests.support.processes import BIN, ROOT
-
-
-def jobrail(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
-    full_env.update(env)
-    return subprocess.run(
-        [str(BIN / "jobrail"), *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.support.processes import run_jobrail
 
 
 def ok(env: dict[str, str], *args: str) -> Any:
-    done = jobrail(env, *args)
+    done = run_jobrail(env, *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -57,10 +41,10 @@ async def test_the_cli_pauses_lists_and_resumes_and_refuses_in_one_line(
     }
 
     refused = [
-        jobrail(stack_env, "resume", "tenant", "acme"),  # not paused any more
-        jobrail(stack_env, "pause", "queue", "jobs.nowhere"),
-        jobrail(stack_env, "pause", "type", "no.such.type"),
-        jobrail(stack_env, "pause", "planet", "earth"),
+        run_jobrail(stack_env, "resume", "tenant", "acme"),  # not paused any more
+        run_jobrail(stack_env, "pause", "queue", "jobs.nowhere"),
+        run_jobrail(stack_env, "pause", "type", "no.such.type"),
+        run_jobrail(stack_env, "pause", "planet", "earth"),
     ]
     for answer in refused:
         assert answer.returncode != 0

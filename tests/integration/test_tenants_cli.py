@@ -1,7 +1,6 @@
 """`jobrail tenants ...` against Postgres, and the keys it prints used on the stack API."""
 
 import json
-import os
 import subprocess
 from typing import Any
 
@@ -9,21 +8,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.support.fixtures import ApiClient
-from tests.support.processes import BIN, ROOT
+from tests.support.processes import run_jobrail
 
 
 def jobrail(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
-    full_env.update(env)
-    return subprocess.run(
-        [str(BIN / "jobrail"), "tenants", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_jobrail(env, "tenants", *args)
 
 
 def ok(env: dict[str, str], *args: str) -> Any:

@@ -17,6 +17,7 @@ import time
 from pydantic import BaseModel
 
 from jobrail import JobContext, JobRail, Module, TokenBucket, job
+from tests.support.lines import append_line
 
 CAPACITY = float(os.environ.get("JOBRAIL_TEST_BUCKET_CAPACITY", "5"))
 PER_SECOND = float(os.environ.get("JOBRAIL_TEST_BUCKET_PER_SECOND", "5"))
@@ -25,14 +26,6 @@ PER_SECOND = float(os.environ.get("JOBRAIL_TEST_BUCKET_PER_SECOND", "5"))
 class Start(BaseModel):
     path: str
     n: int = 0
-
-
-def _append(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 @job(
@@ -44,7 +37,7 @@ def _append(path: str, line: str) -> None:
 )
 async def bucket_start(payload: Start, ctx: JobContext) -> None:
     started = time.time()
-    await asyncio.to_thread(_append, payload.path, f"{started!r} {ctx.job_id}\n")
+    await asyncio.to_thread(append_line, payload.path, f"{started!r} {ctx.job_id}\n")
 
 
 def starts(path: str) -> list[float]:

@@ -16,8 +16,6 @@ and commits). Without a request, a release goes on at once.
 
 import asyncio
 import os
-import socket
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,16 +23,17 @@ from dishka import Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail import JobRail, Module
+from jobrail.dispatch.ioc import job_dispatcher
 from jobrail.dispatch.ports import Sender
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.clock import Clock
 from jobrail.settings import Settings
-from jobrail.store.dispatch import SqlaDispatchStore
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 from tests.support import jobs
+from tests.support.lines import append_line
 from workers.app import MODULES as REFERENCE
 
 DIR_ENV = "JOBRAIL_TEST_STALL_DIR"
@@ -78,7 +77,7 @@ class StallingSender:
         except FileNotFoundError:
             return results
         line = " ".join([str(os.getpid()), *(str(message.job_id) for message in messages)])
-        _append(self._directory / "stalled", f"{line}\n")
+        append_line(self._directory / "stalled", f"{line}\n")
         await self._until_resumed()
         return results
 
@@ -93,18 +92,9 @@ class StallingSender:
                 return
 
 
-def _append(path: Path, line: str) -> None:
-    """One write with O_APPEND: a line is whole when a reader sees it."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
 class StallingDispatchProvider(Provider):
-    """jobrail.dispatch.ioc.DispatchProvider's dispatcher, with a StallingSender; the
-    later provider, it takes that one's place."""
+    """jobrail.dispatch.ioc's dispatcher, with a StallingSender; the later provider, it
+    takes that one's place."""
 
     scope = Scope.APP
 
@@ -117,18 +107,8 @@ class StallingDispatchProvider(Provider):
         clock: Clock,
         settings: Settings,
     ) -> JobDispatcher:
-        holder = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        return JobDispatcher(
-            SqlaDispatchStore(engine),
-            broker,
-            StallingSender(MessagePublisher(broker), Path(os.environ[DIR_ENV])),
-            catalog,
-            clock,
-            settings.dispatch,
-            settings.rabbit.queues,
-            holder,
-            send_after_commit=settings.embedded,
-        )
+        sender = StallingSender(MessagePublisher(broker), Path(os.environ[DIR_ENV]))
+        return job_dispatcher(engine, broker, catalog, clock, settings, sender)
 
 
 module = Module(name="dispatch_stall", providers=[StallingDispatchProvider()])

@@ -8,11 +8,11 @@ with O_APPEND, so that the lines of worker processes on this machine land in one
 in the order they were written, and never interleave."""
 
 import asyncio
-import os
 
 from pydantic import BaseModel
 
 from jobrail import JobContext, JobRail, Module, job
+from tests.support.lines import append_line
 
 
 class Step(BaseModel):
@@ -20,17 +20,9 @@ class Step(BaseModel):
     work_s: float = 0.0
 
 
-def _append(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
 @job("test.fair_step", payload=Step)
 async def fair_step(payload: Step, ctx: JobContext) -> None:
-    _append(payload.path, f"{ctx.tenant_id} {ctx.job_id}\n")
+    append_line(payload.path, f"{ctx.tenant_id} {ctx.job_id}\n")
     await asyncio.sleep(payload.work_s)
 
 

@@ -131,3 +131,19 @@ def start_embedded(
         server.kill()
         raise
     return base, server
+
+
+def run_jobrail(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`jobrail ARGS` run to its end, with this environment but its JOBRAIL_* settings,
+    and with `env`."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
+    full_env.update(env)
+    return subprocess.run(
+        [str(BIN / "jobrail"), *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

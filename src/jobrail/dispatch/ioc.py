@@ -6,6 +6,7 @@ from dishka import AnyOf, Provider, Scope, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.dispatch.pauses import Pauses
+from jobrail.dispatch.ports import Sender
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.ports import PauseReader
@@ -38,17 +39,29 @@ class DispatchProvider(Provider):
         clock: Clock,
         settings: Settings,
     ) -> JobDispatcher:
-        # Names this process in dispatch_queues.holder (for an operator reading it).
-        holder = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        return JobDispatcher(
-            SqlaDispatchStore(engine),
-            broker,
-            MessagePublisher(broker),
-            catalog,
-            clock,
-            settings.dispatch,
-            settings.rabbit.queues,
-            holder,
-            # The embedded broker is this process's memory: see jobrail.dispatch.use_cases.
-            send_after_commit=settings.embedded,
-        )
+        return job_dispatcher(engine, broker, catalog, clock, settings, MessagePublisher(broker))
+
+
+def job_dispatcher(
+    engine: AsyncEngine,
+    broker: JobBroker,
+    catalog: JobCatalog,
+    clock: Clock,
+    settings: Settings,
+    sender: Sender,
+) -> JobDispatcher:
+    """The process's dispatcher, publishing through `sender`."""
+    # Names this process in dispatch_queues.holder (for an operator reading it).
+    holder = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return JobDispatcher(
+        SqlaDispatchStore(engine),
+        broker,
+        sender,
+        catalog,
+        clock,
+        settings.dispatch,
+        settings.rabbit.queues,
+        holder,
+        # The embedded broker is this process's memory: see jobrail.dispatch.use_cases.
+        send_after_commit=settings.embedded,
+    )
