@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -189,7 +190,9 @@ jobs = Table(
 )
 
 # One row per queue under fair dispatch: who releases its jobs (the lease of one
-# dispatcher at a time; `term` grows with each new holder).
+# dispatcher at a time; `term` grows with each new holder), whether an enqueue may
+# publish at once (`open`: the fast-path gate, which that dispatcher opens and closes)
+# and its figures for a waiting job's estimate (written about once a second).
 dispatch_queues = Table(
     "dispatch_queues",
     metadata,
@@ -197,6 +200,9 @@ dispatch_queues = Table(
     Column("holder", String(128)),
     Column("term", Integer, nullable=False, server_default=text("0")),
     Column("lease_until", UtcDateTime),
+    Column("open", Boolean, nullable=False, server_default=false()),
+    Column("drain_per_s", Float),
+    Column("active_weight", Float),
 )
 
 # The tenants that held jobs arrived for since the dispatcher last looked (an enqueue
