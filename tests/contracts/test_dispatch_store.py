@@ -4,69 +4,24 @@ and a pass that does not commit releases nothing."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from jobrail.jobs.domain import Job, JobStatus
-from jobrail.jobs.messages import JobMessage
+from jobrail.jobs.domain import JobStatus
 from jobrail.kernel.ids import TenantId
 from jobrail.settings import DatabaseSettings
-from jobrail.store.dispatch import SqlaDispatchStore, SqlaPauses
-from jobrail.store.jobs import SqlaJobIntake, SqlaJobRepository, SqlaJobStore
-from jobrail.store.pg_intake import PgJobIntake
+from jobrail.store.dispatch import SqlaPauses
+from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
 from jobrail.store.pg_job_store import PgJobStore
 from jobrail.store.pg_pool import create_pool
-from jobrail.store.tables import dispatch_arrivals, dispatch_pauses, jobs, outbox, tenants
-from jobrail.transport.codec import encode
+from jobrail.store.tables import dispatch_arrivals, jobs, outbox, tenants
 from tests.fakes import START, make_job
-from tests.support.services import store_engine
+from tests.support.dispatch_store import Subject, held
 
 LEASE = timedelta(seconds=3)
-TABLES = "jobs, outbox, dispatch_queues, dispatch_arrivals, dispatch_pauses, tenants CASCADE"
-
-
-class Subject:
-    def __init__(self, engine: AsyncEngine, add: Any) -> None:
-        self.engine, self.add = engine, add
-        self.store = SqlaDispatchStore(engine)
-
-    async def count(self, table: Any, *where: Any) -> int:
-        async with self.engine.connect() as conn:
-            return int(await conn.scalar(select(func.count()).select_from(table).where(*where)))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
-    engine = await store_engine(request, tmp_path, TABLES)
-    pool = None
-    if request.param == "sqlite":
-        intake: Any = SqlaJobIntake(async_sessionmaker(engine))
-    else:
-        pool = await create_pool(DatabaseSettings(url=engine.url.render_as_string(False)))
-        intake = PgJobIntake(pool)
-
-    async def add(job: Job) -> Job:
-        message = JobMessage.of(job)
-        return await intake.add(job, encode(message))  # type: ignore[no-any-return]
-
-    yield Subject(engine, add)
-    if pool is not None:
-        await pool.close()
-    async with engine.begin() as conn:  # a pause left behind would stop every later claim
-        await conn.execute(dispatch_pauses.delete())
-    await engine.dispose()
-
-
-def held(tenant: str = "acme", **overrides: Any) -> Job:
-    job = make_job(tenant_id=TenantId(tenant), **overrides)
-    job.hold()
-    return job
 
 
 async def test_a_held_enqueue_writes_no_message_and_notes_its_tenant(subject: Subject) -> None:

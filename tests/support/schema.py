@@ -21,6 +21,7 @@ PLATFORM_TABLES = {
     "dispatch_queues",
     "dispatch_arrivals",
     "dispatch_pauses",
+    "dispatch_gates",
 }
 
 

@@ -41,6 +41,16 @@ class ReleaseTurn(Protocol):
         deadline at `now`; the jobs released."""
         ...
 
+    @property
+    def paused(self) -> bool:
+        """Whether an operator paused anything (a queue, a type or a tenant) anywhere."""
+        ...
+
+    async def figures(self, drain_per_s: float, active_weight: float) -> None:
+        """Write the queue's recent drain (jobs per second) and the sum of its active
+        tenants' weights, which a waiting job's estimate reads."""
+        ...
+
 
 class DispatchStore(Protocol):
     def turn(
@@ -49,6 +59,11 @@ class DispatchStore(Protocol):
         """A pass over `queue` as `holder`, who holds its lease until `now + lease`; None
         (and nothing done) while another holder's lease runs. Leaving it with an error
         undoes the pass."""
+        ...
+
+    async def gate(self, queue: str, credit: int) -> None:
+        """Let the next `credit` enqueues of jobs due now in `queue` publish them at once
+        (the fast path), holding none; 0: every one holds its job for a pass."""
         ...
 
 

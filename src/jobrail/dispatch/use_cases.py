@@ -12,6 +12,11 @@ held (its transaction rolls back), and the messages it had published find their 
 held and are dropped (``worker.outcomes.unclaimed``). Where the broker is the process's
 own memory (the embedded mode), the messages are sent after the commit instead: they
 would die with it, and the restart sends every released job again.
+
+While a queue has no held backlog, its dispatcher gives the queue's enqueues a credit
+of the room left in the broker (``DispatchStore.gate``): that many publish their jobs
+at once, as with dispatch off, and wait for no pass; the next ones hold their jobs. A
+pass that finds a backlog or a pause sets it to none.
 """
 
 import asyncio
@@ -38,6 +43,8 @@ log = logging.getLogger("jobrail.dispatch")
 HEADS = 4
 # How often the tenants' weights are read again (a change applies within this).
 WEIGH_EVERY_S = 1.0
+# How often the queue's figures for waiting jobs' estimates are written, at most.
+FIGURES_EVERY_S = 1.0
 
 
 @dataclass
@@ -52,6 +59,11 @@ class _Line:
     weighed_at: float = float("-inf")
     weights: dict[str, float] = field(default_factory=dict)
     look_again_at: float = float("-inf")  # when a process without the lease looks again
+    # The queue's drain while it has a backlog: jobs released since `drained_since`.
+    drained: int = 0
+    drained_since: float | None = None
+    drain_per_s: float | None = None
+    credit: int | None = None  # the fast-path credit this process last set, if it did
 
     def restart(self, term: int | None) -> None:
         self.term = term
@@ -59,6 +71,7 @@ class _Line:
         self.heads.clear()
         self.discovered_at = float("-inf")
         self.weighed_at = float("-inf")
+        self.drained_since = None
 
 
 class JobDispatcher:
@@ -122,6 +135,7 @@ class JobDispatcher:
         if line.term is None and time.monotonic() < line.look_again_at:
             return 0  # another process holds the lease: look now and then only
         sent: list[JobMessage] = []
+        credit = 0
         async with self._store.turn(queue, self._holder, self._clock.now(), self._lease) as turn:
             if turn is None:
                 if line.term is not None:
@@ -132,25 +146,64 @@ class JobDispatcher:
             if turn.term != line.term:
                 line.restart(turn.term)
             await self._learn(line, turn)
-            if not line.shares.active:
-                return 0
-            budget = self._settings.ready_target - await self._gauge.ready(queue)
-            if budget < self._least:
-                # Too little room for a pass worth its cost (each costs about the same
-                # whatever it releases): let the workers take a few more first.
-                return 0
-            picks = await self._pick(line, turn, budget)
-            if not picks:
-                return 0
-            released = await turn.release(picks, self._clock.now())
-            order = {job_id: n for n, job_id in enumerate(picks)}
-            released.sort(key=lambda job: order[job.id])
-            sent = [message_for(job, self._catalog.get(job.type)) for job in released]
+            if line.shares.active:
+                sent = await self._release(line, turn)
+            else:
+                line.drained_since = None  # a drain is measured over a backlog only
+                credit = await self._credit(turn, queue)
             if not self._send_after_commit:
                 await self._send(sent)  # an error here undoes the release
         if self._send_after_commit:
             await self._send(sent)
+        if credit or line.credit != 0:
+            await self._store.gate(queue, credit)
+            line.credit = credit
         return len(sent)
+
+    async def _release(self, line: _Line, turn: ReleaseTurn) -> list[JobMessage]:
+        """Release held jobs, in fair order, as many as the credit has room for: their
+        messages, in that order."""
+        budget = self._settings.ready_target - await self._gauge.ready(line.queue)
+        await self._note_figures(line, turn)
+        if budget < self._least:
+            # Too little room for a pass worth its cost (each costs about the same
+            # whatever it releases): let the workers take a few more first.
+            return []
+        picks = await self._pick(line, turn, budget)
+        if not picks:
+            return []
+        released = await turn.release(picks, self._clock.now())
+        order = {job_id: n for n, job_id in enumerate(picks)}
+        released.sort(key=lambda job: order[job.id])
+        line.drained += len(released)
+        return [message_for(job, self._catalog.get(job.type)) for job in released]
+
+    async def _credit(self, turn: ReleaseTurn, queue: str) -> int:
+        """With no held backlog: how many enqueues may publish their jobs at once (the
+        fast path), which is the room left in the broker (the credit less the messages
+        ready), so that a burst of enqueues holds its jobs once that much went straight
+        out. None while anything is paused (a paused job's message would only come
+        back), nor with dispatch off (nothing is held then)."""
+        if not self._settings.enabled or turn.paused:
+            return 0
+        return max(0, self._settings.ready_target - await self._gauge.ready(queue))
+
+    async def _note_figures(self, line: _Line, turn: ReleaseTurn) -> None:
+        """About once a second while the queue has a backlog, its drain (the jobs
+        released per second, which the workers' credit paces) and its active tenants'
+        weights, for a waiting job's estimate of when it starts."""
+        now = time.monotonic()
+        if line.drained_since is None:
+            line.drained_since, line.drained = now, 0
+            return
+        elapsed = now - line.drained_since
+        if elapsed < FIGURES_EVERY_S:
+            return
+        rate = line.drained / elapsed
+        line.drain_per_s = rate if line.drain_per_s is None else (line.drain_per_s + rate) / 2
+        weight = sum(line.weights.get(tenant, 1.0) for tenant in line.shares.active)
+        await turn.figures(line.drain_per_s, weight)
+        line.drained_since, line.drained = now, 0
 
     async def _learn(self, line: _Line, turn: ReleaseTurn) -> None:
         """Which tenants have held jobs, with their weights: the arrivals noted since the

@@ -14,6 +14,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
@@ -21,7 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from jobrail.jobs.domain import Job
 from jobrail.kernel.errors import ConflictError, QueuedCapError
-from jobrail.store.tables import dispatch_arrivals, dispatch_pauses, jobs, tenants
+from jobrail.store.tables import (
+    dispatch_arrivals,
+    dispatch_gates,
+    dispatch_pauses,
+    jobs,
+    tenants,
+)
 
 # The unique index of jobs and of flows: one row per tenant and idempotency key (NULL
 # keys never collide).
@@ -205,3 +212,23 @@ def paused_job() -> ColumnElement[bool]:
             and_(p.c.scope == literal_column("'tenant'"), p.c.value == jobs.c.tenant_id),
         )
     )
+
+
+async def through_gate(session: AsyncSession, queue: str, options: Mapping[str, Any]) -> bool:
+    """Whether a job its enqueue would hold goes out at once instead (jobrail.dispatch:
+    its queue's fast-path credit, ``dispatch_gates``, is not spent), in a session's
+    transaction. SQLite takes one from the credit (its writers are serial anyway). On
+    Postgres (a host's session) it only reads it: taking it would lock the queue's gate
+    row, and every other enqueue of the queue with it, for the rest of the host's
+    transaction; so a host's concurrent enqueues may overdraw it, by their number."""
+    g = dispatch_gates
+    if session.get_bind().dialect.name == "postgresql":
+        read = select(g.c.credit).where(g.c.queue == queue)
+        return bool(((await session.execute(read, execution_options=options)).scalar() or 0) > 0)
+    take = (
+        update(g)
+        .where(g.c.queue == queue, g.c.credit > 0)
+        .values(credit=g.c.credit - 1)
+        .returning(g.c.queue)
+    )
+    return (await session.execute(take, execution_options=options)).first() is not None

@@ -11,6 +11,7 @@ overlapped (a lease taken over) is released once.
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import (
     bindparam,
     column,
     delete,
+    exists,
     func,
     literal,
     or_,
@@ -40,6 +42,7 @@ from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import (
     HELD,
     dispatch_arrivals,
+    dispatch_gates,
     dispatch_pauses,
     dispatch_queues,
     jobs,
@@ -54,6 +57,7 @@ _IDLE_TIMEOUT = func.set_config(
     literal("idle_in_transaction_session_timeout"), literal("10s"), true()
 ).label("idle_timeout")
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
+_ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
 TENANTS = select(jobs.c.tenant_id).where(jobs.c.queue == _queue, HELD).distinct()
@@ -113,11 +117,19 @@ def _release(ids: Sequence[JobId], now: datetime) -> Any:
 
 
 class SqlaTurn:
-    def __init__(self, conn: AsyncConnection, queue: str, term: int, postgres: bool) -> None:
+    def __init__(self, conn: AsyncConnection, queue: str, lease: "_Lease", postgres: bool) -> None:
         self._conn = conn
         self._queue = queue
-        self.term = term
+        self.term = lease.term
+        self.paused = lease.paused
         self._postgres = postgres
+
+    async def figures(self, drain_per_s: float, active_weight: float) -> None:
+        await self._conn.execute(
+            update(dispatch_queues)
+            .where(dispatch_queues.c.queue == self._queue)
+            .values(drain_per_s=drain_per_s, active_weight=active_weight)
+        )
 
     async def arrivals(self) -> list[str]:
         return list((await self._conn.execute(ARRIVALS, {"queue": self._queue})).scalars())
@@ -162,18 +174,18 @@ class SqlaDispatchStore:
     ) -> AsyncIterator[SqlaTurn | None]:
         with database_errors():
             async with self._engine.begin() as conn:
-                term = await self._lease(conn, queue, holder, now, lease)
-                yield None if term is None else SqlaTurn(conn, queue, term, self._postgres)
+                held = await self._lease(conn, queue, holder, now, lease)
+                yield None if held is None else SqlaTurn(conn, queue, held, self._postgres)
 
     async def _lease(
         self, conn: AsyncConnection, queue: str, holder: str, now: datetime, lease: timedelta
-    ) -> int | None:
-        """The queue's term if `holder` holds (or now takes) its lease; None if another
+    ) -> "_Lease | None":
+        """The queue's lease if `holder` holds (or now takes) it; None if another
         holder's runs, or another pass has the row."""
         q = dispatch_queues
-        columns = [q.c.holder, q.c.term, q.c.lease_until]
+        columns: list[Any] = [q.c.holder, q.c.term, q.c.lease_until, _ANY_PAUSE]
         if self._postgres:
-            columns.append(_IDLE_TIMEOUT)  # type: ignore[arg-type]
+            columns.append(_IDLE_TIMEOUT)
         row = (
             await conn.execute(
                 select(*columns).where(q.c.queue == queue).with_for_update(skip_locked=True)
@@ -185,9 +197,10 @@ class SqlaDispatchStore:
                 upsert_insert(self._engine.dialect.name, q)
                 .values(queue=queue, holder=holder, term=1, lease_until=until)
                 .on_conflict_do_nothing()
-                .returning(q.c.term)
+                .returning(q.c.term, _ANY_PAUSE)
             )
-            return (await conn.execute(first)).scalar_one_or_none()
+            made = (await conn.execute(first)).first()
+            return None if made is None else _Lease(int(made.term), bool(made.paused))
         running = row.lease_until is not None and row.lease_until > now
         if running and row.holder != holder:
             return None
@@ -198,7 +211,30 @@ class SqlaDispatchStore:
                 .where(q.c.queue == queue)
                 .values(holder=holder, term=term, lease_until=until)
             )
-        return int(term)
+        return _Lease(int(term), bool(row.paused))
+
+    async def gate(self, queue: str, credit: int) -> None:
+        """Set the queue's fast-path credit (``dispatch_gates``), in a transaction of its
+        own, after the pass: it waits for the enqueues taking from it, and never while
+        holding what they wait for. Written only if it changes."""
+        g = dispatch_gates
+        with database_errors():
+            async with self._engine.begin() as conn:
+                changed = await conn.execute(
+                    update(g).where(g.c.queue == queue, g.c.credit != credit).values(credit=credit)
+                )
+                if changed.rowcount == 0 and credit > 0:
+                    await conn.execute(
+                        upsert_insert(self._engine.dialect.name, g)
+                        .values(queue=queue, credit=credit)
+                        .on_conflict_do_nothing()
+                    )
+
+
+@dataclass(frozen=True)
+class _Lease:
+    term: int
+    paused: bool  # whether anything is paused, anywhere
 
 
 _SCOPE_COLUMNS = {"queue": jobs.c.queue, "type": jobs.c.type, "tenant": jobs.c.tenant_id}

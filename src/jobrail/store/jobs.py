@@ -18,7 +18,7 @@ from jobrail.kernel.ids import JobId, TenantId
 from jobrail.store import json_codec
 from jobrail.store import queries as q
 from jobrail.store.debounce import debounced, refused_by_cap
-from jobrail.store.dialects import insert_or_existing, note_arrival, queued_cap
+from jobrail.store.dialects import insert_or_existing, note_arrival, queued_cap, through_gate
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row, job_row, job_state, progress_document
 from jobrail.store.outbox_rows import insert_outbox_rows
@@ -40,6 +40,10 @@ class SqlaJobRepository:
     async def add(self, job: Job) -> Job:
         if job.debounce_key is not None:
             return await self._debounce(job)
+        if job.held_since is not None and await through_gate(
+            self._session, job.queue, self._options
+        ):
+            job.held_since = None  # no backlog in its queue: it goes out at the commit
         with database_errors():
             existing = await insert_or_existing(
                 self._session,

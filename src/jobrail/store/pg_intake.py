@@ -6,6 +6,7 @@ statements.
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -161,7 +162,10 @@ class PgJobIntake(_Pg):
             if self._marks is not None:
                 self._marks.give_back(marks)
             raise
-        added = {row["id"] for row in rows}
+        added = {row["id"]: row["held_since"] for row in rows}
+        for job in jobs_:
+            if job.id in added:  # released at once, if its queue's gate was open
+                job.held_since = added[job.id]
         return [job.id in added for job in jobs_]
 
     @staticmethod
@@ -171,6 +175,16 @@ class PgJobIntake(_Pg):
         messages: Sequence[Envelope],
         marks: Sequence[tuple[Any, datetime]],
     ) -> list[Any]:
+        # The jobs it would hold, numbered per queue: the first ones go out at once if
+        # their queue's fast-path credit has room (store/enqueue_statement.py).
+        wants: Counter[str] = Counter()
+        ranks: list[int | None] = []
+        for job in jobs_:
+            if job.held_since is None:
+                ranks.append(None)
+            else:
+                wants[job.queue] += 1
+                ranks.append(wants[job.queue])
         return [
             [job.id for job in jobs_],
             [job.tenant_id for job in jobs_],
@@ -199,6 +213,7 @@ class PgJobIntake(_Pg):
             [job.rank_at for job in jobs_],
             [int(job.priority) for job in jobs_],
             [job.tenant_id if job.capped else None for job in jobs_],
+            ranks,
             [job.id for job in jobs_],
             [m.id for m in messages],
             [m.queue for m in messages],
@@ -208,6 +223,8 @@ class PgJobIntake(_Pg):
             [job.created_at for job in jobs_],
             [row_id for row_id, _ in marks],
             [at for _, at in marks],
+            list(wants),
+            list(wants.values()),
         ]
 
 

@@ -21,6 +21,8 @@ from sqlalchemy.sql import ClauseElement
 from jobrail.store import queries as q
 from jobrail.store.debounce import debounced_with_message
 from jobrail.store.dialects import queued_cap, under_queued_cap
+from jobrail.store.enqueue_statement import ENQUEUE as ENQUEUE_STATEMENT
+from jobrail.store.enqueue_statement import GATED
 
 # SQLAlchemy's asyncpg dialect: its parameters are asyncpg's ($n), each with its type.
 _ASYNCPG = make_url("postgresql+asyncpg://").get_dialect()()
@@ -71,7 +73,16 @@ WRITE_PROGRESS_MANY = compiled(q.WRITE_PROGRESS_MANY, *_HELD, "progress")
 # Enqueue: the jobs of every request in the batch (their columns in ENQUEUED's order, the
 # JSON documents as text), their messages (each with its job's id first, its headers as
 # text) and the published marks, in one statement.
-ENQUEUE = compiled(q.ENQUEUE, *q.CAPPED, "message_job_id", *_MESSAGE, "mark_id", "mark_at")
+ENQUEUE = compiled(
+    ENQUEUE_STATEMENT,
+    *GATED,
+    "message_job_id",
+    *_MESSAGE,
+    "mark_id",
+    "mark_at",
+    "gate_queue",
+    "gate_n",
+)
 BY_KEY = compiled(q.BY_KEY, "tenant_id", "idempotency_key")
 FLOW_BY_KEY = compiled(q.FLOW_BY_KEY, "tenant_id", "idempotency_key")
 BY_UNIQUE = compiled(q.BY_UNIQUE, "tenant_id", "type", "unique_key")

@@ -44,16 +44,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.types import TypeEngine
 
 from jobrail.jobs.domain import CLAIMABLE_STATUSES, EXPIRED_ERROR, FlowRole, JobStatus
 from jobrail.store.dialects import (
-    arrivals_noted,
-    key_is_free,
     keyed,
     paused_job,
-    under_queued_cap,
 )
 from jobrail.store.tables import Json, UtcDateTime, flows, jobs, outbox
 
@@ -275,11 +271,11 @@ def _note_waits(v: Values) -> Update:
     )
 
 
-def _mark_published(v: Values) -> Update:
+def mark_published(v: Values) -> Update:
     return update(outbox).where(outbox.c.id == v["id"]).values(published_at=v["at"])
 
 
-def _messages(v: Values) -> Select[Any]:
+def messages_of(v: Values) -> Select[Any]:
     return select(*(v[name] for name in MESSAGE))
 
 
@@ -343,7 +339,7 @@ SAVE_HELD_MANY = _held_write(
 )
 WRITE_PROGRESS_MANY = _held_write(unnested("p", PROGRESS), ("progress",))
 NOTE_WAITS = _note_waits(unnested("n", NOTE, json_text=("waiting",)))
-MARK_PUBLISHED = _mark_published(unnested("p", MARK, prefix="mark_"))
+MARK_PUBLISHED = mark_published(unnested("p", MARK, prefix="mark_"))
 
 
 def _record_with_messages() -> Select[Any]:
@@ -352,44 +348,10 @@ def _record_with_messages() -> Select[Any]:
     messages = unnested("m", MESSAGE, prefix="message_")
     written = (
         insert(outbox)
-        .from_select(list(MESSAGE), _messages(messages).where(exists(select(updated.c.id))))
+        .from_select(list(MESSAGE), messages_of(messages).where(exists(select(updated.c.id))))
         .cte("messages")
     )
     return select(func.count().label("count")).select_from(updated).add_cte(written)
 
 
-def _enqueue() -> Select[Any]:
-    """The jobs of many requests and their messages, in one statement. JSON documents
-    arrive as text, encoded per request (a NUL is refused for that request alone). A row
-    whose key is taken (by an earlier row of the same batch too), or started a batch or
-    chain, or whose tenant is at its cap, is left out, and so is its message (the caller
-    tells which). The marks of rows published since the last statement ride along (see
-    PgOutboxMarks). The ids of the jobs added."""
-    j = unnested("j", CAPPED, json_text=("payload", "result", "trace_context"), ordinality="n")
-    fresh = or_(
-        j["idempotency_key"].is_(None),
-        key_is_free(flows, tenant_id=j["tenant_id"], idempotency_key=j["idempotency_key"]),
-    )
-    capped = under_queued_cap(j["cap_tenant_id"])
-    rows = select(*(j[name] for name in ENQUEUED)).where(fresh, capped).order_by(j["n"])
-    added = (
-        pg_insert(jobs)
-        .from_select(ENQUEUED, rows)
-        .on_conflict_do_nothing()  # no target: the idempotency key's and the unique key's
-        .returning(jobs.c.id, jobs.c.queue, jobs.c.tenant_id, jobs.c.held_since)
-        .cte("added")
-    )
-    # A held job has no message (the dispatcher makes it): its tenant is noted instead.
-    released = select(added.c.id).where(added.c.held_since.is_(None))
-    m = unnested("m", {"job_id": Uuid(), **MESSAGE}, prefix="message_", json_text=("headers",))
-    messages = (
-        insert(outbox)
-        .from_select(list(MESSAGE), _messages(m).where(m["job_id"].in_(released)))
-        .cte("messages")
-    )
-    marked = _mark_published(unnested("p", MARK, prefix="mark_")).cte("marked")
-    return select(added.c.id).add_cte(messages, marked, arrivals_noted(added))
-
-
 RECORD_WITH_MESSAGES = _record_with_messages()
-ENQUEUE = _enqueue()

@@ -22,7 +22,6 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
-    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -61,16 +60,11 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 Json: Any = JSON().with_variant(JSONB(), "postgresql")
 
+# fmt: off
 JOB_STATUSES = (
-    "pending",
-    "running",
-    "retrying",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "blocked",
-    "expired",
+    "pending", "running", "retrying", "succeeded", "failed", "cancelled", "blocked", "expired",
 )
+# fmt: on
 
 # A query must say it the same way, with the literal and not a bound parameter, for the
 # planners to use the partial index on it (a generic plan, or SQLite, cannot otherwise).
@@ -113,15 +107,13 @@ jobs = Table(
     Column("flow_step", Integer),
     # Not started by then, the job ends expired and never runs (jobrail.jobs.domain).
     Column("deadline", UtcDateTime),
-    # While the job is active, another enqueue of its tenant and type with this key
-    # returns it (the partial unique index below).
+    # While the job is active, an enqueue of its tenant and type with this key returns it.
     Column("unique_key", String(255)),
-    # While the job is pending, another enqueue of its tenant and type with this key
-    # replaces its payload instead of making a new job (it runs once, with the last).
+    # While the job is pending, an enqueue of its tenant and type with this key replaces
+    # its payload instead of making a new job (it runs once, with the last).
     Column("debounce_key", String(255)),
     # Fair dispatch (jobrail.dispatch): since when the job waits for the dispatcher to
-    # release it into the broker (NULL: released, or never held), and its place in its
-    # tenant's line.
+    # release it (NULL: released, or never held), and its place in its tenant's line.
     Column("held_since", UtcDateTime),
     Column("rank_at", UtcDateTime),
     # Its priority (jobrail.jobs.priority: 0 low, 1 normal, 2 high, 3 urgent).
@@ -189,10 +181,8 @@ jobs = Table(
     ),
 )
 
-# One row per queue under fair dispatch: who releases its jobs (the lease of one
-# dispatcher at a time; `term` grows with each new holder), whether an enqueue may
-# publish at once (`open`: the fast-path gate, which that dispatcher opens and closes)
-# and its figures for a waiting job's estimate (written about once a second).
+# One row per queue under fair dispatch: its dispatcher's lease (`term` grows with each
+# holder) and the figures of its drain, for waiting jobs' estimates.
 dispatch_queues = Table(
     "dispatch_queues",
     metadata,
@@ -200,13 +190,18 @@ dispatch_queues = Table(
     Column("holder", String(128)),
     Column("term", Integer, nullable=False, server_default=text("0")),
     Column("lease_until", UtcDateTime),
-    Column("open", Boolean, nullable=False, server_default=false()),
     Column("drain_per_s", Float),
     Column("active_weight", Float),
 )
+# How many enqueues may still publish at once rather than hold their job (fast path).
+dispatch_gates = Table(
+    "dispatch_gates",
+    metadata,
+    Column("queue", String(128), primary_key=True),
+    Column("credit", Integer, nullable=False, server_default=text("0")),
+)
 
-# The tenants that held jobs arrived for since the dispatcher last looked (an enqueue
-# notes its tenant; the dispatcher takes the notes).
+# The tenants whose held jobs arrived since their dispatcher last took these notes.
 dispatch_arrivals = Table(
     "dispatch_arrivals",
     metadata,
@@ -214,8 +209,7 @@ dispatch_arrivals = Table(
     Column("tenant_id", String(64), primary_key=True),
 )
 
-# What an operator paused (jobrail.dispatch.pauses): a queue, a job type or a tenant,
-# by name. Nothing of it is released, nor started, until the row is gone.
+# What an operator paused (jobrail.dispatch.pauses): nothing of it starts until resumed.
 PAUSE_SCOPES = ("queue", "type", "tenant")
 dispatch_pauses = Table(
     "dispatch_pauses",
@@ -267,14 +261,12 @@ flows = Table(
 )
 
 # The job event feed (jobrail.events.feed): one row per change of a job that a client may
-# follow. Rows are written by triggers on `jobs` (migration 0013), never by jobrail's
-# code, so every path that changes a job (the worker's one-statement records, a host's
-# own session, a flow's releases) records its event in its own transaction, at no extra
-# round trip. `tx` is the writing transaction's id on Postgres (0 on SQLite, whose writers
-# are serial), or the job's previous event's if that is larger (a transaction that waited
-# for the job's row behind a younger one): a reader takes only rows whose `tx` is older
-# than every transaction still open, so ordered by (tx, id) the feed never gains a row
-# behind a cursor already handed out, and a job's events are in the order of its changes.
+# follow, written by triggers on `jobs` (migration 0013) in every path's own transaction.
+# `tx` is the writing transaction's id on Postgres (0 on SQLite, whose writers are
+# serial), or the job's previous event's if that is larger (a transaction that waited for
+# the job's row behind a younger one): a reader takes only rows whose `tx` is older than
+# every transaction still open, so ordered by (tx, id) the feed never gains a row behind
+# a cursor already handed out, and a job's events are in the order of its changes.
 job_events = Table(
     "job_events",
     metadata,

@@ -1,14 +1,16 @@
-"""dispatch_queues: the fast-path gate and the figures a waiting job's estimate reads
+"""dispatch_gates: each queue's fast path; dispatch_queues: the figures of its drain
 
-Fair dispatch (``jobrail.dispatch``): ``open`` is the queue's gate. While its dispatcher
-finds no held backlog, no pause and room in the broker, it opens the gate, and an
-enqueue of a job due now publishes it at once (the fast path, as with dispatch off)
-instead of holding it for the next pass. ``drain_per_s`` (the jobs the queue's workers
-took per second, lately) and ``active_weight`` (the sum of the weights of the tenants
-with held jobs) are written by the dispatcher about once a second, for the estimate of
-when a held job starts (``GET /jobs/{id}``).
+Fair dispatch (``jobrail.dispatch``): ``dispatch_gates.credit`` is how many jobs due now
+may still be published at their enqueue (the fast path, as with dispatch off) instead
+of being held for the dispatcher's next pass. The dispatcher sets it, while its queue
+has no held backlog and no pause, to the room left in the broker; each enqueue takes
+from it; at zero (or no row) enqueues hold their jobs. A table of its own: the enqueues
+that take from it never wait for a pass, which holds its queue's ``dispatch_queues``
+row. ``drain_per_s`` (the jobs the queue's workers took per second, lately) and
+``active_weight`` (the sum of the weights of the tenants with held jobs) are written
+by the dispatcher about once a second, for the estimate of when a held job starts.
 
-Three columns with constant defaults or none: no rewrite on Postgres, in place on SQLite.
+Two nullable columns (no rewrite on Postgres, in place on SQLite) and a table.
 
 Revision ID: 0018
 Revises: 0017
@@ -27,9 +29,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column(
-        "dispatch_queues",
-        sa.Column("open", sa.Boolean, nullable=False, server_default=sa.false()),
+    op.create_table(
+        "dispatch_gates",
+        sa.Column("queue", sa.String(128), primary_key=True),
+        sa.Column("credit", sa.Integer, nullable=False, server_default=sa.text("0")),
     )
     op.add_column("dispatch_queues", sa.Column("drain_per_s", sa.Float))
     op.add_column("dispatch_queues", sa.Column("active_weight", sa.Float))
@@ -39,4 +42,4 @@ def downgrade() -> None:
     # In place on both (SQLite >= 3.35 drops a column without a rebuild).
     op.execute("ALTER TABLE dispatch_queues DROP COLUMN active_weight")
     op.execute("ALTER TABLE dispatch_queues DROP COLUMN drain_per_s")
-    op.execute("ALTER TABLE dispatch_queues DROP COLUMN open")
+    op.drop_table("dispatch_gates")

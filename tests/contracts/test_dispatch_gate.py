@@ -1,0 +1,141 @@
+"""The fast path under fair dispatch, on SQLite and Postgres alike: while a queue has no
+held backlog, its dispatcher gives the queue a credit (``dispatch_gates``) of the room
+left in the broker; that many enqueues publish their jobs at once (a message, no hold,
+no note), and the next ones hold theirs, however many come at once. A backlog or a
+pause takes the credit away."""
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from jobrail.dispatch.use_cases import JobDispatcher
+from jobrail.jobs.messages import JobMessage
+from jobrail.settings import DispatchSettings
+from jobrail.store.dispatch import SqlaPauses
+from jobrail.store.tables import dispatch_arrivals, dispatch_gates, jobs, outbox
+from tests.fakes import NO_TYPES, START, FixedClock
+from tests.support.dispatch_store import Subject, held
+
+QUEUE = "jobs.default"
+TARGET = 8
+
+
+async def _credit(subject: Subject) -> int | None:
+    async with subject.engine.connect() as conn:
+        found = await conn.scalar(
+            select(dispatch_gates.c.credit).where(dispatch_gates.c.queue == QUEUE)
+        )
+    return None if found is None else int(found)
+
+
+async def test_with_no_credit_set_an_enqueue_holds_its_job(subject: Subject) -> None:
+    job = await subject.add(held("a"))
+
+    assert job.held_since is not None
+    assert await subject.count(outbox) == 0
+    assert await subject.count(dispatch_arrivals) == 1
+
+
+async def test_the_credit_lets_that_many_jobs_out_and_holds_the_next_ones(
+    subject: Subject,
+) -> None:
+    await subject.store.gate(QUEUE, 3)
+
+    # At once (on Postgres the adds of one loop turn share one statement), then one more.
+    first = await asyncio.gather(*(subject.add(held("a")) for _ in range(5)))
+    later = await subject.add(held("a"))
+
+    out = [job for job in first if job.held_since is None]
+    assert len(out) == 3, "the credit's worth went out at once"
+    assert later.held_since is not None
+    assert await subject.count(outbox) == 3  # a message for each released job alone
+    assert await subject.count(jobs, jobs.c.held_since.is_(None)) == 3
+    assert {job.id for job in out} == {
+        row.id
+        for row in await _rows(subject, jobs.c.held_since.is_(None))  # as the store says
+    }
+    assert await subject.count(dispatch_arrivals) == 1  # the held ones' tenant
+    assert (await _credit(subject) or 0) <= 0
+
+
+async def _rows(subject: Subject, *where: object) -> Sequence[object]:
+    async with subject.engine.connect() as conn:
+        return (await conn.execute(select(jobs.c.id).where(*where))).all()  # type: ignore[arg-type]
+
+
+async def test_setting_the_credit_writes_only_a_change(subject: Subject) -> None:
+    await subject.store.gate(QUEUE, 0)
+    assert await _credit(subject) is None  # no row made to say "none"
+
+    await subject.store.gate(QUEUE, 5)
+    await subject.add(held("a"))
+    assert await _credit(subject) == 4
+    await subject.store.gate(QUEUE, 5)
+    assert await _credit(subject) == 5
+    await subject.store.gate(QUEUE, 0)
+    assert await _credit(subject) == 0
+
+
+class _Ready:
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def ready(self, queue: str) -> int:
+        return self.count
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.messages: list[JobMessage] = []
+
+    async def send(self, messages: Sequence[JobMessage]) -> Sequence[BaseException | None]:
+        self.messages.extend(messages)
+        return [None] * len(messages)
+
+
+def _dispatcher(subject: Subject, gauge: _Ready, sender: _Sent) -> JobDispatcher:
+    settings = DispatchSettings(enabled=True, ready_target=TARGET)
+    return JobDispatcher(
+        subject.store, gauge, sender, NO_TYPES, FixedClock(START), settings, [QUEUE], "me"
+    )
+
+
+async def test_the_dispatcher_gives_the_room_left_while_nothing_is_held(
+    subject: Subject,
+) -> None:
+    gauge, sender = _Ready(3), _Sent()
+    dispatcher = _dispatcher(subject, gauge, sender)
+
+    await dispatcher.pass_once(QUEUE)
+    assert await _credit(subject) == TARGET - 3
+
+    gauge.count = TARGET + 2  # the workers fell behind: no room
+    await dispatcher.pass_once(QUEUE)
+    assert await _credit(subject) == 0
+
+
+async def test_a_backlog_or_a_pause_takes_the_credit_away(subject: Subject) -> None:
+    gauge, sender = _Ready(0), _Sent()
+    dispatcher = _dispatcher(subject, gauge, sender)
+    await dispatcher.pass_once(QUEUE)
+    assert await _credit(subject) == TARGET
+
+    jobs_ = await asyncio.gather(*(subject.add(held("a")) for _ in range(TARGET + 4)))
+    assert sum(job.held_since is not None for job in jobs_) == 4
+    gauge.count = TARGET  # the ones that went out wait in the broker
+    await dispatcher.pass_once(QUEUE)  # learns of the held ones: a backlog
+    assert await _credit(subject) == 0
+    assert sender.messages == []  # and no room to release them yet
+
+    gauge.count = 0
+    await dispatcher.pass_once(QUEUE)
+    assert len(sender.messages) == 4  # released in a pass, behind the fast ones
+    await dispatcher.pass_once(QUEUE)  # their line is empty now
+    await dispatcher.pass_once(QUEUE)
+    assert await _credit(subject) == TARGET
+
+    await SqlaPauses(subject.engine).pause("tenant", "zed", START + timedelta(seconds=1))
+    await dispatcher.pass_once(QUEUE)
+    assert await _credit(subject) == 0
