@@ -37,15 +37,19 @@ async def _enqueue(
     count: int,
     work_s: float,
     priority: Priority | None = None,
+    user: str | None = None,
 ) -> list[str]:
+    payload: dict[str, object] = {"path": path, "work_s": work_s}
+    if user is not None:  # its own line inside the tenant's share
+        payload["user"] = user
     async with runtime_of(app).container() as request:
         enqueue = await request.get(EnqueueJob)
         results = [
             await enqueue(
                 EnqueueJobCommand(
                     tenant_id=TenantId(tenant),
-                    type="test.fair_step",
-                    payload={"path": path, "work_s": work_s},
+                    type="test.fair_step" if user is None else "test.fair_user_step",
+                    payload=payload,
                     priority=priority,
                 )
             )
@@ -188,3 +192,30 @@ async def test_a_high_job_goes_ahead_of_its_tenant_s_backlog_and_a_low_one_behin
     # embedded mode's slots are not strictly first come, first served).
     assert ids.index(low) >= len(ids) - 1 - SLOTS, ids
     assert set(ids) == {*backlog, high, low}
+
+
+async def test_a_late_user_starts_among_its_own_tenant_s_backlog(tmp_path: Path) -> None:
+    """The second level: one tenant, a job type keyed by user; user y arrives behind
+    user x's backlog and its jobs start among x's, as a late tenant's would."""
+    app = await _dispatching_app(tmp_path)
+    path = str(tmp_path / "starts")
+    async with app.router.lifespan_context(app):
+        engine = await runtime_of(app).container.get(AsyncEngine)
+        await _enqueue(app, "a", path, BACKLOG, work_s=0.2, user="x")
+        await wait_for(_count(path, SLOTS), timeout=30, what="x to start")
+        await _enqueue(app, "a", path, LATE, work_s=0.0, user="y")
+        x_before = len(started(path))
+
+        async def all_of_y() -> bool:
+            return sum(user == "y" for user, _ in started(path)) == LATE
+
+        await wait_for(all_of_y, timeout=60, what="y's jobs to start")
+        order = started(path)
+        last_y = max(n for n, (user, _) in enumerate(order) if user == "y")
+        x_meanwhile = sum(user == "x" for user, _ in order[x_before:last_y])
+        await wait_for(_count(path, BACKLOG + LATE), timeout=60, what="every job to start")
+        await wait_for(_finished(engine), timeout=30, what="every job to end")
+
+    # First in, first out within the tenant, y's ten would start after x's eighty.
+    assert x_meanwhile <= LATE + 2 * SLOTS, order
+    assert Counter(user for user, _ in started(path)) == {"x": BACKLOG, "y": LATE}

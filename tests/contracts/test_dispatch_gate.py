@@ -10,13 +10,10 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from jobrail.dispatch.use_cases import JobDispatcher
-from jobrail.jobs.messages import JobMessage
-from jobrail.settings import DispatchSettings
 from jobrail.store.dispatch import SqlaPauses
 from jobrail.store.tables import dispatch_arrivals, dispatch_gates, jobs, outbox
-from tests.fakes import NO_TYPES, START, FixedClock
-from tests.support.dispatch_store import Subject, held
+from tests.fakes import START
+from tests.support.dispatch_store import ReadyCount, SentMessages, Subject, held, make_dispatcher
 
 QUEUE = "jobs.default"
 TARGET = 8
@@ -78,35 +75,11 @@ async def test_setting_the_credit_writes_only_a_change(subject: Subject) -> None
     assert await _credit(subject) == 0
 
 
-class _Ready:
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    async def ready(self, queue: str) -> int:
-        return self.count
-
-
-class _Sent:
-    def __init__(self) -> None:
-        self.messages: list[JobMessage] = []
-
-    async def send(self, messages: Sequence[JobMessage]) -> Sequence[BaseException | None]:
-        self.messages.extend(messages)
-        return [None] * len(messages)
-
-
-def _dispatcher(subject: Subject, gauge: _Ready, sender: _Sent) -> JobDispatcher:
-    settings = DispatchSettings(enabled=True, ready_target=TARGET)
-    return JobDispatcher(
-        subject.store, gauge, sender, NO_TYPES, FixedClock(START), settings, [QUEUE], "me"
-    )
-
-
 async def test_the_dispatcher_gives_the_room_left_while_nothing_is_held(
     subject: Subject,
 ) -> None:
-    gauge, sender = _Ready(3), _Sent()
-    dispatcher = _dispatcher(subject, gauge, sender)
+    gauge, sender = ReadyCount(3), SentMessages()
+    dispatcher = make_dispatcher(subject, gauge, sender, TARGET)
 
     await dispatcher.pass_once(QUEUE)
     assert await _credit(subject) == TARGET - 3
@@ -117,8 +90,8 @@ async def test_the_dispatcher_gives_the_room_left_while_nothing_is_held(
 
 
 async def test_a_backlog_or_a_pause_takes_the_credit_away(subject: Subject) -> None:
-    gauge, sender = _Ready(0), _Sent()
-    dispatcher = _dispatcher(subject, gauge, sender)
+    gauge, sender = ReadyCount(0), SentMessages()
+    dispatcher = make_dispatcher(subject, gauge, sender, TARGET)
     await dispatcher.pass_once(QUEUE)
     assert await _credit(subject) == TARGET
 

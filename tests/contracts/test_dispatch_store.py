@@ -44,11 +44,11 @@ async def test_a_pass_takes_the_arrivals_and_reads_each_line_in_order(subject: S
 
     async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
         assert turn is not None
-        assert sorted(await turn.arrivals()) == ["a", "b"]
+        assert sorted(await turn.arrivals()) == [("a", ""), ("b", "")]
         assert await turn.arrivals() == []  # taken
-        assert sorted(await turn.tenants()) == ["a", "b"]
-        heads = await turn.heads({"a": 2, "b": 5, "nobody": 1})
-    assert heads == {"a": [a[0].id, a[1].id], "b": [b[0].id], "nobody": []}
+        assert sorted(await turn.lines()) == [("a", ""), ("b", "")]
+        heads = await turn.heads({("a", ""): 2, ("b", ""): 5, ("nobody", ""): 1})
+    assert heads == {("a", ""): [a[0].id, a[1].id], ("b", ""): [b[0].id], ("nobody", ""): []}
     assert await subject.count(dispatch_arrivals) == 0
 
 
@@ -86,7 +86,7 @@ async def test_a_pass_that_does_not_commit_releases_nothing(subject: Subject) ->
     async def failed_pass() -> None:
         async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
             assert turn is not None
-            assert await turn.arrivals() == ["acme"]
+            assert await turn.arrivals() == [("acme", "")]
             assert len(await turn.release([job.id], START)) == 1
             raise RuntimeError("publish failed")
 
@@ -201,7 +201,7 @@ async def test_a_paused_queue_or_type_is_neither_claimed_nor_released(
 
     async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
         assert turn is not None
-        assert await turn.heads({"acme": 5}) == {"acme": []}
+        assert await turn.heads({("acme", ""): 5}) == {("acme", ""): []}
         assert await turn.release([job.id], START) == []
     async with subject.engine.begin() as conn:  # as a release from before the pause
         await conn.execute(jobs.update().values(held_since=None))
@@ -260,8 +260,8 @@ async def test_a_pass_that_takes_a_tenant_s_note_sees_the_job_that_wrote_it_agai
     await subject.add(held("b"))
     async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
         assert turn is not None
-        assert await turn.arrivals() == ["b"]
-        await turn.release((await turn.heads({"b": 1}))["b"], START)
+        assert await turn.arrivals() == [("b", "")]
+        await turn.release((await turn.heads({("b", ""): 1}))["b", ""], START)
     await subject.add(held("b", now=START + timedelta(seconds=1)))  # a fresh note
     late = held("b", now=START + timedelta(seconds=2))
     entered = asyncio.Event()
@@ -272,7 +272,7 @@ async def test_a_pass_that_takes_a_tenant_s_note_sees_the_job_that_wrote_it_agai
         async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
             assert turn is not None
             seen["arrivals"] = await turn.arrivals()  # waits for the host's transaction
-            seen["heads"] = (await turn.heads({"b": 5}))["b"]
+            seen["heads"] = (await turn.heads({("b", ""): 5}))["b", ""]
 
     async with AsyncSession(subject.engine) as session:
         await SqlaJobRepository(session).add(late)
@@ -282,5 +282,5 @@ async def test_a_pass_that_takes_a_tenant_s_note_sees_the_job_that_wrote_it_agai
         await session.commit()
     await passing
 
-    assert seen["arrivals"] == ["b"]
+    assert seen["arrivals"] == [("b", "")]
     assert late.id in seen["heads"]

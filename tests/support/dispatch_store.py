@@ -1,7 +1,7 @@
 """The dispatcher's store on SQLite and Postgres alike, for the contract tests: an
 engine on emptied tables, the intake each dialect's enqueues go through, and held jobs."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,19 +9,21 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.ids import TenantId
-from jobrail.settings import DatabaseSettings
+from jobrail.settings import DatabaseSettings, DispatchSettings
 from jobrail.store.dispatch import SqlaDispatchStore
 from jobrail.store.jobs import SqlaJobIntake
 from jobrail.store.pg_intake import PgJobIntake
 from jobrail.store.pg_pool import create_pool
 from jobrail.store.tables import dispatch_pauses
 from jobrail.transport.codec import encode
-from tests.fakes import make_job
+from tests.fakes import NO_TYPES, START, FixedClock, make_job
 from tests.support.services import store_engine
 
+QUEUE = "jobs.default"
 TABLES = (
     "jobs, outbox, dispatch_queues, dispatch_gates, dispatch_arrivals, dispatch_pauses, "
     "tenants CASCADE"
@@ -64,3 +66,33 @@ def held(tenant: str = "acme", **overrides: Any) -> Job:
     job = make_job(tenant_id=TenantId(tenant), **overrides)
     job.hold()
     return job
+
+
+class ReadyCount:
+    """The ready gauge, saying what the test sets."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def ready(self, queue: str) -> int:
+        return self.count
+
+
+class SentMessages:
+    """The sender, keeping what a dispatcher released, in order."""
+
+    def __init__(self) -> None:
+        self.messages: list[JobMessage] = []
+
+    async def send(self, messages: Sequence[JobMessage]) -> Sequence[BaseException | None]:
+        self.messages.extend(messages)
+        return [None] * len(messages)
+
+
+def make_dispatcher(
+    subject: Subject, gauge: ReadyCount, sender: SentMessages, ready_target: int
+) -> JobDispatcher:
+    settings = DispatchSettings(enabled=True, ready_target=ready_target)
+    return JobDispatcher(
+        subject.store, gauge, sender, NO_TYPES, FixedClock(START), settings, [QUEUE], "me"
+    )

@@ -26,6 +26,18 @@ async def fair_step(payload: Step, ctx: JobContext) -> None:
     await asyncio.sleep(payload.work_s)
 
 
+class UserStep(Step):
+    user: str
+
+
+@job("test.fair_user_step", payload=UserStep, fair_key="{user}")
+async def fair_user_step(payload: UserStep, ctx: JobContext) -> None:
+    """As test.fair_step, one line per user inside its tenant's share; it writes the
+    user where fair_step writes the tenant."""
+    append_line(payload.path, f"{payload.user} {ctx.job_id}\n")
+    await asyncio.sleep(payload.work_s)
+
+
 def started(path: str) -> list[tuple[str, str]]:
     """(tenant, job id) of each start written to `path` so far, in the order written."""
     try:
@@ -35,5 +47,5 @@ def started(path: str) -> list[tuple[str, str]]:
         return []
 
 
-module = Module(name="fair_starts", jobs=[fair_step])
+module = Module(name="fair_starts", jobs=[fair_step, fair_user_step])
 rail = JobRail(modules=[module])

@@ -4,10 +4,11 @@ ahead of lower ones due a little before it, never of those due long before it.""
 from datetime import timedelta
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from jobrail.jobs.enqueue import EnqueueJobCommand, new_job
 from jobrail.jobs.priority import DEFAULT_OFFSETS, LineRules, Priority
+from jobrail.jobs.registry import JobRegistry, job
 from jobrail.jobs.timing import resolve_options
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import TenantId
@@ -78,6 +79,9 @@ class _Type:
     def limit_keys(self, payload: object, tenant_id: str) -> None:
         return None
 
+    def fair_key_of(self, payload: object, tenant_id: str) -> str:
+        return ""
+
 
 def test_a_job_takes_its_enqueue_s_priority_or_else_its_type_s() -> None:
     def command(priority: Priority | None) -> EnqueueJobCommand:
@@ -85,3 +89,31 @@ def test_a_job_takes_its_enqueue_s_priority_or_else_its_type_s() -> None:
 
     assert new_job(_Type(), command(None), START, 3).priority is Priority.HIGH
     assert new_job(_Type(), command(Priority.LOW), START, 3).priority is Priority.LOW
+
+
+class _UserPayload(BaseModel):
+    user_id: str
+
+
+async def _handler(payload: _UserPayload, ctx: object) -> None:
+    return None
+
+
+def test_a_type_s_fair_key_is_its_template_over_the_payload_and_the_tenant() -> None:
+    spec = job("demo.keyed", payload=_UserPayload, fair_key="{tenant_id}:{user_id}")(_handler)
+    keyed = JobRegistry([spec], queues=["jobs.default"], default_timeout_s=10).get("demo.keyed")
+    plain = JobRegistry(
+        [job("demo.plain", payload=_UserPayload)(_handler)],
+        queues=["jobs.default"],
+        default_timeout_s=10,
+    ).get("demo.plain")
+
+    assert keyed is not None
+    assert plain is not None
+    assert keyed.fair_key_of({"user_id": "u7"}, "acme") == "acme:u7"
+    assert plain.fair_key_of({"user_id": "u7"}, "acme") == ""
+
+
+def test_a_fair_key_naming_a_field_the_payload_lacks_is_refused_when_declared() -> None:
+    with pytest.raises(ValueError, match="fair_key '\\{account\\}' names field 'account'"):
+        job("demo.keyed", payload=_UserPayload, fair_key="{account}")(_handler)

@@ -10,6 +10,10 @@ from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
 from jobrail.kernel.ids import JobId
 
+# A tenant's line in a queue: (tenant id, fair key). A job type without a fair key puts
+# all of a tenant's jobs in one line, ''; one with a key splits its share between lines.
+Line = tuple[str, str]
+
 
 class ReleaseTurn(Protocol):
     """One pass over a queue, in one transaction that holds the queue's lease: what it
@@ -20,20 +24,20 @@ class ReleaseTurn(Protocol):
         """Grows each time another dispatcher takes the queue."""
         ...
 
-    async def arrivals(self) -> list[str]:
-        """The tenants whose held jobs arrived since the last pass took them (taken)."""
+    async def arrivals(self) -> list[Line]:
+        """The lines whose held jobs arrived since the last pass took them (taken)."""
         ...
 
-    async def tenants(self) -> list[str]:
-        """Every tenant with held jobs in the queue."""
+    async def lines(self) -> list[Line]:
+        """Every line with held jobs in the queue."""
         ...
 
     async def weights(self) -> dict[str, float]:
         """The tenants whose weight is set, and their weights (the others' is 1)."""
         ...
 
-    async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
-        """Up to `wants[tenant]` of each tenant's held jobs, in its line's order."""
+    async def heads(self, wants: Mapping[Line, int]) -> dict[Line, list[JobId]]:
+        """Up to `wants[line]` of each line's held jobs, in its order."""
         ...
 
     async def release(self, ids: Sequence[JobId], now: datetime) -> list[Job]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from jobrail.dispatch.model import FairShares
-from jobrail.dispatch.ports import DispatchStore, ReadyGauge, ReleaseTurn, Sender
+from jobrail.dispatch.ports import DispatchStore, Line, ReadyGauge, ReleaseTurn, Sender
 from jobrail.jobs.enqueue import message_for
 from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.messages import JobMessage
@@ -48,13 +48,16 @@ FIGURES_EVERY_S = 1.0
 
 
 @dataclass
-class _Line:
+class _Queue:
     """What the dispatcher knows of one queue while it holds its lease."""
 
     queue: str
     term: int | None = None  # the lease's, while this process holds it
-    shares: FairShares = field(default_factory=FairShares)
-    heads: dict[str, deque[JobId]] = field(default_factory=dict)
+    # The lines with held jobs take turns: each tenant's weight is split equally between
+    # its lines (its keys), so that the tenant's share is its weight whatever its keys.
+    shares: FairShares[Line] = field(default_factory=FairShares)
+    keys: dict[str, set[str]] = field(default_factory=dict)  # the active lines, by tenant
+    heads: dict[Line, deque[JobId]] = field(default_factory=dict)
     discovered_at: float = float("-inf")
     weighed_at: float = float("-inf")
     weights: dict[str, float] = field(default_factory=dict)
@@ -68,10 +71,34 @@ class _Line:
     def restart(self, term: int | None) -> None:
         self.term = term
         self.shares = FairShares()
+        self.keys.clear()
         self.heads.clear()
         self.discovered_at = float("-inf")
         self.weighed_at = float("-inf")
         self.drained_since = None
+
+    def activate(self, line: Line) -> None:
+        tenant, key = line
+        self.keys.setdefault(tenant, set()).add(key)
+        self.weigh(tenant)
+
+    def deactivate(self, line: Line) -> None:
+        tenant, key = line
+        self.shares.deactivate(line)
+        self.heads.pop(line, None)
+        keys = self.keys.get(tenant, set())
+        keys.discard(key)
+        if keys:
+            self.weigh(tenant)
+        else:
+            self.keys.pop(tenant, None)
+
+    def weigh(self, tenant: str) -> None:
+        """Give each active line of `tenant` its part of the tenant's weight."""
+        keys = self.keys[tenant]
+        weight = self.weights.get(tenant, 1.0) / len(keys)
+        for key in keys:
+            self.shares.activate((tenant, key), weight)
 
 
 class JobDispatcher:
@@ -94,7 +121,7 @@ class JobDispatcher:
         self._catalog = catalog
         self._clock = clock
         self._settings = settings
-        self._lines = [_Line(queue) for queue in queues]
+        self._queues = [_Queue(queue) for queue in queues]
         self._holder = holder
         self._send_after_commit = send_after_commit
         self._lease = timedelta(seconds=settings.lease_s)
@@ -110,72 +137,72 @@ class JobDispatcher:
         idle = self._settings.interval_s if self._settings.enabled else self._settings.rediscover_s
         while not stop.is_set():
             released = 0
-            for line in self._lines:
-                released += await self._pass_safely(line)
+            for q in self._queues:
+                released += await self._pass_safely(q)
             if not released:
                 await sleep_unless(stop, idle)
 
-    async def _pass_safely(self, line: _Line) -> int:
+    async def _pass_safely(self, q: _Queue) -> int:
         try:
-            return await self.pass_once(line.queue)
+            return await self.pass_once(q.queue)
         except (StoreUnavailableError, BrokerUnavailableError) as exc:
-            line.restart(None)  # what it knew may be stale by the time it is back
+            q.restart(None)  # what it knew may be stale by the time it is back
             if time.monotonic() - self._last_warning > 10:
                 self._last_warning = time.monotonic()
                 log.warning("dispatcher: %s; held jobs wait until it is back", exc)
             return 0
         except Exception:
-            line.restart(None)
-            log.exception("dispatcher: a pass over %s failed; trying again", line.queue)
+            q.restart(None)
+            log.exception("dispatcher: a pass over %s failed; trying again", q.queue)
             return 0
 
     async def pass_once(self, queue: str) -> int:
         """One pass over `queue`: how many jobs it released."""
-        line = next(line for line in self._lines if line.queue == queue)
-        if line.term is None and time.monotonic() < line.look_again_at:
+        q = next(q for q in self._queues if q.queue == queue)
+        if q.term is None and time.monotonic() < q.look_again_at:
             return 0  # another process holds the lease: look now and then only
         sent: list[JobMessage] = []
         credit = 0
         async with self._store.turn(queue, self._holder, self._clock.now(), self._lease) as turn:
             if turn is None:
-                if line.term is not None:
+                if q.term is not None:
                     log.info("dispatcher: another process now releases %s", queue)
-                line.restart(None)
-                line.look_again_at = time.monotonic() + self._settings.lease_s / 3
+                q.restart(None)
+                q.look_again_at = time.monotonic() + self._settings.lease_s / 3
                 return 0
-            if turn.term != line.term:
-                line.restart(turn.term)
-            await self._learn(line, turn)
-            if line.shares.active:
-                sent = await self._release(line, turn)
+            if turn.term != q.term:
+                q.restart(turn.term)
+            await self._learn(q, turn)
+            if q.shares.active:
+                sent = await self._release(q, turn)
             else:
-                line.drained_since = None  # a drain is measured over a backlog only
+                q.drained_since = None  # a drain is measured over a backlog only
                 credit = await self._credit(turn, queue)
             if not self._send_after_commit:
                 await self._send(sent)  # an error here undoes the release
         if self._send_after_commit:
             await self._send(sent)
-        if credit or line.credit != 0:
+        if credit or q.credit != 0:
             await self._store.gate(queue, credit)
-            line.credit = credit
+            q.credit = credit
         return len(sent)
 
-    async def _release(self, line: _Line, turn: ReleaseTurn) -> list[JobMessage]:
+    async def _release(self, q: _Queue, turn: ReleaseTurn) -> list[JobMessage]:
         """Release held jobs, in fair order, as many as the credit has room for: their
         messages, in that order."""
-        budget = self._settings.ready_target - await self._gauge.ready(line.queue)
-        await self._note_figures(line, turn)
+        budget = self._settings.ready_target - await self._gauge.ready(q.queue)
+        await self._note_figures(q, turn)
         if budget < self._least:
             # Too little room for a pass worth its cost (each costs about the same
             # whatever it releases): let the workers take a few more first.
             return []
-        picks = await self._pick(line, turn, budget)
+        picks = await self._pick(q, turn, budget)
         if not picks:
             return []
         released = await turn.release(picks, self._clock.now())
         order = {job_id: n for n, job_id in enumerate(picks)}
         released.sort(key=lambda job: order[job.id])
-        line.drained += len(released)
+        q.drained += len(released)
         return [message_for(job, self._catalog.get(job.type)) for job in released]
 
     async def _credit(self, turn: ReleaseTurn, queue: str) -> int:
@@ -188,69 +215,68 @@ class JobDispatcher:
             return 0
         return max(0, self._settings.ready_target - await self._gauge.ready(queue))
 
-    async def _note_figures(self, line: _Line, turn: ReleaseTurn) -> None:
+    async def _note_figures(self, q: _Queue, turn: ReleaseTurn) -> None:
         """About once a second while the queue has a backlog, its drain (the jobs
         released per second, which the workers' credit paces) and its active tenants'
         weights, for a waiting job's estimate of when it starts."""
         now = time.monotonic()
-        if line.drained_since is None:
-            line.drained_since, line.drained = now, 0
+        if q.drained_since is None:
+            q.drained_since, q.drained = now, 0
             return
-        elapsed = now - line.drained_since
+        elapsed = now - q.drained_since
         if elapsed < FIGURES_EVERY_S:
             return
-        rate = line.drained / elapsed
-        line.drain_per_s = rate if line.drain_per_s is None else (line.drain_per_s + rate) / 2
-        weight = sum(line.weights.get(tenant, 1.0) for tenant in line.shares.active)
-        await turn.figures(line.drain_per_s, weight)
-        line.drained_since, line.drained = now, 0
+        rate = q.drained / elapsed
+        q.drain_per_s = rate if q.drain_per_s is None else (q.drain_per_s + rate) / 2
+        weight = sum(q.weights.get(tenant, 1.0) for tenant in q.keys)
+        await turn.figures(q.drain_per_s, weight)
+        q.drained_since, q.drained = now, 0
 
-    async def _learn(self, line: _Line, turn: ReleaseTurn) -> None:
-        """Which tenants have held jobs, with their weights: the arrivals noted since the
-        last pass, and all of them when the lease is new or `rediscover_s` has passed (an
-        arrival noted by a transaction that committed after a pass found its tenant's
+    async def _learn(self, q: _Queue, turn: ReleaseTurn) -> None:
+        """Which lines have held jobs, with their tenants' weights: the arrivals noted
+        since the last pass, and all of them when the lease is new or `rediscover_s` has
+        passed (an arrival noted by a transaction that committed after a pass found its
         line empty). The weights are read every WEIGH_EVERY_S."""
         now = time.monotonic()
-        if now - line.weighed_at >= WEIGH_EVERY_S:
-            line.weighed_at = now
-            line.weights = await turn.weights()
-            for tenant in line.shares.active:  # a weight changed applies at once
-                line.shares.activate(tenant, line.weights.get(tenant, 1.0))
-        tenants = await turn.arrivals()
-        if now - line.discovered_at >= self._settings.rediscover_s:
-            line.discovered_at = now
-            tenants += await turn.tenants()
-        for tenant in tenants:
-            line.shares.activate(tenant, line.weights.get(tenant, 1.0))
+        if now - q.weighed_at >= WEIGH_EVERY_S:
+            q.weighed_at = now
+            q.weights = await turn.weights()
+            for tenant in q.keys:  # a weight changed applies at once
+                q.weigh(tenant)
+        lines = await turn.arrivals()
+        if now - q.discovered_at >= self._settings.rediscover_s:
+            q.discovered_at = now
+            lines += await turn.lines()
+        for line in lines:
+            q.activate(line)
 
-    async def _pick(self, line: _Line, turn: ReleaseTurn, budget: int) -> list[JobId]:
+    async def _pick(self, q: _Queue, turn: ReleaseTurn, budget: int) -> list[JobId]:
         """Up to `budget` held jobs, in fair order: each round plans the next releases,
-        reads the lines that have too few heads, and drops a tenant whose line is empty."""
+        reads the lines that have too few heads, and drops a line that is empty."""
         picks: list[JobId] = []
-        taken: Counter[str] = Counter()  # picked this pass, per tenant
-        while len(picks) < budget and line.shares.active:
-            plan = line.shares.plan(budget - len(picks))
+        taken: Counter[Line] = Counter()  # picked this pass, per line
+        while len(picks) < budget and q.shares.active:
+            plan = q.shares.plan(budget - len(picks))
             wanted = Counter(plan)
             short = {
-                tenant: max(HEADS, count + taken[tenant])
-                for tenant, count in wanted.items()
-                if len(line.heads.get(tenant, ())) < count
+                line: max(HEADS, count + taken[line])
+                for line, count in wanted.items()
+                if len(q.heads.get(line, ())) < count
             }
             if short:
                 chosen = set(picks)
-                for tenant, ids in (await turn.heads(short)).items():
-                    line.heads[tenant] = deque(i for i in ids if i not in chosen)
-                for tenant in short.keys() - line.heads.keys():
-                    line.heads[tenant] = deque()
-            for tenant in plan:
-                heads = line.heads.get(tenant)
-                if not heads:  # its line is empty: plan again without it
-                    line.shares.deactivate(tenant)
-                    line.heads.pop(tenant, None)
+                for line, ids in (await turn.heads(short)).items():
+                    q.heads[line] = deque(i for i in ids if i not in chosen)
+                for line in short.keys() - q.heads.keys():
+                    q.heads[line] = deque()
+            for line in plan:
+                heads = q.heads.get(line)
+                if not heads:  # the line is empty: plan again without it
+                    q.deactivate(line)
                     break
                 picks.append(heads.popleft())
-                taken[tenant] += 1
-                line.shares.charge(tenant)
+                taken[line] += 1
+                q.shares.charge(line)
         return picks
 
     async def _send(self, messages: Sequence[JobMessage]) -> None:

@@ -119,6 +119,7 @@ class JobRail:
         max_wait_s: float | None = None,
         open_to_tenants: bool = False,
         priority: Priority | str = Priority.NORMAL,
+        fair_key: str | None = None,
     ) -> Callable[[HandlerFunc], JobHandle[P]]:
         """Declare a job type whose handler is the decorated function, as
         ``jobrail.jobs.registry.job`` does, and return its ``JobHandle``.
@@ -130,7 +131,8 @@ class JobRail:
         ``retry_cap_s`` override the retry policy for this type; ``max_wait_s`` caps how
         long a job may wait for its limits and lock before it fails; ``open_to_tenants``
         lets a tenant enqueue it by its name (``POST {prefix}`` of ``router``);
-        ``priority`` is its jobs' when an enqueue gives none."""
+        ``priority`` is its jobs' when an enqueue gives none; ``fair_key`` splits a
+        tenant's share equally between its keys under fair dispatch."""
         declare = job(
             name,
             payload=payload,
@@ -144,6 +146,7 @@ class JobRail:
             max_wait_s=max_wait_s,
             open_to_tenants=open_to_tenants,
             priority=priority,
+            fair_key=fair_key,
         )
 
         def register(handler: HandlerFunc) -> JobHandle[P]:

@@ -162,8 +162,7 @@ class Job:
     deadline: datetime | None = None
     """No attempt starts at or after it: a job still waiting then ends expired."""
     unique_key: str | None = None
-    """While the job is active, another enqueue of its tenant and type with this key
-    returns it instead of making a new job."""
+    """While the job is active, an enqueue of its tenant and type with this key returns it."""
     debounce_key: str | None = None
     """While the job is pending, another enqueue of its tenant and type with this key
     replaces its payload: it runs once, when its window closes, with the last."""
@@ -175,9 +174,10 @@ class Job:
     has no message: none of its attempts may start until it is released."""
     rank_at: datetime | None = None
     """Its place in its tenant's line while it is held: earlier goes first."""
+    fair_key: str = ""
+    """Its line inside its tenant's share (its type's `fair_key` over its payload)."""
     capped: bool = False
-    """Its enqueue is refused while its tenant is at its cap (not stored: it says only
-    how the job is added)."""
+    """Its enqueue is refused while its tenant is at its cap (how it is added: not stored)."""
     waiting: Wait | None = None
     """What the job waits for while its limits defer it (None once it starts)."""
     progress: JobProgress | None = None
@@ -214,6 +214,7 @@ class Job:
         debounce_key: str | None = None,
         capped: bool = False,
         priority: Priority = Priority.NORMAL,
+        fair_key: str = "",
     ) -> "Job":
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -244,6 +245,7 @@ class Job:
             debounce_key=fitted_or_none(debounce_key),
             capped=capped,
             priority=priority,
+            fair_key=fitted_or_none(fair_key) or "",
         )
 
     def hold(self, rank_at: datetime | None = None) -> None:

@@ -155,6 +155,7 @@ def new_job(
         debounce_key=None if cmd.debounce is None else cmd.debounce.key,
         capped=cmd.capped,
         priority=cmd.priority if cmd.priority is not None else job_type.priority,
+        fair_key=job_type.fair_key_of(payload, cmd.tenant_id),
     )
 
 

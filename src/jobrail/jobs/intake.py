@@ -146,6 +146,10 @@ class JobType(Protocol):
         They travel in the message, so a worker need not read the job to gate it."""
         ...
 
+    def fair_key_of(self, payload: Mapping[str, Any], tenant_id: str) -> str:
+        """The job's line inside its tenant's share under fair dispatch ("" for one)."""
+        ...
+
 
 class JobCatalog(Protocol):
     def get(self, name: str) -> JobType | None: ...

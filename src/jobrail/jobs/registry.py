@@ -52,6 +52,10 @@ class JobSpec:
     deferral since it last ran) before it fails without running; None: no cap."""
     priority: Priority = Priority.NORMAL
     """Its jobs' priority when an enqueue gives none (jobrail.jobs.priority)."""
+    fair_key: str | None = None
+    """A second level of fair dispatch inside a tenant's share: a key template over the
+    payload's fields and ``tenant_id`` (``"{user_id}"``); the keys a tenant's waiting
+    jobs have share its releases equally. None: one line per tenant."""
     open_to_tenants: bool = False
     """Whether a tenant may enqueue it by its name over HTTP (``POST /jobs``). Internal
     types (housekeeping, webhook deliveries, flow callbacks, a module's own steps) stay
@@ -95,6 +99,13 @@ class JobSpec:
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"job type {self.name}: timeout_s must be positive")
         self.limits.check_fields(self.name, [*self.payload.model_fields, "tenant_id"])
+        if self.fair_key is not None:
+            for name in KeyTemplate(self.fair_key).fields:
+                if name not in {*self.payload.model_fields, "tenant_id"}:
+                    raise ValueError(
+                        f"job type {self.name!r}: fair_key {self.fair_key!r} names field "
+                        f"{name!r}, which its payload does not have"
+                    )
 
 
 def job(
@@ -111,6 +122,7 @@ def job(
     max_wait_s: float | None = None,
     open_to_tenants: bool = False,
     priority: Priority | str = Priority.NORMAL,
+    fair_key: str | None = None,
 ) -> Callable[[HandlerFunc], JobSpec]:
     """Declare a job type whose handler is the decorated function.
 
@@ -122,7 +134,9 @@ def job(
     deferral since it last ran: past it, the job fails without running, saying what it
     waited for. ``open_to_tenants`` lets a tenant enqueue it by its name over HTTP
     (``POST /jobs``, with its payload as JSON); a type is closed unless it says so.
-    ``priority`` is its jobs' when an enqueue gives none (``"low"`` to ``"urgent"``)."""
+    ``priority`` is its jobs' when an enqueue gives none (``"low"`` to ``"urgent"``).
+    ``fair_key`` (a key template, like a limit's) splits a tenant's share of a queue
+    equally between the keys of its waiting jobs, under fair dispatch."""
 
     def declare(handler: HandlerFunc) -> JobSpec:
         return JobSpec(
@@ -139,6 +153,7 @@ def job(
             max_wait_s=max_wait_s,
             open_to_tenants=open_to_tenants,
             priority=Priority.of(priority),
+            fair_key=fair_key,
         )
 
     return declare
@@ -191,6 +206,11 @@ class RegisteredType:
         if not self.spec.limits:
             return None
         return self.spec.limits.keys({**payload, "tenant_id": tenant_id})
+
+    def fair_key_of(self, payload: Mapping[str, Any], tenant_id: str) -> str:
+        if self.spec.fair_key is None:
+            return ""
+        return KeyTemplate(self.spec.fair_key).render({**payload, "tenant_id": tenant_id})
 
 
 class JobRegistry:

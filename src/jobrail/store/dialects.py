@@ -169,7 +169,7 @@ async def note_arrival(session: AsyncSession, job: Job, options: Mapping[str, An
     """Note, for the dispatcher, that the held `job`'s tenant has a job in its queue
     (jobrail.dispatch): one row per queue and tenant until the dispatcher takes it."""
     dialect = session.get_bind().dialect.name
-    row = {"queue": job.queue, "tenant_id": job.tenant_id}
+    row = {"queue": job.queue, "tenant_id": job.tenant_id, "fair_key": job.fair_key}
     statement = upsert_insert(dialect, dispatch_arrivals).values(row)
     await session.execute(_touched(statement), execution_options=options)
 
@@ -181,7 +181,7 @@ def _touched(statement: Any) -> Any:
     could take the note, read the line without this job, and drop the tenant, leaving
     the job to the next rediscovery."""
     return statement.on_conflict_do_update(
-        index_elements=["queue", "tenant_id"],
+        index_elements=["queue", "tenant_id", "fair_key"],
         set_={"tenant_id": statement.excluded.tenant_id},
     )
 
@@ -189,15 +189,17 @@ def _touched(statement: Any) -> Any:
 def arrivals_noted(added: Any) -> Any:
     """Postgres, in the enqueue's statement: `note_arrival` for the held jobs among
     `added` (a CTE of the jobs inserted), once per queue and tenant."""
-    tenants = (
-        select(added.c.queue, added.c.tenant_id)
+    lines = (
+        select(added.c.queue, added.c.tenant_id, added.c.fair_key)
         .where(added.c.held_since.is_not(None))
         .distinct()
         # In the primary key's order, as every other writer of the notes takes them:
         # two statements that note the same tenants never wait for each other in turn.
-        .order_by(added.c.queue, added.c.tenant_id)
+        .order_by(added.c.queue, added.c.tenant_id, added.c.fair_key)
     )
-    statement = postgresql.insert(dispatch_arrivals).from_select(["queue", "tenant_id"], tenants)
+    statement = postgresql.insert(dispatch_arrivals).from_select(
+        ["queue", "tenant_id", "fair_key"], lines
+    )
     return _touched(statement).cte("arrived")
 
 

@@ -50,6 +50,7 @@ from jobrail.store.tables import (
 )
 
 _queue = bindparam("queue", type_=Text())
+Line = tuple[str, str]  # a tenant's line in a queue: (tenant_id, fair_key)
 # A pass holds its jobs' rows and the queue's row while it publishes: should its process
 # hang (not die) mid-pass, Postgres ends the transaction after this long idle, and
 # another dispatcher takes the queue over. Set with the lease's read: no round trip more.
@@ -60,18 +61,19 @@ _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
 _ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
-TENANTS = select(jobs.c.tenant_id).where(jobs.c.queue == _queue, HELD).distinct()
+LINES = select(jobs.c.tenant_id, jobs.c.fair_key).where(jobs.c.queue == _queue, HELD).distinct()
 ARRIVALS = (
     delete(dispatch_arrivals)
     .where(dispatch_arrivals.c.queue == _queue)
-    .returning(dispatch_arrivals.c.tenant_id)
+    .returning(dispatch_arrivals.c.tenant_id, dispatch_arrivals.c.fair_key)
 )
-# One tenant's heads (SQLite, a statement per tenant).
+# One line's heads (SQLite, a statement per line).
 HEADS_OF = (
     select(jobs.c.id)
     .where(
         jobs.c.queue == _queue,
         jobs.c.tenant_id == bindparam("tenant_id", type_=Text()),
+        jobs.c.fair_key == bindparam("fair_key", type_=Text()),
         HELD,
         ~paused_job(),
     )
@@ -81,22 +83,34 @@ HEADS_OF = (
 
 
 def _heads_of_many() -> Any:
-    """Postgres: every wanted tenant's heads in one statement, an index range each."""
+    """Postgres: every wanted line's heads in one statement, an index range each."""
     wanted = (
         func.unnest(
-            bindparam("tenants", type_=ARRAY(Text())), bindparam("counts", type_=ARRAY(Integer()))
+            bindparam("tenants", type_=ARRAY(Text())),
+            bindparam("keys", type_=ARRAY(Text())),
+            bindparam("counts", type_=ARRAY(Integer())),
         )
-        .table_valued(column("tenant_id", Text()), column("n", Integer()))
+        .table_valued(
+            column("tenant_id", Text()), column("fair_key", Text()), column("n", Integer())
+        )
         .render_derived(name="w")
     )
     heads = (
         select(jobs.c.id)
-        .where(jobs.c.queue == _queue, jobs.c.tenant_id == wanted.c.tenant_id, HELD, ~paused_job())
+        .where(
+            jobs.c.queue == _queue,
+            jobs.c.tenant_id == wanted.c.tenant_id,
+            jobs.c.fair_key == wanted.c.fair_key,
+            HELD,
+            ~paused_job(),
+        )
         .order_by(*_LINE)
         .limit(wanted.c.n)
         .lateral("h")
     )
-    return select(wanted.c.tenant_id, heads.c.id).select_from(wanted.join(heads, true()))
+    return select(wanted.c.tenant_id, wanted.c.fair_key, heads.c.id).select_from(
+        wanted.join(heads, true())
+    )
 
 
 HEADS_OF_MANY = _heads_of_many()
@@ -131,31 +145,35 @@ class SqlaTurn:
             .values(drain_per_s=drain_per_s, active_weight=active_weight)
         )
 
-    async def arrivals(self) -> list[str]:
-        return list((await self._conn.execute(ARRIVALS, {"queue": self._queue})).scalars())
+    async def arrivals(self) -> list[Line]:
+        rows = await self._conn.execute(ARRIVALS, {"queue": self._queue})
+        return [(tenant, key) for tenant, key in rows]
 
-    async def tenants(self) -> list[str]:
-        return list((await self._conn.execute(TENANTS, {"queue": self._queue})).scalars())
+    async def lines(self) -> list[Line]:
+        rows = await self._conn.execute(LINES, {"queue": self._queue})
+        return [(tenant, key) for tenant, key in rows]
 
     async def weights(self) -> dict[str, float]:
         rows = await self._conn.execute(WEIGHTS)
         return {tenant: float(weight) for tenant, weight in rows}
 
-    async def heads(self, wants: Mapping[str, int]) -> dict[str, list[JobId]]:
-        found: dict[str, list[JobId]] = {tenant: [] for tenant in wants}
+    async def heads(self, wants: Mapping[Line, int]) -> dict[Line, list[JobId]]:
+        found: dict[Line, list[JobId]] = {line: [] for line in wants}
         if self._postgres:
-            rows = await self._conn.execute(
-                HEADS_OF_MANY,
-                {"queue": self._queue, "tenants": list(wants), "counts": list(wants.values())},
-            )
-            for tenant, job_id in rows:
-                found[tenant].append(JobId(job_id))
+            wanted = {
+                "queue": self._queue,
+                "tenants": [tenant for tenant, _ in wants],
+                "keys": [key for _, key in wants],
+                "counts": list(wants.values()),
+            }
+            for tenant, key, job_id in await self._conn.execute(HEADS_OF_MANY, wanted):
+                found[tenant, key].append(JobId(job_id))
             return found
-        for tenant, count in wants.items():
+        for (tenant, key), count in wants.items():
             ids = await self._conn.execute(
-                HEADS_OF, {"queue": self._queue, "tenant_id": tenant, "n": count}
+                HEADS_OF, {"queue": self._queue, "tenant_id": tenant, "fair_key": key, "n": count}
             )
-            found[tenant] = [JobId(job_id) for job_id in ids.scalars()]
+            found[tenant, key] = [JobId(job_id) for job_id in ids.scalars()]
         return found
 
     async def release(self, ids: Sequence[JobId], now: datetime) -> list[Job]:
@@ -292,15 +310,16 @@ class SqlaPauses:
                 )
                 if gone.first() is None:
                     return False
+                line = (jobs.c.queue, jobs.c.tenant_id, jobs.c.fair_key)
                 waiting = (
-                    select(jobs.c.queue, jobs.c.tenant_id)
+                    select(*line)
                     .where(column == value, HELD)
                     .distinct()
-                    .order_by(jobs.c.queue, jobs.c.tenant_id)  # as the enqueues note them
+                    .order_by(*line)  # as the enqueues note them
                 )
                 await conn.execute(
                     upsert_insert(self._engine.dialect.name, dispatch_arrivals)
-                    .from_select(["queue", "tenant_id"], waiting)
+                    .from_select(["queue", "tenant_id", "fair_key"], waiting)
                     .on_conflict_do_nothing()
                 )
         return True

@@ -79,7 +79,7 @@ def enqueue() -> Select[Any]:
         pg_insert(jobs)
         .from_select(ENQUEUED, rows)
         .on_conflict_do_nothing()  # no target: the idempotency key's and the unique key's
-        .returning(jobs.c.id, jobs.c.queue, jobs.c.tenant_id, jobs.c.held_since)
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.tenant_id, jobs.c.fair_key, jobs.c.held_since)
         .cte("added")
     )
     # A held job has no message (the dispatcher makes it): its tenant is noted instead.

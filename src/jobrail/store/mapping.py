@@ -38,6 +38,7 @@ def job_from_row(row: Any) -> Job:
         held_since=row["held_since"],
         rank_at=row["rank_at"],
         priority=Priority(row["priority"]),
+        fair_key=row["fair_key"],
         waiting=Wait.from_json(row["waiting"]),
         progress=progress_from_document(row["progress"]),
         flow=(
@@ -107,5 +108,6 @@ def job_row(job: Job) -> dict[str, Any]:
         "held_since": job.held_since,
         "rank_at": job.rank_at,
         "priority": int(job.priority),
+        "fair_key": job.fair_key,
         **job_state(job),
     }

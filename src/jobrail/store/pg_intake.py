@@ -212,6 +212,7 @@ class PgJobIntake(_Pg):
             [job.held_since for job in jobs_],
             [job.rank_at for job in jobs_],
             [int(job.priority) for job in jobs_],
+            [job.fair_key for job in jobs_],
             [job.tenant_id if job.capped else None for job in jobs_],
             ranks,
             [job.id for job in jobs_],

@@ -117,7 +117,7 @@ ENQUEUED = (
     "id", "tenant_id", "type", "queue", "status", "entity_id", "idempotency_key", "payload",
     "result", "attempts", "max_attempts", "last_error", "trace_context", "cancel_requested",
     "created_at", "updated_at", "started_at", "finished_at", "run_after", "lease_until",
-    "deadline", "unique_key", "debounce_key", "held_since", "rank_at", "priority",
+    "deadline", "unique_key", "debounce_key", "held_since", "rank_at", "priority", "fair_key",
 )
 # fmt: on
 assert {*ENQUEUED, "waiting", "progress", "flow_id", "flow_role", "flow_step"} == set(

@@ -116,6 +116,8 @@ jobs = Table(
     # release it (NULL: released, or never held), and its place in its tenant's line.
     Column("held_since", UtcDateTime),
     Column("rank_at", UtcDateTime),
+    # Its line inside its tenant's share ('' for the tenant's one line).
+    Column("fair_key", String(255), nullable=False, server_default=text("''")),
     # Its priority (jobrail.jobs.priority: 0 low, 1 normal, 2 high, 3 urgent).
     Column("priority", SmallInteger, nullable=False, server_default=text("1")),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
@@ -159,11 +161,12 @@ jobs = Table(
         postgresql_where=WAITING_DEADLINE,
         sqlite_where=WAITING_DEADLINE,
     ),
-    # The held jobs of each queue and tenant in the order the dispatcher releases them.
+    # The held jobs of each queue, tenant and key in the order the dispatcher releases them.
     Index(
-        "ix_jobs_held",
+        "ix_jobs_held_lines",
         "queue",
         "tenant_id",
+        "fair_key",
         "rank_at",
         "id",
         postgresql_where=HELD,
@@ -207,6 +210,7 @@ dispatch_arrivals = Table(
     metadata,
     Column("queue", String(128), primary_key=True),
     Column("tenant_id", String(64), primary_key=True),
+    Column("fair_key", String(255), primary_key=True),
 )
 
 # What an operator paused (jobrail.dispatch.pauses): nothing of it starts until resumed.

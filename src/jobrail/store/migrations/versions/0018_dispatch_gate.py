@@ -1,4 +1,5 @@
-"""dispatch_gates: each queue's fast path; dispatch_queues: the figures of its drain
+"""dispatch_gates: each queue's fast path; dispatch_queues: the figures of its drain;
+jobs.fair_key: a second level of fair dispatch inside a tenant's share
 
 Fair dispatch (``jobrail.dispatch``): ``dispatch_gates.credit`` is how many jobs due now
 may still be published at their enqueue (the fast path, as with dispatch off) instead
@@ -10,7 +11,14 @@ row. ``drain_per_s`` (the jobs the queue's workers took per second, lately) and
 ``active_weight`` (the sum of the weights of the tenants with held jobs) are written
 by the dispatcher about once a second, for the estimate of when a held job starts.
 
-Two nullable columns (no rewrite on Postgres, in place on SQLite) and a table.
+``jobs.fair_key`` ('' for every existing job: one line per tenant) is the job's line
+inside its tenant's share, from its type's key template; the held jobs' index orders
+each line (``ix_jobs_held_lines`` replaces ``ix_jobs_held``), and an arrival note names
+the line (``dispatch_arrivals`` is made again with it in its key: its notes are hints,
+and the dispatchers find every held job again within ``rediscover_s`` anyway).
+
+Columns nullable or with a constant default (no rewrite on Postgres, in place on
+SQLite), the index built ``CONCURRENTLY`` on Postgres, and two small tables.
 
 Revision ID: 0018
 Revises: 0017
@@ -18,6 +26,7 @@ Create Date: 2026-12-06
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -26,6 +35,8 @@ revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+HELD = "held_since IS NOT NULL AND status IN ('pending', 'retrying')"
 
 
 def upgrade() -> None:
@@ -36,10 +47,48 @@ def upgrade() -> None:
     )
     op.add_column("dispatch_queues", sa.Column("drain_per_s", sa.Float))
     op.add_column("dispatch_queues", sa.Column("active_weight", sa.Float))
+    op.drop_table("dispatch_arrivals")
+    _arrivals("queue", "tenant_id", "fair_key")
+    op.add_column(
+        "jobs",
+        sa.Column("fair_key", sa.String(255), nullable=False, server_default=sa.text("''")),
+    )
+    _swap_index("ix_jobs_held", "ix_jobs_held_lines", ["queue", "tenant_id", "fair_key"])
+
+
+def _arrivals(*key: str) -> None:
+    lengths = {"queue": 128, "tenant_id": 64, "fair_key": 255}
+    op.create_table(
+        "dispatch_arrivals",
+        *(sa.Column(name, sa.String(lengths[name]), primary_key=True) for name in key),
+    )
+
+
+def _swap_index(old: str, new: str, line: list[str]) -> None:
+    """Build `new` over the held jobs, by `line` then rank, and drop `old`. Either step
+    may have been done already: on Postgres they commit on their own, so a migration
+    that failed after them (0017's refused downgrade) leaves them behind."""
+    options: dict[str, Any] = {
+        "postgresql_where": sa.text(HELD),
+        "sqlite_where": sa.text(HELD),
+        "if_not_exists": True,
+    }
+    if op.get_bind().dialect.name != "postgresql":
+        op.create_index(new, "jobs", [*line, "rank_at", "id"], **options)
+        op.drop_index(old, table_name="jobs", if_exists=True)
+        return
+    with op.get_context().autocommit_block():
+        options["postgresql_concurrently"] = True
+        op.create_index(new, "jobs", [*line, "rank_at", "id"], **options)
+        op.drop_index(old, table_name="jobs", postgresql_concurrently=True, if_exists=True)
 
 
 def downgrade() -> None:
+    _swap_index("ix_jobs_held_lines", "ix_jobs_held", ["queue", "tenant_id"])
     # In place on both (SQLite >= 3.35 drops a column without a rebuild).
+    op.execute("ALTER TABLE jobs DROP COLUMN fair_key")
+    op.drop_table("dispatch_arrivals")
+    _arrivals("queue", "tenant_id")
     op.execute("ALTER TABLE dispatch_queues DROP COLUMN active_weight")
     op.execute("ALTER TABLE dispatch_queues DROP COLUMN drain_per_s")
     op.drop_table("dispatch_gates")
