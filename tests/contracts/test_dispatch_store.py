@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from jobrail.jobs.domain import JobStatus
-from jobrail.kernel.ids import TenantId
+from jobrail.jobs.domain import Job, JobStatus
+from jobrail.kernel.ids import JobId, TenantId
 from jobrail.settings import DatabaseSettings
 from jobrail.store.dispatch import SqlaPauses
 from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
@@ -249,6 +249,32 @@ async def test_a_claim_that_meets_a_release_under_way_waits_for_its_end(
         assert result.job is None
         assert result.current is not None
         assert result.current.is_held  # its message is dropped; the next pass releases it
+
+
+@pytest.mark.parametrize("subject", ["postgres"], indirect=True)
+async def test_a_claim_whose_release_commits_before_it_reads_the_job_again_starts_it(
+    subject: Subject,
+) -> None:
+    # The other order: the claim saw the job held, then the release committed, and
+    # only then did the worker read the job. It starts it now, not a second later.
+    job = held()
+    await subject.add(job)
+    pool = await create_pool(DatabaseSettings(url=subject.engine.url.render_as_string(False)))
+
+    class ReleasedMeanwhile(PgJobStore):
+        async def get(self, job_id: JobId) -> Job | None:
+            async with subject.store.turn("jobs.default", "x", START, LEASE) as turn:
+                assert turn is not None
+                await turn.release([job_id], START)
+            return await super().get(job_id)
+
+    try:
+        result = await ReleasedMeanwhile(pool).claim(job.id, START, LEASE)
+    finally:
+        await pool.close()
+
+    assert result.job is not None, result.current
+    assert result.job.status is JobStatus.RUNNING
 
 
 @pytest.mark.parametrize("subject", ["postgres"], indirect=True)

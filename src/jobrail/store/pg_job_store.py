@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from jobrail.jobs.domain import DUE_TOLERANCE, Job
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, DUE_TOLERANCE, Job
 from jobrail.jobs.messages import Outgoing
 from jobrail.jobs.ports import ClaimToken
 from jobrail.jobs.progress import JobProgress
@@ -86,23 +86,28 @@ class PgJobStore(_Pg):
         job = await self._claims.submit(claim)
         if job is not None:
             return ClaimResult(job=job)
+        # A dispatcher publishes a release's messages before it commits the release
+        # (jobrail.dispatch.use_cases): this one may have come first. Its claim saw the
+        # job held and passed it by (a conditional update waits only for a row its
+        # condition matched). Wait for that transaction's end if it is still open, and
+        # try again if it released the job; the release may also have committed since
+        # the claim, before the read. Still held: it rolled back, or a pause held it.
+        waited_from = time.monotonic()
         current = await self.get(job_id)
         if current is not None and current.is_held:
-            # A dispatcher publishes a release's messages before it commits the release
-            # (jobrail.dispatch.use_cases): this one may have come first. Its claim saw
-            # the job held and passed it by (a conditional update waits only for a row
-            # its condition matched); wait for that transaction's end, and try again if
-            # it released the job. Still held: it rolled back, or a pause held it again.
-            waited_from = time.monotonic()
             current = await self._settled(job_id)
-            if current is not None and not current.is_held:
-                # The lease runs from now, not from before the wait.
-                later = now + timedelta(seconds=time.monotonic() - waited_from)
-                claim = _Claim(job_id, later, later + lease, later + DUE_TOLERANCE, expect)
-                job = await self._claims.submit(claim)
-                if job is not None:
-                    return ClaimResult(job=job)
-                current = await self.get(job_id)
+        # The lease runs from now, not from before the wait.
+        later = now + timedelta(seconds=time.monotonic() - waited_from)
+        if (
+            current is not None
+            and current.status in CLAIMABLE_STATUSES
+            and current.can_start(later)
+        ):
+            claim = _Claim(job_id, later, later + lease, later + DUE_TOLERANCE, expect)
+            job = await self._claims.submit(claim)
+            if job is not None:
+                return ClaimResult(job=job)
+            current = await self.get(job_id)
         return ClaimResult(job=None, current=current)
 
     async def _settled(self, job_id: JobId) -> Job | None:
