@@ -172,7 +172,7 @@ class JobDispatcher:
                 return 0
             if turn.term != q.term:
                 q.restart(turn.term)
-            await self._learn(q, turn)
+            arrived = await self._learn(q, turn)
             if q.shares.active:
                 sent = await self._release(q, turn)
             else:
@@ -182,7 +182,9 @@ class JobDispatcher:
                 await self._send(sent)  # an error here undoes the release
         if self._send_after_commit:
             await self._send(sent)
-        if credit or q.credit != 0:
+        # A credit is topped up at each pass; a closed gate is written when it closes,
+        # and when jobs held behind it arrived (which clears its mark, see ``gate``).
+        if credit or q.credit != 0 or arrived:
             await self._store.gate(queue, credit)
             q.credit = credit
         return len(sent)
@@ -232,23 +234,25 @@ class JobDispatcher:
         await turn.figures(q.drain_per_s, weight)
         q.drained_since, q.drained = now, 0
 
-    async def _learn(self, q: _Queue, turn: ReleaseTurn) -> None:
+    async def _learn(self, q: _Queue, turn: ReleaseTurn) -> int:
         """Which lines have held jobs, with their tenants' weights: the arrivals noted
         since the last pass, and all of them when the lease is new or `rediscover_s` has
         passed (an arrival noted by a transaction that committed after a pass found its
-        line empty). The weights are read every WEIGH_EVERY_S."""
+        line empty). The weights are read every WEIGH_EVERY_S. How many lines arrived."""
         now = time.monotonic()
         if now - q.weighed_at >= WEIGH_EVERY_S:
             q.weighed_at = now
             q.weights = await turn.weights()
             for tenant in q.keys:  # a weight changed applies at once
                 q.weigh(tenant)
-        lines = await turn.arrivals()
+        arrived = await turn.arrivals()
+        lines = list(arrived)
         if now - q.discovered_at >= self._settings.rediscover_s:
             q.discovered_at = now
             lines += await turn.lines()
         for line in lines:
             q.activate(line)
+        return len(arrived)
 
     async def _pick(self, q: _Queue, turn: ReleaseTurn, budget: int) -> list[JobId]:
         """Up to `budget` held jobs, in fair order: each round plans the next releases,

@@ -229,8 +229,9 @@ async def through_gate(session: AsyncSession, queue: str, options: Mapping[str, 
         return bool(((await session.execute(read, execution_options=options)).scalar() or 0) > 0)
     take = (
         update(g)
-        .where(g.c.queue == queue, g.c.credit > 0)
-        .values(credit=g.c.credit - 1)
-        .returning(g.c.queue)
+        .where(g.c.queue == queue, or_(g.c.credit > 0, ~g.c.spent))
+        .values(credit=g.c.credit - 1, spent=or_(g.c.spent, g.c.credit <= 0))
+        .returning(g.c.credit)
     )
-    return (await session.execute(take, execution_options=options)).first() is not None
+    left = (await session.execute(take, execution_options=options)).scalar()
+    return left is not None and left >= 0

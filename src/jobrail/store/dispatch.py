@@ -234,13 +234,17 @@ class SqlaDispatchStore:
     async def gate(self, queue: str, credit: int) -> None:
         """Set the queue's fast-path credit (``dispatch_gates``), in a transaction of its
         own, after the pass: it waits for the enqueues taking from it, and never while
-        holding what they wait for. Written only if it changes."""
+        holding what they wait for. Written only if it changes. A credit is not given
+        while the gate is marked spent (an enqueue held a job since this pass looked: the
+        next one sees it), and closing clears the mark."""
         g = dispatch_gates
+        if credit > 0:
+            setting = update(g).where(g.c.queue == queue, ~g.c.spent, g.c.credit != credit)
+        else:
+            setting = update(g).where(g.c.queue == queue, or_(g.c.credit != 0, g.c.spent))
         with database_errors():
             async with self._engine.begin() as conn:
-                changed = await conn.execute(
-                    update(g).where(g.c.queue == queue, g.c.credit != credit).values(credit=credit)
-                )
+                changed = await conn.execute(setting.values(credit=credit, spent=False))
                 if changed.rowcount == 0 and credit > 0:
                     await conn.execute(
                         upsert_insert(self._engine.dialect.name, g)

@@ -45,13 +45,18 @@ def _through_gate(j: Values) -> Any:
     first of the batch's jobs to hold in each queue, as many as the queue's fast-path
     credit had left (jobrail.dispatch, ``dispatch_gates``), which they take from it;
     else what its enqueue gave it. The credit may go below zero (a batch wanting more
-    than was left): it is closed until the dispatcher sets it again."""
+    than was left), and a batch that holds a job marks it spent: the dispatcher does not
+    top it up again until a pass has seen the jobs held (their arrival notes)."""
     g, w = dispatch_gates, unnested("w", GATE, prefix="gate_")
+    zero: Any = literal_column("0")
     took = (
         update(g)
-        .where(g.c.queue == w["queue"], g.c.credit > literal_column("0"))
-        .values(credit=g.c.credit - w["n"])
-        .returning(g.c.queue, func.least(w["n"], g.c.credit + w["n"]).label("took"))
+        # A closed gate is written once, by the first enqueue that holds a job behind it.
+        .where(g.c.queue == w["queue"], or_(g.c.credit > zero, ~g.c.spent))
+        .values(credit=g.c.credit - w["n"], spent=or_(g.c.spent, w["n"] > g.c.credit))
+        .returning(
+            g.c.queue, func.least(w["n"], func.greatest(g.c.credit + w["n"], zero)).label("took")
+        )
         .cte("took")
     )
     allowed = select(took.c.took).where(took.c.queue == j["queue"]).scalar_subquery()

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -116,8 +117,7 @@ jobs = Table(
     # release it (NULL: released, or never held), and its place in its tenant's line.
     Column("held_since", UtcDateTime),
     Column("rank_at", UtcDateTime),
-    # Its line inside its tenant's share ('' for the tenant's one line).
-    Column("fair_key", String(255), nullable=False, server_default=text("''")),
+    Column("fair_key", String(255), nullable=False, server_default=text("''")),  # its line
     # Its priority (jobrail.jobs.priority: 0 low, 1 normal, 2 high, 3 urgent).
     Column("priority", SmallInteger, nullable=False, server_default=text("1")),
     CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
@@ -184,8 +184,8 @@ jobs = Table(
     ),
 )
 
-# One row per queue under fair dispatch: its dispatcher's lease (`term` grows with each
-# holder) and the figures of its drain, for waiting jobs' estimates.
+# Per queue under fair dispatch: its dispatcher's lease (`term` grows with each holder)
+# and its drain's figures (estimates); its fast path's credit (dispatch_gates).
 dispatch_queues = Table(
     "dispatch_queues",
     metadata,
@@ -196,15 +196,15 @@ dispatch_queues = Table(
     Column("drain_per_s", Float),
     Column("active_weight", Float),
 )
-# How many enqueues may still publish at once rather than hold their job (fast path).
 dispatch_gates = Table(
     "dispatch_gates",
     metadata,
     Column("queue", String(128), primary_key=True),
     Column("credit", Integer, nullable=False, server_default=text("0")),
+    Column("spent", Boolean, nullable=False, server_default=false()),  # a job held since
 )
 
-# The tenants whose held jobs arrived since their dispatcher last took these notes.
+# The lines whose held jobs arrived since their dispatcher last took these notes.
 dispatch_arrivals = Table(
     "dispatch_arrivals",
     metadata,

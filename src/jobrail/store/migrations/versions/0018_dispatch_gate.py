@@ -5,11 +5,13 @@ Fair dispatch (``jobrail.dispatch``): ``dispatch_gates.credit`` is how many jobs
 may still be published at their enqueue (the fast path, as with dispatch off) instead
 of being held for the dispatcher's next pass. The dispatcher sets it, while its queue
 has no held backlog and no pause, to the room left in the broker; each enqueue takes
-from it; at zero (or no row) enqueues hold their jobs. A table of its own: the enqueues
-that take from it never wait for a pass, which holds its queue's ``dispatch_queues``
-row. ``drain_per_s`` (the jobs the queue's workers took per second, lately) and
-``active_weight`` (the sum of the weights of the tenants with held jobs) are written
-by the dispatcher about once a second, for the estimate of when a held job starts.
+from it; at zero (or no row) enqueues hold their jobs, and the first that does marks it
+``spent``, which keeps the dispatcher from topping it up until it has seen those jobs.
+A table of its own: the enqueues that take from it never wait for a pass, which holds
+its queue's ``dispatch_queues`` row. ``drain_per_s`` (the jobs the queue's workers took
+per second, lately) and ``active_weight`` (the sum of the weights of the tenants with
+held jobs) are written by the dispatcher about once a second, for the estimate of when
+a held job starts.
 
 ``jobs.fair_key`` ('' for every existing job: one line per tenant) is the job's line
 inside its tenant's share, from its type's key template; the held jobs' index orders
@@ -44,6 +46,7 @@ def upgrade() -> None:
         "dispatch_gates",
         sa.Column("queue", sa.String(128), primary_key=True),
         sa.Column("credit", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("spent", sa.Boolean, nullable=False, server_default=sa.false()),
     )
     op.add_column("dispatch_queues", sa.Column("drain_per_s", sa.Float))
     op.add_column("dispatch_queues", sa.Column("active_weight", sa.Float))
