@@ -17,8 +17,8 @@ every job a `bench.stamp` that appends a line as it starts (`bench.fair_jobs`):
    and a trickle of `low` ones at 5 %, for 30 s, in three shapes: the lows in the
    flooding tenant's line (the priorities' default offsets, and a high job only 10 s
    ahead of a low one) and in a tenant of their own. The lows' starts per 5 s window
-   (the target: none without any once the first has started, after the aging), and the
-   waits.
+   (the target: none without any once the first has started, after the aging), the
+   longest time without a low start, and the waits.
 
 python -m bench.fair_shares [--quick]
 
@@ -221,11 +221,9 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "weighted_shares_worst_deviation_pct": r["weighted"]["worst_deviation_pct"],
         **{
-            f"starvation_{key}_low_zero_windows_{after}": r["starvation"][key]["low"][
-                f"zero_windows_after_{after}"
-            ]
+            f"starvation_{key}_low_{figure}": r["starvation"][key]["low"][figure]
             for key, _, _ in SHAPES
-            for after in (("first",) if key == "across_tenants" else ("first", "aging"))
+            for figure in ("zero_windows_after_first", "longest_gap_s")
         },
     }
 
@@ -278,9 +276,8 @@ def _none(value: Any) -> str:
 
 
 def _aged(low: dict[str, Any]) -> str:
-    if low["aging_s"] is None:
-        return ""
-    return f", {_none(low['zero_windows_after_aging'])} after the {low['aging_s']:g} s aging"
+    aging = "" if low["aging_s"] is None else f", aging {low['aging_s']:g} s"
+    return f"; longest without one {_none(low['longest_gap_s'])} s{aging}"
 
 
 def main() -> None:

@@ -7,8 +7,10 @@ process with dispatch on; every job a `bench.stamp`, which appends a line as it 
 - `capacity_under_flood`: the jobs/s the worker starts while jobs arrive at a given rate
   (enqueued on the same cores as the floods are), over the second half of the load;
 - `starvation`: the lows' starts per window of the flood, the windows with none once the
-  first low has started and once the aging has passed (the high offset less the low's:
-  no high overtakes a low enqueued longer ago than that), the lows' and the highs' waits
+  first low has started, the longest time without a low start (set against the aging,
+  the high offset less the low's: no high overtakes a low enqueued longer ago than
+  that, so once the highs back up the lows enqueued since wait that long), the lows' and
+  the highs' waits
   (enqueue committed to started) p50 and p99, and the highs' start rate (did the flood
   fit the capacity?). In three shapes (SHAPES): the lows in the flooding tenant's line
   (priorities order a tenant's own jobs: the case the starvation target is about) with
@@ -18,7 +20,7 @@ process with dispatch on; every job a `bench.stamp`, which appends a line as it 
 """
 
 import asyncio
-import math
+import itertools
 import statistics
 import sys
 import tempfile
@@ -172,7 +174,10 @@ async def starvation(
         "offsets_s": offsets,
         "high_per_s": round(high.rate, 1),
         "low_per_s": round(low.rate, 1),
-        "high": _waits(high, starts, began, ended),
+        "high": {
+            **_waits(high, starts, began, ended),
+            "per_window": _per_window(high, starts, began, sizes),
+        },
         "low": {
             **_waits(low, starts, began, ended),
             **_low_windows(low, starts, began, sizes, None if across else _aging_s(offsets)),
@@ -217,24 +222,32 @@ def _aging_s(offsets: dict[str, float] | None) -> float:
     return used["high"] - used["low"]
 
 
+def _per_window(load: Load, starts: dict[str, float], began: float, sizes: Flood) -> list[int]:
+    """A load's starts in each window of the flood."""
+    windows = [0] * int(sizes.seconds // sizes.window_s)
+    for job_id in load.committed:
+        k = int((starts.get(job_id, -1.0) - began) // sizes.window_s)
+        if 0 <= k < len(windows):
+            windows[k] += 1
+    return windows
+
+
 def _low_windows(
     load: Load, starts: dict[str, float], began: float, sizes: Flood, aging_s: float | None
 ) -> dict[str, Any]:
-    """The lows' starts per window of the flood; the windows with none after the first
-    start, and among those that begin once the aging has passed (None: no such window,
-    or no aging: the lows in a tenant of their own)."""
+    """The lows' starts per window of the flood, the windows with none after the first
+    start, and the longest the lows went without a start during the flood: once the
+    highs back up, the lows enqueued after that wait for up to the aging (`aging_s`)."""
     times = sorted(starts[j] for j in load.committed if j in starts)
-    windows = [0] * int(sizes.seconds // sizes.window_s)
-    for at in times:
-        k = int((at - began) // sizes.window_s)
-        if 0 <= k < len(windows):
-            windows[k] += 1
+    ended = began + sizes.seconds
+    windows = _per_window(load, starts, began, sizes)
     first = next((k for k, n in enumerate(windows) if n), None)
-    aged = [] if aging_s is None else windows[math.ceil(aging_s / sizes.window_s) :]
+    during = [at for at in times if at < ended] + ([ended] if times and times[-1] >= ended else [])
+    gaps = [b - a for a, b in itertools.pairwise(during)]
     return {
         "first_start_s": round(times[0] - began, 2) if times else None,
         "per_window": windows,
         "zero_windows_after_first": None if first is None else windows[first:].count(0),
+        "longest_gap_s": round(max(gaps), 2) if gaps else None,
         "aging_s": aging_s,
-        "zero_windows_after_aging": aged.count(0) if aged else None,
     }
