@@ -129,17 +129,23 @@ def step(name: str) -> None:
 @dataclass
 class FairStack(Stack):
     """The bench's stack (``bench.jobrail_e2e.Stack``), its processes on this module's
-    app, with fair dispatch on or off."""
+    app, with fair dispatch on or off, and the priorities' offsets when given."""
 
     dispatch: bool = False
+    offsets: dict[str, float] | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
+        if self.offsets is not None:
+            extra["JOBRAIL_DISPATCH__PRIORITY_OFFSETS_S"] = json.dumps(self.offsets)
         return super().env(
             JOBRAIL_APP=APP, JOBRAIL_DISPATCH__ENABLED=str(self.dispatch).lower(), **extra
         )
 
     def settings(self, **overrides: Any) -> Settings:
-        return super().settings(dispatch={"enabled": self.dispatch}, **overrides)
+        dispatch: dict[str, Any] = {"enabled": self.dispatch}
+        if self.offsets is not None:
+            dispatch["priority_offsets_s"] = self.offsets
+        return super().settings(dispatch=dispatch, **overrides)
 
 
 async def reset(stack: Stack) -> None:

@@ -47,6 +47,16 @@ def starts(path: str) -> list[tuple[str, float]]:
         return []
 
 
+def stamped(path: str) -> list[tuple[str, str, float]]:
+    """(tenant, job id, start time) of each ``bench.stamp`` start written to `path` so
+    far, in the order written (one read: the three stay together while the file grows)."""
+    try:
+        with open(path) as lines:  # noqa: PTH123 - a bench's plain read
+            return [(f[0], f[1], float(f[2])) for f in (line.split() for line in lines) if f]
+    except FileNotFoundError:
+        return []
+
+
 def tenants_in_order(path: str) -> list[str]:
     """The tenant of each ``bench.stamp`` start written to `path`, in the order written."""
     try:

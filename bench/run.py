@@ -1,5 +1,6 @@
 """`make bench`: every measurement in one run, against the same services, then a table
-(fair dispatch against plain last, `bench.fair_dispatch`).
+(fair dispatch against plain last, `bench.fair_dispatch`, then its weighted shares and
+starvation, `bench.fair_shares`).
 
 Writes bench/results/latest.json (and a dated copy) and the table in bench/README.md.
 `--quick` is a smaller run; `--api-only` measures only the API and its peers (its results
@@ -23,6 +24,7 @@ from bench import (
     celery_pipeline,
     counts,
     fair_dispatch,
+    fair_shares,
     jobrail_e2e,
     progress_cost,
     raw_aio_pika,
@@ -77,6 +79,8 @@ async def measure(quick: bool) -> dict[str, Any]:
     costs = await measure_costs(quick)
     step("fair dispatch against plain (bench.fair_dispatch)")
     fair = await fair_dispatch.run(fair_dispatch.Sizes.quick() if quick else None)
+    step("weighted shares and starvation under fair dispatch (bench.fair_shares)")
+    shares = await fair_shares.run(fair_shares.Sizes.quick() if quick else None)
     celery_best = max(celery.values())
     one = jobrail["jobs_per_s"]["1"]
     return {
@@ -95,6 +99,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             **api_ratios(api),
             **costs["ratios"],
             **fair_dispatch.ratios(fair),
+            **fair_shares.ratios(shares),
         },
         "per_job": {
             "redis_round_trips": counted["redis_round_trips"],
@@ -113,6 +118,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         "batch": costs["batch"],
         "progress": costs["progress"],
         "fair_dispatch": fair,
+        "fair_shares": shares,
         "worker_rounds": worker_rounds,
     }
 
@@ -279,6 +285,7 @@ def table(r: dict[str, Any]) -> str:
         ),
         *cost_rows(r),
         *fair_dispatch.rows(r["fair_dispatch"]),
+        *fair_shares.rows(r["fair_shares"]),
     ]
     lines = render(rows)
     m = r["machine"]
