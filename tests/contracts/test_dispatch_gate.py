@@ -75,6 +75,22 @@ async def test_setting_the_credit_writes_only_a_change(subject: Subject) -> None
     assert await _credit(subject) == 0
 
 
+async def test_a_gate_a_held_job_found_spent_is_not_topped_up_until_a_pass_saw_it(
+    subject: Subject,
+) -> None:
+    await subject.store.gate(QUEUE, 1)
+    first = await subject.add(held("a"))
+    second = await subject.add(held("a"))  # the credit is spent: held, and the gate marked
+    assert first.held_since is None
+    assert second.held_since is not None
+
+    await subject.store.gate(QUEUE, 5)  # a pass that looked before the second was held
+    assert (await _credit(subject) or 0) <= 0
+    await subject.store.gate(QUEUE, 0)  # the pass that saw it (its backlog) closes it
+    await subject.store.gate(QUEUE, 5)  # and once that is released, the credit is back
+    assert await _credit(subject) == 5
+
+
 async def test_the_dispatcher_gives_the_room_left_while_nothing_is_held(
     subject: Subject,
 ) -> None:
