@@ -8,6 +8,7 @@ start after every one of A's."""
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -219,3 +220,31 @@ async def test_a_late_user_starts_among_its_own_tenant_s_backlog(tmp_path: Path)
     # First in, first out within the tenant, y's ten would start after x's eighty.
     assert x_meanwhile <= LATE + 2 * SLOTS, order
     assert Counter(user for user, _ in started(path)) == {"x": BACKLOG, "y": LATE}
+
+
+async def test_a_job_due_later_waits_held_and_starts_once_due(tmp_path: Path) -> None:
+    app = await _dispatching_app(tmp_path)
+    path = str(tmp_path / "starts")
+    async with app.router.lifespan_context(app):
+        engine = await runtime_of(app).container.get(AsyncEngine)
+        async with runtime_of(app).container() as request:
+            enqueue = await request.get(EnqueueJob)
+            result = await enqueue(
+                EnqueueJobCommand(
+                    tenant_id=TenantId("a"),
+                    type="test.fair_step",
+                    payload={"path": path, "work_s": 0.0},
+                    run_after=datetime.now(UTC) + timedelta(seconds=1),
+                )
+            )
+        async with engine.connect() as conn:
+            held = await conn.scalar(select(jobs.c.held_since).where(jobs.c.id == result.job.id))
+        assert held is not None  # waiting in the database, with no message
+
+        await wait_for(_count(path, 1), timeout=30, what="the job to start once due")
+        await wait_for(_finished(engine), timeout=30, what="it to end")
+        async with engine.connect() as conn:
+            row = (await conn.execute(select(jobs).where(jobs.c.id == result.job.id))).one()
+    assert row.status == "succeeded"
+    assert result.job.run_after is not None
+    assert row.started_at >= result.job.run_after  # not before it was due

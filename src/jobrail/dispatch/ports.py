@@ -29,7 +29,11 @@ class ReleaseTurn(Protocol):
         ...
 
     async def lines(self) -> list[Line]:
-        """Every line with held jobs in the queue."""
+        """Every line with held jobs in the queue, due by the pass's time."""
+        ...
+
+    async def came_due(self, since: datetime) -> list[Line]:
+        """The lines with held jobs that came due after `since`, by the pass's time."""
         ...
 
     async def weights(self) -> dict[str, float]:
@@ -37,7 +41,8 @@ class ReleaseTurn(Protocol):
         ...
 
     async def heads(self, wants: Mapping[Line, int]) -> dict[Line, list[JobId]]:
-        """Up to `wants[line]` of each line's held jobs, in its order."""
+        """Up to `wants[line]` of each line's held jobs due by the pass's time, in its
+        order."""
         ...
 
     async def release(self, ids: Sequence[JobId], now: datetime) -> list[Job]:

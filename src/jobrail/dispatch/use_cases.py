@@ -25,7 +25,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from jobrail.dispatch.model import FairShares
 from jobrail.dispatch.ports import DispatchStore, Line, ReadyGauge, ReleaseTurn, Sender
@@ -43,6 +43,8 @@ log = logging.getLogger("jobrail.dispatch")
 HEADS = 4
 # How often the tenants' weights are read again (a change applies within this).
 WEIGH_EVERY_S = 1.0
+# How often a dispatcher looks for jobs held for later that have come due (their lateness).
+DUE_EVERY_S = 0.1
 # How often the queue's figures for waiting jobs' estimates are written, at most.
 FIGURES_EVERY_S = 1.0
 
@@ -59,6 +61,8 @@ class _Queue:
     keys: dict[str, set[str]] = field(default_factory=dict)  # the active lines, by tenant
     heads: dict[Line, deque[JobId]] = field(default_factory=dict)
     discovered_at: float = float("-inf")
+    due_since: datetime | None = None  # jobs held for later that came due by then are known
+    due_looked_at: float = float("-inf")
     weighed_at: float = float("-inf")
     weights: dict[str, float] = field(default_factory=dict)
     look_again_at: float = float("-inf")  # when a process without the lease looks again
@@ -74,6 +78,7 @@ class _Queue:
         self.keys.clear()
         self.heads.clear()
         self.discovered_at = float("-inf")
+        self.due_since = None
         self.weighed_at = float("-inf")
         self.drained_since = None
 
@@ -163,7 +168,8 @@ class JobDispatcher:
             return 0  # another process holds the lease: look now and then only
         sent: list[JobMessage] = []
         credit = 0
-        async with self._store.turn(queue, self._holder, self._clock.now(), self._lease) as turn:
+        at = self._clock.now()
+        async with self._store.turn(queue, self._holder, at, self._lease) as turn:
             if turn is None:
                 if q.term is not None:
                     log.info("dispatcher: another process now releases %s", queue)
@@ -172,7 +178,7 @@ class JobDispatcher:
                 return 0
             if turn.term != q.term:
                 q.restart(turn.term)
-            arrived = await self._learn(q, turn)
+            arrived = await self._learn(q, turn, at)
             if q.shares.active:
                 sent = await self._release(q, turn)
             else:
@@ -234,11 +240,12 @@ class JobDispatcher:
         await turn.figures(q.drain_per_s, weight)
         q.drained_since, q.drained = now, 0
 
-    async def _learn(self, q: _Queue, turn: ReleaseTurn) -> int:
+    async def _learn(self, q: _Queue, turn: ReleaseTurn, at: datetime) -> int:
         """Which lines have held jobs, with their tenants' weights: the arrivals noted
         since the last pass, and all of them when the lease is new or `rediscover_s` has
         passed (an arrival noted by a transaction that committed after a pass found its
-        line empty). The weights are read every WEIGH_EVERY_S. How many lines arrived."""
+        line empty), and the lines whose jobs held for later came due (every
+        DUE_EVERY_S). The weights are read every WEIGH_EVERY_S. How many lines arrived."""
         now = time.monotonic()
         if now - q.weighed_at >= WEIGH_EVERY_S:
             q.weighed_at = now
@@ -248,8 +255,13 @@ class JobDispatcher:
         arrived = await turn.arrivals()
         lines = list(arrived)
         if now - q.discovered_at >= self._settings.rediscover_s:
-            q.discovered_at = now
+            q.discovered_at = q.due_looked_at = now
+            q.due_since = at
             lines += await turn.lines()
+        elif q.due_since is not None and now - q.due_looked_at >= DUE_EVERY_S:
+            q.due_looked_at = now
+            lines += await turn.came_due(q.due_since)
+            q.due_since = at
         for line in lines:
             q.activate(line)
         return len(arrived)

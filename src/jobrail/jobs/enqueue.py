@@ -94,7 +94,8 @@ class EnqueueJob:
             raise InvalidInputError(f"unknown job type {cmd.type!r}")
         candidate = new_job(job_type, cmd, self._clock.now(), self._default_max_attempts)
         if self._hold is not None and holdable(candidate):
-            candidate.hold(self._hold.rank(candidate.created_at, candidate.priority))
+            due = candidate.run_after or candidate.created_at
+            candidate.hold(self._hold.rank(due, candidate.priority))
         job = await uow.intake.add(candidate, message_for(candidate, job_type))
         created = job.id == candidate.id
         _traced(span, job, created=created)
@@ -160,10 +161,10 @@ def new_job(
 
 
 def holdable(job: Job) -> bool:
-    """Whether fair dispatch holds the job at its enqueue: one due now, of no batch or
-    chain. A job due later (run_at, delay, a debounce window) keeps its delayed message,
-    and a flow's members their flow's release, until the dispatcher keeps timers too."""
-    return job.run_after is None and job.debounce_key is None and job.flow is None
+    """Whether fair dispatch holds the job at its enqueue: one of no batch or chain (its
+    flow releases it), not debounced (its payload may change until it starts). A job due
+    later (run_at, delay) waits held too, and joins its tenant's line when it comes due."""
+    return job.debounce_key is None and job.flow is None
 
 
 def _debounceable(cmd: EnqueueJobCommand) -> None:

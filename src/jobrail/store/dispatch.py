@@ -41,6 +41,8 @@ from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import (
     HELD,
+    HELD_LATER,
+    UtcDateTime,
     dispatch_arrivals,
     dispatch_gates,
     dispatch_pauses,
@@ -61,7 +63,23 @@ _LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
 _ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
-LINES = select(jobs.c.tenant_id, jobs.c.fair_key).where(jobs.c.queue == _queue, HELD).distinct()
+_now = bindparam("now", type_=UtcDateTime())
+# Held and due: a job held with run_at or delay joins its line when it comes due.
+_DUE = or_(jobs.c.run_after.is_(None), jobs.c.run_after <= _now)
+LINES = (
+    select(jobs.c.tenant_id, jobs.c.fair_key).where(jobs.c.queue == _queue, HELD, _DUE).distinct()
+)
+# The lines whose held jobs came due in (since, now] (ix_jobs_held_due).
+CAME_DUE = (
+    select(jobs.c.tenant_id, jobs.c.fair_key)
+    .where(
+        jobs.c.queue == _queue,
+        HELD_LATER,
+        jobs.c.run_after > bindparam("since", type_=UtcDateTime()),
+        jobs.c.run_after <= _now,
+    )
+    .distinct()
+)
 ARRIVALS = (
     delete(dispatch_arrivals)
     .where(dispatch_arrivals.c.queue == _queue)
@@ -75,6 +93,7 @@ HEADS_OF = (
         jobs.c.tenant_id == bindparam("tenant_id", type_=Text()),
         jobs.c.fair_key == bindparam("fair_key", type_=Text()),
         HELD,
+        _DUE,
         ~paused_job(),
     )
     .order_by(*_LINE)
@@ -102,6 +121,7 @@ def _heads_of_many() -> Any:
             jobs.c.tenant_id == wanted.c.tenant_id,
             jobs.c.fair_key == wanted.c.fair_key,
             HELD,
+            _DUE,
             ~paused_job(),
         )
         .order_by(*_LINE)
@@ -131,9 +151,12 @@ def _release(ids: Sequence[JobId], now: datetime) -> Any:
 
 
 class SqlaTurn:
-    def __init__(self, conn: AsyncConnection, queue: str, lease: "_Lease", postgres: bool) -> None:
+    def __init__(
+        self, conn: AsyncConnection, queue: str, lease: "_Lease", postgres: bool, now: datetime
+    ) -> None:
         self._conn = conn
         self._queue = queue
+        self._now = now
         self.term = lease.term
         self.paused = lease.paused
         self._postgres = postgres
@@ -150,8 +173,12 @@ class SqlaTurn:
         return [(tenant, key) for tenant, key in rows]
 
     async def lines(self) -> list[Line]:
-        rows = await self._conn.execute(LINES, {"queue": self._queue})
+        rows = await self._conn.execute(LINES, {"queue": self._queue, "now": self._now})
         return [(tenant, key) for tenant, key in rows]
+
+    async def came_due(self, since: datetime) -> list[Line]:
+        found = {"queue": self._queue, "since": since, "now": self._now}
+        return [(tenant, key) for tenant, key in await self._conn.execute(CAME_DUE, found)]
 
     async def weights(self) -> dict[str, float]:
         rows = await self._conn.execute(WEIGHTS)
@@ -162,6 +189,7 @@ class SqlaTurn:
         if self._postgres:
             wanted = {
                 "queue": self._queue,
+                "now": self._now,
                 "tenants": [tenant for tenant, _ in wants],
                 "keys": [key for _, key in wants],
                 "counts": list(wants.values()),
@@ -171,7 +199,14 @@ class SqlaTurn:
             return found
         for (tenant, key), count in wants.items():
             ids = await self._conn.execute(
-                HEADS_OF, {"queue": self._queue, "tenant_id": tenant, "fair_key": key, "n": count}
+                HEADS_OF,
+                {
+                    "queue": self._queue,
+                    "tenant_id": tenant,
+                    "fair_key": key,
+                    "n": count,
+                    "now": self._now,
+                },
             )
             found[tenant, key] = [JobId(job_id) for job_id in ids.scalars()]
         return found
@@ -193,7 +228,7 @@ class SqlaDispatchStore:
         with database_errors():
             async with self._engine.begin() as conn:
                 held = await self._lease(conn, queue, holder, now, lease)
-                yield None if held is None else SqlaTurn(conn, queue, held, self._postgres)
+                yield None if held is None else SqlaTurn(conn, queue, held, self._postgres, now)
 
     async def _lease(
         self, conn: AsyncConnection, queue: str, holder: str, now: datetime, lease: timedelta

@@ -175,12 +175,12 @@ class PgJobIntake(_Pg):
         messages: Sequence[Envelope],
         marks: Sequence[tuple[Any, datetime]],
     ) -> list[Any]:
-        # The jobs it would hold, numbered per queue: the first ones go out at once if
-        # their queue's fast-path credit has room (store/enqueue_statement.py).
+        # The jobs due now it would hold, numbered per queue: the first ones go out at
+        # once if their queue's fast-path credit has room (store/enqueue_statement.py).
         wants: Counter[str] = Counter()
         ranks: list[int | None] = []
         for job in jobs_:
-            if job.held_since is None:
+            if job.held_since is None or not _due_now(job):
                 ranks.append(None)
             else:
                 wants[job.queue] += 1
@@ -227,6 +227,10 @@ class PgJobIntake(_Pg):
             list(wants),
             list(wants.values()),
         ]
+
+
+def _due_now(job: Job) -> bool:
+    return job.run_after is None or job.run_after <= job.created_at
 
 
 class PgOutboxMarks(_Pg):

@@ -74,6 +74,15 @@ ACTIVE_UNIQUE = text("unique_key IS NOT NULL AND status IN ('pending', 'retrying
 WAITING_DEADLINE = text("deadline IS NOT NULL AND status IN ('pending', 'retrying')")
 PENDING_DEBOUNCE = text("debounce_key IS NOT NULL AND status = 'pending'")
 HELD = text("held_since IS NOT NULL AND status IN ('pending', 'retrying')")
+HELD_LATER = text(
+    "held_since IS NOT NULL AND status IN ('pending', 'retrying') AND run_after IS NOT NULL"
+)
+
+
+def _partial(name: str, *columns: str, where: Any, unique: bool = False) -> Index:
+    """An index over the rows `where` holds, alike on Postgres and SQLite."""
+    return Index(name, *columns, unique=unique, postgresql_where=where, sqlite_where=where)
+
 
 jobs = Table(
     "jobs",
@@ -128,59 +137,34 @@ jobs = Table(
     Index("ix_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
     Index("ix_jobs_tenant_entity_created", "tenant_id", "entity_id", "created_at"),
     Index("ix_jobs_status_created", "status", "created_at"),
-    Index(
-        "ix_jobs_flow",
-        "flow_id",
-        "flow_step",
-        postgresql_where=text("flow_id IS NOT NULL"),
-        sqlite_where=text("flow_id IS NOT NULL"),
-    ),
+    _partial("ix_jobs_flow", "flow_id", "flow_step", where=text("flow_id IS NOT NULL")),
     # A key is taken only while its job is active: one that has ended frees it.
-    Index(
+    _partial(
         "uq_jobs_active_unique_key",
         "tenant_id",
         "type",
         "unique_key",
+        where=ACTIVE_UNIQUE,
         unique=True,
-        postgresql_where=ACTIVE_UNIQUE,
-        sqlite_where=ACTIVE_UNIQUE,
     ),
-    Index(
+    _partial(
         "uq_jobs_pending_debounce_key",
         "tenant_id",
         "type",
         "debounce_key",
+        where=PENDING_DEBOUNCE,
         unique=True,
-        postgresql_where=PENDING_DEBOUNCE,
-        sqlite_where=PENDING_DEBOUNCE,
     ),
     # The jobs that wait with a deadline, for the sweep that expires them.
-    Index(
-        "ix_jobs_waiting_deadline",
-        "deadline",
-        postgresql_where=WAITING_DEADLINE,
-        sqlite_where=WAITING_DEADLINE,
-    ),
-    # The held jobs of each queue, tenant and key in the order the dispatcher releases them.
-    Index(
-        "ix_jobs_held_lines",
-        "queue",
-        "tenant_id",
-        "fair_key",
-        "rank_at",
-        "id",
-        postgresql_where=HELD,
-        sqlite_where=HELD,
-    ),
+    _partial("ix_jobs_waiting_deadline", "deadline", where=WAITING_DEADLINE),
+    # The held jobs of each queue, tenant and key in the order the dispatcher releases them,
+    # and those due later by when (the dispatcher looks for the ones just due).
+    _partial("ix_jobs_held_lines", "queue", "tenant_id", "fair_key", "rank_at", "id", where=HELD),
+    _partial("ix_jobs_held_due", "queue", "run_after", where=HELD_LATER),
     # The ops page's webhook deliveries of the last day (jobrail.webhooks): the delivery
     # jobs alone, so its refreshes read those and not every job of the day.
-    Index(
-        "ix_jobs_webhook_deliveries",
-        "created_at",
-        "tenant_id",
-        "status",
-        postgresql_where=WEBHOOK_DELIVERIES,
-        sqlite_where=WEBHOOK_DELIVERIES,
+    _partial(
+        "ix_jobs_webhook_deliveries", "created_at", "tenant_id", "status", where=WEBHOOK_DELIVERIES
     ),
 )
 

@@ -19,8 +19,10 @@ each line (``ix_jobs_held_lines`` replaces ``ix_jobs_held``), and an arrival not
 the line (``dispatch_arrivals`` is made again with it in its key: its notes are hints,
 and the dispatchers find every held job again within ``rediscover_s`` anyway).
 
-Columns nullable or with a constant default (no rewrite on Postgres, in place on
-SQLite), the index built ``CONCURRENTLY`` on Postgres, and two small tables.
+``ix_jobs_held_due`` finds the held jobs due later that have just come due (a job held
+with ``run_at`` or ``delay``). Columns nullable or with a constant default (no rewrite on
+Postgres, in place on SQLite), indexes built ``CONCURRENTLY`` on Postgres, two small
+tables.
 
 Revision ID: 0018
 Revises: 0017
@@ -57,6 +59,25 @@ def upgrade() -> None:
         sa.Column("fair_key", sa.String(255), nullable=False, server_default=sa.text("''")),
     )
     _swap_index("ix_jobs_held", "ix_jobs_held_lines", ["queue", "tenant_id", "fair_key"])
+    _due_index()
+
+
+def _due_index() -> None:
+    """The held jobs due later, by queue and when: the dispatcher looks for those just due."""
+    where = sa.text(HELD + " AND run_after IS NOT NULL")
+    options: dict[str, Any] = {"postgresql_where": where, "sqlite_where": where}
+    if op.get_bind().dialect.name != "postgresql":
+        op.create_index("ix_jobs_held_due", "jobs", ["queue", "run_after"], **options)
+        return
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_jobs_held_due",
+            "jobs",
+            ["queue", "run_after"],
+            postgresql_concurrently=True,
+            if_not_exists=True,
+            **options,
+        )
 
 
 def _arrivals(*key: str) -> None:
@@ -87,6 +108,7 @@ def _swap_index(old: str, new: str, line: list[str]) -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_held_due", table_name="jobs", if_exists=True)
     _swap_index("ix_jobs_held_lines", "ix_jobs_held", ["queue", "tenant_id"])
     # In place on both (SQLite >= 3.35 drops a column without a rebuild).
     op.execute("ALTER TABLE jobs DROP COLUMN fair_key")
