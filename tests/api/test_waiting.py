@@ -93,7 +93,16 @@ async def test_a_job_the_lock_defers_names_the_lock_its_key_and_when_it_tries_ag
 
     assert waiting["status"] == "pending"
     assert waiting["attempts"] == 0
-    assert waiting["waiting"]["on"] == [{"kind": "lock", "name": "lock", "key": "report:acme:q3"}]
+    assert waiting["waiting"]["reason"] == "lock"
+    assert waiting["waiting"]["on"] == [
+        {
+            "kind": "lock",
+            "name": "lock",
+            "key": "report:acme:q3",
+            "held_by_job_id": str(holder.job.id),  # from the lock's denial
+        }
+    ]
+    assert waiting["waiting"]["position"] is None  # no line: fair dispatch is off
     until = datetime.fromisoformat(waiting["waiting"]["until"])
     since = datetime.fromisoformat(waiting["waiting"]["since"])
     assert since <= until
