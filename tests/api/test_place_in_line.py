@@ -115,11 +115,15 @@ async def test_each_held_job_has_its_place_and_the_places_only_go_down_as_the_li
     assert positions[0] <= A_JOBS
     assert {w["reason"] for w in seen} == {"fair_share"}
     assert all(w["ahead_in_tenant"] == w["position"] - 1 for w in seen)
-    # Two tenants of weight 1: about two jobs start for each of A's ahead of it.
+    # Two tenants of weight 1 (one, once B's line is empty): up to two jobs start for
+    # each of A's ahead of it.
     with_figures = [w for w in seen if w["ahead_in_queue"] is not None]
     assert with_figures, "no estimate while the line drained"
     assert all(_finite_eta(w) for w in with_figures)
-    assert all(w["ahead_in_queue"] == 2 * w["ahead_in_tenant"] for w in with_figures)
+    assert all(
+        w["ahead_in_tenant"] <= w["ahead_in_queue"] <= 2 * w["ahead_in_tenant"]
+        for w in with_figures
+    )
     assert done["waiting"] is None
 
 
