@@ -45,7 +45,7 @@ from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.guard import is_head
 from jobrail.http.rate_limits import RateLimitedError, RateLimitRead
-from jobrail.jobs.domain import CLAIMABLE_STATUSES, Job
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, JobStatus
 from jobrail.jobs.get import GetJob, GetJobQuery
 from jobrail.jobs.schemas import JobEventOut, JobEventPage, JobStatusName
 from jobrail.jobs.waiting_out import PausedByOut, WaitingOut
@@ -113,10 +113,10 @@ class _Places:
     changed to a waiting one; an event saying it no longer waits sends `waiting` null
     (once) without a read."""
 
-    def __init__(self, get: GetJob, job: Job) -> None:
+    def __init__(self, get: GetJob, query: GetJobQuery, status: JobStatus) -> None:
         self._get = get
-        self._job = GetJobQuery(job.tenant_id, job.id)
-        self._status = job.status
+        self._job = query
+        self._status = status
         self._sent: JobWaitingFrame | None = None
 
     async def frame(self, event: JobEvent | None = None) -> bytes | None:
@@ -357,4 +357,5 @@ async def job_events_response(
         last = await feed.last_of_job(job.id)
         if last is None or (last.ends_job and last.cursor <= which.after):
             return Response(status_code=204)
-    return _stream(feed, which, until_ended=True, places=_Places(get, job))
+    places = _Places(get, GetJobQuery(tenant, job.id), job.status)
+    return _stream(feed, which, until_ended=True, places=places)
