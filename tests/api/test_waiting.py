@@ -1,9 +1,11 @@
-"""A job its lock defers says, on GET /jobs/{id}, what it waits for and when it tries
-again, and stops saying it once it runs; a job type may cap the wait (embedded mode)."""
+"""A job its lock defers says, on GET /jobs/{id}, what it waits for, which job holds the
+lock and when it tries again, and stops saying it once it runs; a job type may cap the
+wait; a job due later, in its debounce window or turned away by a rate limit says so
+(embedded mode, fair dispatch off: no place in line)."""
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from jobrail import JobContext, JobRail, Lock
+from jobrail import JobContext, JobRail, Lock, TokenBucket
 from tests.api.conftest import embedded_settings, migrated
 from tests.support.services import wait_for
 
@@ -74,7 +76,16 @@ async def host(tmp_path: Path) -> AsyncIterator[Host]:
     async def impatient(payload: Render, ctx: JobContext) -> None:
         return None
 
+    @rail.job(
+        "reports.vendor",
+        payload=Render,
+        limits=[TokenBucket("vendor", key="vendor:{tenant_id}", capacity=1, per_second=1 / 600)],
+    )
+    async def vendor(payload: Render, ctx: JobContext) -> None:
+        return None
+
     host.render, host.impatient = render, impatient  # type: ignore[attr-defined]
+    host.vendor = vendor  # type: ignore[attr-defined]
     app.include_router(rail.router(tenant=tenant))
     async with rail.lifespan(app), http:
         yield host
@@ -93,7 +104,16 @@ async def test_a_job_the_lock_defers_names_the_lock_its_key_and_when_it_tries_ag
 
     assert waiting["status"] == "pending"
     assert waiting["attempts"] == 0
-    assert waiting["waiting"]["on"] == [{"kind": "lock", "name": "lock", "key": "report:acme:q3"}]
+    assert waiting["waiting"]["reason"] == "lock"
+    assert waiting["waiting"]["on"] == [
+        {
+            "kind": "lock",
+            "name": "lock",
+            "key": "report:acme:q3",
+            "held_by_job_id": str(holder.job.id),  # from the lock's denial
+        }
+    ]
+    assert waiting["waiting"]["position"] is None  # no line: fair dispatch is off
     until = datetime.fromisoformat(waiting["waiting"]["until"])
     since = datetime.fromisoformat(waiting["waiting"]["since"])
     assert since <= until
@@ -117,3 +137,53 @@ async def test_a_job_that_waits_longer_than_its_type_allows_fails_saying_why(hos
     assert failed["last_error"].startswith("waited longer than its type allows (1 s")
     assert "lock" in failed["last_error"]
     assert failed["waiting"] is None
+
+
+def _parsed(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def test_a_job_due_later_or_in_its_debounce_window_says_until_when(host: Host) -> None:
+    render: Any = host.render  # type: ignore[attr-defined]
+    at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    later = await render.enqueue(Render(report_id="later"), tenant_id="acme", run_at=at)
+    debounced = await render.enqueue(
+        Render(report_id="digest"), tenant_id="acme", debounce_key="d", debounce_s=600
+    )
+
+    run_at, window = await host.job(str(later.job.id)), await host.job(str(debounced.job.id))
+
+    assert run_at["waiting"]["reason"] == "run_at"
+    assert _parsed(run_at["waiting"]["until"]) == at
+    assert run_at["waiting"]["since"] == run_at["created_at"]
+    assert window["waiting"]["reason"] == "debounce"
+    assert window["waiting"]["until"] == window["run_after"]  # when the window closes
+    assert (run_at["waiting"]["position"], window["waiting"]["eta"]) == (None, None)
+
+
+async def test_a_job_its_rate_limit_turns_away_says_so_and_when_it_tries_again(
+    host: Host,
+) -> None:
+    vendor: Any = host.vendor  # type: ignore[attr-defined]
+    # One token in ten minutes for two jobs: one of them waits for the next (the other
+    # may too, should its start come later than its token allows on a busy machine).
+    jobs = [await vendor.enqueue(Render(report_id=n), tenant_id="acme") for n in "ab"]
+
+    async def one_turned_away() -> dict[str, Any] | None:
+        for job in jobs:
+            found = await host.job(str(job.job.id))
+            if found["waiting"] is not None:
+                return found
+        return None
+
+    waiting = await wait_for(one_turned_away, timeout=15, what="a job to wait for a token")
+
+    assert waiting["status"] == "pending"
+    assert waiting["waiting"]["reason"] == "rate_limit"
+    assert waiting["waiting"]["on"] == [
+        {"kind": "rate_limit", "name": "vendor", "key": "vendor:acme", "held_by_job_id": None}
+    ]
+    # Its reserved token comes in about ten minutes (one every 600 s; twenty, if the
+    # other job's token went to waste).
+    wait = _parsed(waiting["waiting"]["until"]) - _parsed(waiting["waiting"]["since"])
+    assert timedelta(minutes=9) < wait <= timedelta(minutes=20, seconds=1)

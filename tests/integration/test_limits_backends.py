@@ -97,6 +97,7 @@ def _summary(admission: Any) -> Any:
                 d.epoch,
                 d.own,
                 d.until,
+                d.holder,
             )
             for d in admission.decisions
         ],
@@ -217,3 +218,34 @@ def test_memory_and_redis_backends_decide_the_same(
 ) -> None:
     memory, redis = asyncio.run(_play(sequence, redis_connect))
     assert memory == redis
+
+
+def test_a_lock_s_denial_names_its_holder_on_both_backends(redis_connect: Connect) -> None:
+    """The holder comes back with the denial, in the same round trip (a waiting job
+    names the job that holds its lock from it)."""
+
+    async def play_both() -> list[list[Any]]:
+        redis = redis_connect()
+        try:
+            backends = [
+                MemoryLimits(),
+                RedisLimits(redis, key_prefix=f"holder:{uuid.uuid4().hex}:"),
+            ]
+            seen = []
+            for backend in backends:
+                lock = [Acquire(Lock(key="report:{id}", ttl_s=5), "report:{acme}:7")]
+                slots = [Acquire(Concurrency("cs", key="c", slots=1, lease_s=5), "c:{acme}")]
+                taken = await backend.admit([*lock, *slots], "job-a/1", now_ms=1000)
+                denied = await backend.admit([*lock, *slots], "job-b/2", now_ms=1001)
+                peeked = await backend.peek(lock[0], now_ms=1002)
+                seen.append(
+                    [taken.decisions[0].holder, [d.holder for d in denied.decisions], peeked.holder]
+                )
+            return seen
+        finally:
+            await redis.aclose()
+
+    memory, redis = asyncio.run(play_both())
+
+    assert memory == redis
+    assert memory == [None, ["job-a/1", None], "job-a/1"]

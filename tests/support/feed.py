@@ -14,19 +14,32 @@ SSE = {"Accept": "text/event-stream"}
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The events of an SSE response, each with its SSE id (comments skipped)."""
+    """The events of an SSE response, each with its SSE id (comments skipped, and the
+    named frames that are no events of the feed: a job stream's `waiting`)."""
+    async for name, event in sse_frames(response):
+        if name is None:
+            yield event
+
+
+async def sse_frames(response: httpx.Response) -> AsyncIterator[tuple[str | None, Any]]:
+    """Every frame with data of an SSE response: its name (its `event:`, None for the
+    feed's events) and its data, parsed (with its SSE id as `_sse_id`, if a dict)."""
     data: list[str] = []
-    event_id = None
+    event_id = name = None
     async for line in response.aiter_lines():
         if line.startswith("data:"):
             data.append(line[5:].strip())
         elif line.startswith("id:"):
             event_id = line[3:].strip()
-        elif line == "" and data:
-            event = json.loads("\n".join(data))
-            event["_sse_id"] = event_id
-            yield event
-            data, event_id = [], None
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line == "":  # a frame ends: its fields were its own
+            if data:
+                event = json.loads("\n".join(data))
+                if isinstance(event, dict):
+                    event["_sse_id"] = event_id
+                yield name, event
+            data, event_id, name = [], None, None
 
 
 async def disconnect_and_resume(api: ApiClient, jobs: int = 5, timeout: float = 30) -> None:

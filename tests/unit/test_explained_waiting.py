@@ -193,3 +193,45 @@ async def test_closing_writes_the_notes_taken_at_once_and_leaves_no_write_behind
     assert store.jobs[job.id].waiting == wait
     assert (store.wait_statements, notes.written) == (1, 1)
     assert [t for t in asyncio.all_tasks() if t.get_name() == "wait-notes"] == []
+
+
+async def test_a_lock_s_deferral_names_the_job_that_holds_it() -> None:
+    from jobrail.limits.counters import LimitCounters
+    from jobrail.limits.memory import MemoryLimits
+    from jobrail.worker.gate import GateConfig, JobGate
+    from jobrail.worker.gating import job_owner
+
+    gate = JobGate(MemoryLimits(), LimitCounters(), GateConfig())
+    holder, waiter = make_job(), make_job()
+    keys = LOCKED.keys({"message": "hi"})
+
+    held = await gate.enter(LOCKED, keys, owner=job_owner(holder.id))
+    turned_away = await gate.enter(LOCKED, keys, owner=job_owner(waiter.id))
+
+    assert not isinstance(held, Deferred)
+    assert isinstance(turned_away, Deferred)
+    assert turned_away.waits_on == (WaitsOn("lock", "lock", "account:hi", str(holder.id)),)
+
+
+def test_a_holder_token_names_its_job_and_any_other_token_none() -> None:
+    from jobrail.worker.gate import holder_token
+    from jobrail.worker.gating import job_owner, owner_job
+
+    job = make_job()
+
+    assert owner_job(holder_token(job_owner(job.id))) == str(job.id)
+    assert owner_job(holder_token()) is None  # an admission for no job
+    assert owner_job("not-a-job/abc") is None
+    assert owner_job(None) is None
+
+
+def test_a_note_keeps_the_lock_s_holder_and_an_older_note_reads_as_before() -> None:
+    clock = FixedClock()
+    on = (WaitsOn("lock", "lock", "account:hi", "f" * 8), WaitsOn("rate_limit", "vendor", "v"))
+    wait = Wait(on=on, until=clock.now(), since=clock.now())
+
+    document = wait.as_json()
+
+    assert Wait.from_json(document) == wait
+    assert document["on"][1] == {"kind": "rate_limit", "name": "vendor", "key": "v"}
+    assert Wait.from_json({**document, "on": [document["on"][1]]}) == replace(wait, on=on[1:])

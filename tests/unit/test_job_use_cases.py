@@ -1,5 +1,6 @@
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -181,9 +182,16 @@ async def test_a_delayed_job_carries_its_due_time_to_the_message(
     assert dispatcher.dispatched[0].not_before == due
 
 
+class NoLines:
+    """No job is held (fair dispatch off): no line is ever read."""
+
+    async def place_of(self, job: Any) -> Any:
+        raise AssertionError(f"the line of {job.id} read, which is not held")
+
+
 async def test_get_hides_other_tenants_jobs(enqueue: EnqueueJob, uow: FakeUnitOfWork) -> None:
     created = await enqueue(greet_cmd())
-    get = GetJob(uow, FakePauses())
+    get = GetJob(uow, FakePauses(), NoLines(), FixedClock())
 
     assert (await get(GetJobQuery(ACME, created.job.id))).id == created.job.id
     with pytest.raises(NotFoundError):
@@ -199,12 +207,14 @@ async def test_a_waiting_job_says_which_pause_holds_it_and_a_finished_one_does_n
     pauses = FakePauses()
     pause = Pause("tenant", str(ACME), clock.now())
     pauses.paused[("tenant", str(ACME))] = pause
-    get = GetJob(uow, pauses)
+    get = GetJob(uow, pauses, NoLines(), clock)
 
     job = await get(GetJobQuery(ACME, created.job.id))
-    assert await get.pause_of(job) == pause
+    standing = await get.standing_of(job)
+    assert standing is not None
+    assert (standing.reason, standing.pause) == ("paused", pause)
     job.cancel(clock.now())
-    assert await get.pause_of(job) is None
+    assert await get.standing_of(job) is None
 
 
 async def test_list_pages_newest_first_and_filters(

@@ -183,6 +183,17 @@ async def test_a_lock_has_one_holder_and_a_fence_that_only_grows() -> None:
     assert after_expiry.grant.fence > first.grant.fence
 
 
+async def test_a_lock_s_denial_names_who_holds_it_and_nothing_else_does() -> None:
+    limits = MemoryLimits()
+    first = await limits.admit([*one(LOCK), *one(SLOTS, "c")], "job-1/a", now_ms=0)
+    busy = await limits.admit([*one(LOCK), *one(SLOTS, "c")], "job-2/b", now_ms=10)
+    later = await limits.admit(one(LOCK), "job-3/c", now_ms=5000)  # its TTL has passed
+
+    assert [d.holder for d in first.decisions] == [None, None]
+    assert [d.holder for d in busy.decisions] == ["job-1/a", None]
+    assert later.decisions[0].holder is None
+
+
 async def test_only_the_holder_can_extend_or_release_a_lock() -> None:
     limits = MemoryLimits()
     old = (await limits.admit(one(LOCK), "a", now_ms=0)).grant

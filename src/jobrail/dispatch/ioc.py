@@ -9,10 +9,11 @@ from jobrail.dispatch.pauses import Pauses
 from jobrail.dispatch.ports import Sender
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.intake import JobCatalog
-from jobrail.jobs.ports import PauseReader
+from jobrail.jobs.ports import LinePlaces, PauseReader
 from jobrail.kernel.clock import Clock
 from jobrail.settings import Settings
 from jobrail.store.dispatch import SqlaDispatchStore, SqlaPauses
+from jobrail.store.places import SqlaLinePlaces
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 
@@ -23,6 +24,10 @@ class DispatchProvider(Provider):
     @provide
     def pause_store(self, engine: AsyncEngine) -> AnyOf[SqlaPauses, PauseReader]:
         return SqlaPauses(engine)
+
+    @provide
+    def line_places(self, engine: AsyncEngine) -> LinePlaces:
+        return SqlaLinePlaces(engine)
 
     @provide
     def pauses(

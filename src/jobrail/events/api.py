@@ -7,8 +7,18 @@ feed, so a browser that reconnects resumes exactly where it stopped. Any other r
 gets one JSON page and no waiting: of the tenant's feed, every event (`JobEventPage`);
 of one job, its story (`JobStoryPage`), the lines its ops page shows: a job reports
 progress several times a second, and a list of every event would show little else.
+
+A job's own stream also says where the job stands while it waits to start, as
+``GET /jobs/{id}``'s `waiting` does (its place in line moves with no event of its own):
+SSE events named `waiting`, without an id (they are no events of the feed, and a resume
+never replays them; ``EventSource.onmessage`` does not see them), whose data is a
+`JobWaitingFrame`. One is sent when the stream starts if the job waits, then whenever
+what it says changed, looked at every `PLACE_EVERY_S` while the job waits (a few
+primary-key reads: the job, the pauses, its line's count, capped); and one with
+`waiting` null once it no longer does.
 """
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -35,14 +45,18 @@ from jobrail.http.auth import CurrentTenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.guard import is_head
 from jobrail.http.rate_limits import RateLimitedError, RateLimitRead
+from jobrail.jobs.domain import CLAIMABLE_STATUSES, JobStatus
 from jobrail.jobs.get import GetJob, GetJobQuery
-from jobrail.jobs.schemas import JobEventOut, JobEventPage
-from jobrail.kernel.errors import InvalidInputError, StoreUnavailableError
+from jobrail.jobs.schemas import JobEventOut, JobEventPage, JobStatusName
+from jobrail.jobs.waiting_out import PausedByOut, WaitingOut
+from jobrail.kernel.errors import InvalidInputError, NotFoundError, StoreUnavailableError
 from jobrail.kernel.ids import JobId, TenantId
 
 log = logging.getLogger("jobrail.api.events")
 
 HEARTBEAT_S = 15.0
+# How often a job's own stream looks again where its job stands while it waits.
+PLACE_EVERY_S = 2.0
 # How long a browser waits before it reconnects after the stream broke (SSE `retry`).
 RECONNECT_MS = 2000
 
@@ -82,6 +96,58 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     204: {"description": "The job has ended; nothing follows."},
 }
+
+
+class JobWaitingFrame(BaseModel):
+    """The data of a job stream's `waiting` frame: where the job stands now."""
+
+    job_id: uuid.UUID
+    status: JobStatusName
+    waiting: WaitingOut | None = Field(description="As GET /jobs/{id} shows it.")
+    paused: PausedByOut | None = Field(description="As GET /jobs/{id} shows it.")
+
+
+class _Places:
+    """The `waiting` frames of a job's own stream (see the module): where the job stands,
+    read again at each look while the job waits and when an event says its status
+    changed to a waiting one; an event saying it no longer waits sends `waiting` null
+    (once) without a read."""
+
+    def __init__(self, get: GetJob, query: GetJobQuery, status: JobStatus) -> None:
+        self._get = get
+        self._job = query
+        self._status = status
+        self._sent: JobWaitingFrame | None = None
+
+    async def frame(self, event: JobEvent | None = None) -> bytes | None:
+        """The frame to send after `event` (None: at a look), if what it says changed."""
+        if event is not None:
+            moved, self._status = event.status is not self._status, event.status
+            if not moved:
+                return None  # the next look sees what the event changed
+        if self._status in CLAIMABLE_STATUSES:
+            try:
+                job = await self._get(self._job)
+            except NotFoundError:
+                return None  # deleted meanwhile (retention): its events say the rest
+            standing = await self._get.standing_of(job)
+            self._status = job.status
+            frame = JobWaitingFrame(
+                job_id=job.id,
+                status=job.status.value,
+                waiting=WaitingOut.of(standing) if standing else None,
+                paused=PausedByOut.of(standing.pause if standing else None),
+            )
+        else:
+            frame = JobWaitingFrame(
+                job_id=self._job.job_id, status=self._status.value, waiting=None, paused=None
+            )
+        if frame.waiting is None and (self._sent is None or self._sent.waiting is None):
+            return None  # it did not wait, and said so (or never said anything)
+        if frame == self._sent:
+            return None
+        self._sent = frame
+        return format_sse_event(event="waiting", data_str=frame.model_dump_json())
 
 
 class EventsRoute(JsonErrorsRoute, DishkaRoute):
@@ -138,7 +204,9 @@ def _story_page(lines: list[StoryLine]) -> JobStoryPage:
     )
 
 
-async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> AsyncIterator[bytes]:
+async def _sse(
+    feed: JobEvents, which: EventFilter, *, until_ended: bool, places: _Places | None = None
+) -> AsyncIterator[bytes]:
     with feed.stream_slot(which.tenant_id or TenantId("")) as held:
         if not held:  # taken between the check and the stream's start: end at once
             return
@@ -146,12 +214,25 @@ async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> Asy
         # reconnects with it (EventSource keeps an id from a frame without data).
         yield format_sse_event(retry=RECONNECT_MS, id=str(which.after))
         try:
-            async for item in feed.follow(which, heartbeat_s=HEARTBEAT_S, until_ended=until_ended):
+            if places is not None and (frame := await places.frame()):
+                yield frame
+            # A job's stream wakes every PLACE_EVERY_S to look where its job stands;
+            # its keep-alive comment is still sent every HEARTBEAT_S.
+            every = HEARTBEAT_S if places is None else min(PLACE_EVERY_S, HEARTBEAT_S)
+            loop = asyncio.get_running_loop()
+            pinged = loop.time()
+            async for item in feed.follow(which, heartbeat_s=every, until_ended=until_ended):
                 if isinstance(item, EventCursor):  # a keep-alive, with the place read to
-                    yield format_sse_event(comment="ping", id=str(item))
+                    if loop.time() - pinged >= HEARTBEAT_S - every / 2:
+                        pinged = loop.time()
+                        yield format_sse_event(comment="ping", id=str(item))
+                    if places is not None and (frame := await places.frame()):
+                        yield frame
                     continue
                 document = JobEventOut.model_validate(event_document(item))
                 yield format_sse_event(data_str=document.model_dump_json(), id=str(item.cursor))
+                if places is not None and (frame := await places.frame(item)):
+                    yield frame
         except StoreUnavailableError as exc:
             # The client reconnects with its Last-Event-ID and loses nothing.
             log.warning("event stream ended: database unavailable (%s)", exc)
@@ -161,7 +242,9 @@ async def _sse(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> Asy
             log.exception("event stream ended by an error")
 
 
-def _stream(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> StreamingResponse:
+def _stream(
+    feed: JobEvents, which: EventFilter, *, until_ended: bool, places: _Places | None = None
+) -> StreamingResponse:
     """The stream's response, or a 429 when the tenant holds its most streams already.
     The slot is held by the stream itself (released however it ends)."""
     with feed.stream_slot(which.tenant_id or TenantId("")) as free:
@@ -173,7 +256,7 @@ def _stream(feed: JobEvents, which: EventFilter, *, until_ended: bool) -> Stream
                 headers={"Retry-After": "5"},
             )
     return StreamingResponse(
-        _sse(feed, which, until_ended=until_ended),
+        _sse(feed, which, until_ended=until_ended, places=places),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -274,4 +357,5 @@ async def job_events_response(
         last = await feed.last_of_job(job.id)
         if last is None or (last.ends_job and last.cursor <= which.after):
             return Response(status_code=204)
-    return _stream(feed, which, until_ended=True)
+    places = _Places(get, GetJobQuery(tenant, job.id), job.status)
+    return _stream(feed, which, until_ended=True, places=places)

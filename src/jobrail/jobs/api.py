@@ -115,7 +115,7 @@ def jobs_router(
                 view = await flows.get(tenant, job.flow.flow_id)
             except NotFoundError:
                 view = None  # the flow's row is gone (retention): the job still shows
-        return JobOut.of(job, view, await get.pause_of(job))
+        return JobOut.of(job, view, await get.standing_of(job))
 
     @router.get("", summary="Jobs, newest first", dependencies=[limited("read")])
     async def list_jobs(

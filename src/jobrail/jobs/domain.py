@@ -13,7 +13,7 @@ new start is a takeover and counts as an attempt.
 """
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -79,6 +79,7 @@ class WaitsOn:
     kind: str
     name: str
     key: str
+    held_by: str | None = None  # a lock's: the id of the job holding it, when a job does
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class Wait:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "on": [{"kind": w.kind, "name": w.name, "key": w.key} for w in self.on],
+            "on": [{k: v for k, v in asdict(w).items() if v is not None} for w in self.on],
             "until": self.until.isoformat(),
             "since": self.since.isoformat(),
         }
@@ -103,7 +104,7 @@ class Wait:
         if not data:
             return None
         return cls(
-            on=tuple(WaitsOn(str(w["kind"]), str(w["name"]), str(w["key"])) for w in data["on"]),
+            on=tuple(WaitsOn(w["kind"], w["name"], w["key"], w.get("held_by")) for w in data["on"]),
             until=datetime.fromisoformat(data["until"]),
             since=datetime.fromisoformat(data["since"]),
         )
@@ -169,9 +170,8 @@ class Job:
     priority: Priority = Priority.NORMAL
     """Its place among its tenant's jobs under fair dispatch (jobrail.jobs.priority)."""
     held_since: datetime | None = None
-    """Since when it waits for the dispatcher to release it into the broker (fair
-    dispatch, jobrail.dispatch); None once released, or if it was never held. A held job
-    has no message: none of its attempts may start until it is released."""
+    """Since when it waits, with no message, for the dispatcher to release it (fair
+    dispatch, jobrail.dispatch); None once released, or if it was never held."""
     rank_at: datetime | None = None
     """Its place in its tenant's line while it is held: earlier goes first."""
     fair_key: str = ""

@@ -194,3 +194,35 @@ class PauseReader(Protocol):
     async def pause_of(self, job: Job) -> Pause | None:
         """A pause that holds `job` back (of its queue, type or tenant), if any."""
         ...
+
+
+LINE_CAP = 10_000
+"""A held job's place is counted up to this many jobs ahead of it: beyond, it is said
+to be at least that far back (its cost stays bounded however long the line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinePlace:
+    """Where a held job stands in its tenant's line of its queue (jobrail.dispatch), and
+    the figures the dispatcher writes for an estimate of when it starts."""
+
+    ahead: int
+    """The held jobs of its queue and tenant before it, in the order they are released
+    (`rank_at`, then id), counted up to `LINE_CAP`."""
+    capped: bool
+    """More than `LINE_CAP` are ahead of it (`ahead` is then `LINE_CAP`)."""
+    higher_ahead: int
+    """Of those counted ahead, the jobs of a higher priority than its own."""
+    weight: float
+    """Its tenant's weight (1 by default): its share of the releases."""
+    drain_per_s: float | None
+    """Jobs a second the queue's workers took lately; None: not measured yet."""
+    active_weight: float | None
+    """The sum of the weights of the tenants with held jobs in the queue; None: not
+    measured yet."""
+
+
+class LinePlaces(Protocol):
+    async def place_of(self, job: Job) -> LinePlace:
+        """Where the held `job` stands in its line (as of its `rank_at`); one read."""
+        ...

@@ -15,8 +15,10 @@ from jobrail.jobs.enqueue import EnqueueResult
 from jobrail.jobs.flow import FlowCounts
 from jobrail.jobs.listing import ListJobs, ListJobsQuery
 from jobrail.jobs.options import EnqueueOptions
-from jobrail.jobs.ports import Cursor, Pause
+from jobrail.jobs.ports import Cursor
 from jobrail.jobs.registry import MAX_NAME_LENGTH
+from jobrail.jobs.standing import Standing
+from jobrail.jobs.waiting_out import PausedByOut, WaitingOut
 from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.kernel.ids import JobId, TenantId
@@ -51,26 +53,6 @@ class JobAccepted(BaseModel):
         description="False when the enqueue made no new job: its Idempotency-Key's job, "
         "the active job of its unique_key, or the pending job its debounce_key joined.",
     )
-
-
-class WaitsOnOut(BaseModel):
-    kind: str = Field(
-        description="rate_limit, concurrency or lock; limits_store while Redis is away."
-    )
-    name: str = Field(description="The limit's name in its job type (`lock` for the lock).")
-    key: str = Field(description="Its key for this job.")
-
-
-class WaitingOut(BaseModel):
-    on: list[WaitsOnOut] = Field(description="What turned the job away at its last try.")
-    until: datetime = Field(description="When it tries again.")
-    since: datetime = Field(description="Since when it has been waiting.")
-
-
-class PausedByOut(BaseModel):
-    scope: str = Field(description="queue, type or tenant")
-    value: str = Field(description="Its name.")
-    since: datetime = Field(description="When it was paused.")
 
 
 class ProgressOut(BaseModel):
@@ -179,12 +161,15 @@ class JobOut(BaseModel):
     )
     waiting: WaitingOut | None = Field(
         default=None,
-        description="A due job its limits or lock defer: what it waits for, until when.",
+        description="A job that waits to start: why, since and until when, and under fair "
+        "dispatch its place in its tenant's line and when it may start (on `GET "
+        "/jobs/{id}`; in lists, only what its limits noted). null once it runs, and "
+        "while it is with the workers.",
     )
     paused: PausedByOut | None = Field(
         default=None,
         description="A waiting job whose queue, type or tenant an operator paused: it "
-        "starts once that is resumed.",
+        "starts once that is resumed (on `GET /jobs/{id}`).",
     )
     progress: ProgressOut | None = Field(
         default=None,
@@ -196,7 +181,11 @@ class JobOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, job: Job, flow: FlowView | None = None, paused: Pause | None = None) -> "JobOut":
+    def of(
+        cls, job: Job, flow: FlowView | None = None, standing: Standing | None = None
+    ) -> "JobOut":
+        """The job; with its `standing` (``GetJob.standing_of``), where it stands if it
+        waits, else only what its limits noted."""
         return cls(
             id=job.id,
             type=job.type,
@@ -216,16 +205,8 @@ class JobOut(BaseModel):
             deadline=job.deadline,
             unique_key=job.unique_key,
             priority=job.priority.label,
-            paused=None
-            if paused is None
-            else PausedByOut(scope=paused.scope, value=paused.value, since=paused.paused_at),
-            waiting=None
-            if job.waiting is None
-            else WaitingOut(
-                on=[WaitsOnOut(kind=w.kind, name=w.name, key=w.key) for w in job.waiting.on],
-                until=job.waiting.until,
-                since=job.waiting.since,
-            ),
+            paused=PausedByOut.of(standing.pause if standing else None),
+            waiting=WaitingOut.of(standing) if standing else WaitingOut.noted(job.waiting),
             progress=None
             if job.progress is None
             else ProgressOut(

@@ -48,6 +48,9 @@ class Decision:
     work it pays for may start, so that the starts keep to the bucket (an allowed item:
     its start's deadline; a reservation: until when it may be used, `Acquire.prepaid`).
     None for other kinds."""
+    holder: str | None = None
+    """A lock denied because another holds it: that holder's token (``<job id>/...``
+    when a job's admission took it). None for other kinds and when allowed."""
 
     @property
     def retry_after_s(self) -> float:
@@ -121,8 +124,9 @@ class LimitKind(ABC, Generic[S]):
     """Lua that sets ``KINDS['<kind>']`` to a table of functions, run inside every script:
 
     - ``admit(c, k, p)`` -> ok, remaining, retry_ms, reserved, epoch, own, take, reserve,
-      until (`take` and `reserve` are functions or nil; `take` may return a fencing
-      token; `until` is `Decision.until`, nil for most kinds);
+      until, holder (`take` and `reserve` are functions or nil; `take` may return a
+      fencing token; `until` is `Decision.until` and `holder` `Decision.holder`, nil for
+      most kinds);
     - ``release(c, k, p)``; ``extend(c, k, ttl_ms)`` -> held (kinds that hold);
     - ``holders(c, k)`` -> a flat list of holder, until_ms (kinds that hold).
 

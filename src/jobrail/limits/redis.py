@@ -188,7 +188,7 @@ class RedisLimits:
         fence = int(raw[1]) if raw[1] not in (b"", "") else None
         decisions = []
         for i, item in enumerate(items):
-            ok, remaining, retry, reserved, epoch, own, until = raw[3 + 7 * i : 10 + 7 * i]
+            ok, remaining, retry, reserved, epoch, own, until, who = raw[3 + 8 * i : 11 + 8 * i]
             granted = int(ok) == 1
             decisions.append(
                 Decision(
@@ -200,6 +200,7 @@ class RedisLimits:
                     epoch=_text(epoch) or None,
                     own=int(own) == 1,
                     until=float(until) if until not in (b"", "") else None,
+                    holder=_text(who) or None,
                 )
             )
         grant = None

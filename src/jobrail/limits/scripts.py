@@ -51,7 +51,7 @@ end
 # of the same job: '<job id>/') are taken from them with take_over = '1', else reported
 # as `own`.
 # Out: allowed, fence, now (ms), then per item: ok, remaining, retry_after, reserved,
-# epoch, own, until ('' when the kind gives none).
+# epoch, own, until, holder (the last two '' when the kind gives none).
 _ADMIT = """
 local now, now_us = clock(ARGV[1])
 local c = {now = now, now_us = now_us, holder = ARGV[2], reserve = ARGV[4] == '1',
@@ -64,7 +64,7 @@ for i = 1, n do
   local kind, k = KINDS[ARGV[a]], keys_of(tonumber(ARGV[a + 1]))
   local p = {ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]}
   a = a + 6
-  local ok, remaining, retry, reserved, epoch, own, take, hold, till = kind.admit(c, k, p)
+  local ok, remaining, retry, reserved, epoch, own, take, hold, till, who = kind.admit(c, k, p)
   if ok == 0 then all = false end
   if take then takes[#takes + 1] = take end
   if hold then holds[#holds + 1] = hold end
@@ -75,6 +75,7 @@ for i = 1, n do
   out[#out + 1] = epoch
   out[#out + 1] = own
   out[#out + 1] = till and num(till) or ''
+  out[#out + 1] = who or ''
 end
 if all then out[1] = 1 end
 if not dry then

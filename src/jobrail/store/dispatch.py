@@ -59,7 +59,7 @@ Line = tuple[str, str]  # a tenant's line in a queue: (tenant_id, fair_key)
 _IDLE_TIMEOUT = func.set_config(
     literal("idle_in_transaction_session_timeout"), literal("10s"), true()
 ).label("idle_timeout")
-_LINE = (jobs.c.rank_at, jobs.c.id)  # a tenant's line, in order (ix_jobs_held)
+_LINE = (jobs.c.rank_at, jobs.c.id)  # a line, in order (ix_jobs_held_lines)
 _ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))

@@ -61,7 +61,7 @@ from jobrail.limits.model import (
     LimitsBackend,
     LimitsUnavailableError,
 )
-from jobrail.worker.gating import Deferred
+from jobrail.worker.gating import Deferred, owner_job
 from jobrail.worker.watchdog import RENEWAL_MARGIN
 
 log = logging.getLogger("jobrail.limits")
@@ -319,7 +319,11 @@ class JobGate:
             own=all(d.allowed or d.own for d in admission.decisions),
             waits_on=tuple(
                 WaitsOn(
-                    _WAIT_KINDS.get(type(item.limit).__name__, "limit"), item.limit.name, item.key
+                    _WAIT_KINDS.get(type(item.limit).__name__, "limit"),
+                    item.limit.name,
+                    item.key,
+                    # Who holds a lock comes with its denial: no round trip more.
+                    owner_job(decision.holder),
                 )
                 for item, decision in zip(items, admission.decisions, strict=True)
                 if not decision.allowed

@@ -8,6 +8,7 @@ admission, whose lock and slots the attempt's watchdog keeps renewed while it ru
 Redis and in-memory implementation is ``jobrail.worker.gate``.
 """
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,16 @@ def job_owner(job_id: object) -> str:
     a lock or slot is, and a later admission of the same job tells its own job's holders
     from others'."""
     return f"{job_id}/"
+
+
+def owner_job(token: str | None) -> str | None:
+    """The id of the job a holder token was made for (`job_owner` starts it), or None:
+    a token of an admission for no job, or none."""
+    head, slash, _ = (token or "").partition("/")
+    try:
+        return str(uuid.UUID(head)) if slash else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

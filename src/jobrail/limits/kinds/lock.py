@@ -40,7 +40,8 @@ KINDS['lk'] = {
     local ends = current and tonumber(string.match(current, '^([^|]+)|')) or nil
     local mine = ends and ends > c.now and c.owned(string.match(current, '|(.*)$'))
     if ends and ends > c.now and not (c.take_over and mine) then
-      return 0, 0, ends - c.now, 0, '', mine and 1 or 0, nil, nil
+      local who = string.match(current, '|(.*)$')
+      return 0, 0, ends - c.now, 0, '', mine and 1 or 0, nil, nil, nil, who
     end
     local function lock()
       redis.call('SET', key, num(c.now + ttl) .. '|' .. c.holder)
@@ -106,7 +107,8 @@ KINDS['lk'] = {
         current = state.held.get(key)
         if current is not None and current[1] > c.now and not (c.take_over and c.owned(current[0])):
             wait = wait_ms(current[1] - c.now)
-            return Verdict(Decision(self.name, False, 0, wait, own=c.owned(current[0])))
+            denied = Decision(self.name, False, 0, wait, own=c.owned(current[0]), holder=current[0])
+            return Verdict(denied)
 
         def lock() -> int:
             state.held[key] = (c.holder, c.now + self.ttl_s * 1000)
