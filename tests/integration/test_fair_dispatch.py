@@ -119,16 +119,25 @@ async def test_a_late_tenant_starts_among_the_backlog_and_every_job_runs_once(
 WEIGHTS = {"a": 3, "b": 2, "c": 1}
 WINDOW = 60  # starts: 30, 20 and 10 by weight
 SPREAD = 3  # each tenant's count in a window: within this of its share (10 % of 30)
-EACH = 100  # every tenant's backlog: A's runs dry first, after about 200 starts
+EACH = 150  # every tenant's backlog: A's runs dry first, after about 300 starts
+# The worker takes WEIGHTED_SLOTS at a time, and up to READY released messages wait in
+# the queue ahead of each pass's: a pass's messages reach the worker after the pass has
+# committed, and start in the order they were released.
+WEIGHTED_SLOTS, READY = 4, 24
 
 
 def _backlogged_windows(order: list[str], totals: dict[str, int]) -> list[list[str]]:
-    """The windows of WINDOW consecutive starts, from the first, that end while every
-    tenant still has jobs that have not started."""
+    """The windows of WINDOW consecutive starts, from the first, at whose end every
+    tenant still had at least its share of a window waiting to start (none ran dry in
+    them)."""
+    weight = sum(WEIGHTS.values())
     windows = []
     for end in range(WINDOW, len(order) + 1, WINDOW):
         started_by_end = Counter(order[:end])
-        if any(started_by_end[tenant] >= total for tenant, total in totals.items()):
+        if any(
+            started_by_end[tenant] + WINDOW * WEIGHTS[tenant] // weight > total
+            for tenant, total in totals.items()
+        ):
             break
         windows.append(order[end - WINDOW : end])
     return windows
@@ -147,7 +156,11 @@ async def test_backlogged_tenants_start_jobs_in_proportion_to_their_weights(
         await api.key_for(tenant)  # the tenant exists
         done = run_jobrail(worker_env, "tenants", "set-weight", tenant, str(weight))
         assert done.returncode == 0, done.stderr
-    await workers()
+    await workers(
+        JOBRAIL_DISPATCH__READY_TARGET=str(READY),
+        JOBRAIL_WORKER__MAX_ASYNC_TASKS=str(WEIGHTED_SLOTS),
+        JOBRAIL_RABBIT__PREFETCH=str(WEIGHTED_SLOTS),
+    )
     # Every backlog in while the queue is paused, then resumed: the three are held,
     # backlogged together, before the first job is released.
     paused = await api.post(
@@ -157,7 +170,7 @@ async def test_backlogged_tenants_start_jobs_in_proportion_to_their_weights(
     ids = [
         job_id
         for tenant in WEIGHTS
-        for job_id in await _enqueue(api, tenant, path, EACH, work_s=0.01)
+        for job_id in await _enqueue(api, tenant, path, EACH, work_s=0.05)
     ]
     assert started(path) == []
     resumed = await api.delete("/admin/pauses/queue/jobs.default", headers=admin)
