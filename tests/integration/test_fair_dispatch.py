@@ -6,9 +6,14 @@ after it; every job runs once. Counted by the order of starts
 (``tests/support/fair_starts.py``), never by time: the worker has SLOTS slots and takes
 no more messages than that (its prefetch), and at most SLOTS released messages wait in
 the queue, so once B has arrived each of its jobs has only a few of A's ahead of it.
-First in, first out, B's ten would start after nearly all of A's."""
+First in, first out, B's ten would start after nearly all of A's.
+
+Three tenants weighted 3, 2 and 1 (``jobrail tenants set-weight``), backlogged together
+(held while the queue is paused, then resumed), start 30, 20 and 10 of every 60 jobs
+while all three have jobs waiting, within 3 each."""
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from jobrail.store.tables import jobs
 from tests.support.fair_starts import module, started
 from tests.support.fixtures import ApiClient, settings_from
+from tests.support.processes import run_jobrail
 from tests.support.services import wait_for
 
 BACKLOG = 200
@@ -108,3 +114,76 @@ async def test_a_late_tenant_starts_among_the_backlog_and_every_job_runs_once(
     assert sorted(ids) == sorted(a_ids + b_ids), "a job started twice, or never"
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).where(jobs.c.held_since.is_not(None))) == 0
+
+
+WEIGHTS = {"a": 3, "b": 2, "c": 1}
+WINDOW = 60  # starts: 30, 20 and 10 by weight
+SPREAD = 3  # each tenant's count in a window: within this of its share (10 % of 30)
+EACH = 150  # every tenant's backlog: A's runs dry first, after about 300 starts
+# The worker takes WEIGHTED_SLOTS at a time, and up to READY released messages wait in
+# the queue ahead of each pass's: a pass's messages reach the worker after the pass has
+# committed, and start in the order they were released.
+WEIGHTED_SLOTS, READY = 4, 24
+
+
+def _backlogged_windows(order: list[str], totals: dict[str, int]) -> list[list[str]]:
+    """The windows of WINDOW consecutive starts, from the first, at whose end every
+    tenant still had at least its share of a window waiting to start (none ran dry in
+    them)."""
+    weight = sum(WEIGHTS.values())
+    windows = []
+    for end in range(WINDOW, len(order) + 1, WINDOW):
+        started_by_end = Counter(order[:end])
+        if any(
+            started_by_end[tenant] + WINDOW * WEIGHTS[tenant] // weight > total
+            for tenant, total in totals.items()
+        ):
+            break
+        windows.append(order[end - WINDOW : end])
+    return windows
+
+
+async def test_backlogged_tenants_start_jobs_in_proportion_to_their_weights(
+    api: ApiClient,
+    workers: Callable[..., Any],
+    worker_env: dict[str, str],
+    engine: AsyncEngine,
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "starts")
+    admin = await api.auth("ops", admin=True)
+    for tenant, weight in WEIGHTS.items():
+        await api.key_for(tenant)  # the tenant exists
+        done = run_jobrail(worker_env, "tenants", "set-weight", tenant, str(weight))
+        assert done.returncode == 0, done.stderr
+    await workers(
+        JOBRAIL_DISPATCH__READY_TARGET=str(READY),
+        JOBRAIL_WORKER__MAX_ASYNC_TASKS=str(WEIGHTED_SLOTS),
+        JOBRAIL_RABBIT__PREFETCH=str(WEIGHTED_SLOTS),
+    )
+    # Every backlog in while the queue is paused, then resumed: the three are held,
+    # backlogged together, before the first job is released.
+    paused = await api.post(
+        "/admin/pauses", json={"scope": "queue", "value": "jobs.default"}, headers=admin
+    )
+    assert paused.status_code == 201, paused.text
+    ids = [
+        job_id
+        for tenant in WEIGHTS
+        for job_id in await _enqueue(api, tenant, path, EACH, work_s=0.05)
+    ]
+    assert started(path) == []
+    resumed = await api.delete("/admin/pauses/queue/jobs.default", headers=admin)
+    assert resumed.status_code == 200, resumed.text
+    await wait_for(_starts(path, len(ids)), timeout=120, what="every job to start")
+
+    order = [tenant for tenant, _ in started(path)]
+    windows = _backlogged_windows(order, dict.fromkeys(WEIGHTS, EACH))
+    shares = [dict(sorted(Counter(window).items())) for window in windows]
+    print(f"\nstarts of each tenant in each window of {WINDOW} while all were backlogged: {shares}")
+    assert len(windows) >= 3, order
+    for share in shares:
+        for tenant, weight in WEIGHTS.items():
+            expected = WINDOW * weight // sum(WEIGHTS.values())
+            assert abs(share.get(tenant, 0) - expected) <= SPREAD, (shares, "".join(order))
+    assert sorted(job_id for _, job_id in started(path)) == sorted(ids)

@@ -60,6 +60,14 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+# TESTS_FAIR_DISPATCH=1 runs the stack tests with fair dispatch on in the apps and the
+# processes they start (the tests never read JOBRAIL_* from the shell): a test that sets
+# JOBRAIL_DISPATCH__ENABLED itself keeps its own.
+_FAIR_DISPATCH = (
+    {"JOBRAIL_DISPATCH__ENABLED": "true"} if os.environ.get("TESTS_FAIR_DISPATCH") == "1" else {}
+)
+
+
 @pytest.fixture
 def stack_env(database_url: str, engine: AsyncEngine) -> Iterator[dict[str, str]]:
     """Settings (as environment) of a stack-mode process with its own queue names.
@@ -69,7 +77,7 @@ def stack_env(database_url: str, engine: AsyncEngine) -> Iterator[dict[str, str]
     of them exhaust its file handles for every later test."""
     require("rabbitmq")
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    yield {
+    yield _FAIR_DISPATCH | {
         "JOBRAIL_APP": "workers.app:rail",
         "JOBRAIL_MODE": "stack",
         "JOBRAIL_ENVIRONMENT": "test",

@@ -7,6 +7,7 @@ Their limits read the environment at import, so each test can tune them.
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import httpx
 from dishka import FromDishka
@@ -146,4 +147,31 @@ async def locked_effect(payload: LockedEffect, ctx: JobContext) -> dict[str, int
     return {"attempt": ctx.attempt}
 
 
-module = Module(name="tests", jobs=[vendor_call, exclusive, stall, effect, locked_effect])
+class GatedEffect(BaseModel):
+    url: str
+    gate: str | None = None
+    sleep_ms: int = 0
+
+
+@job("test.gated_effect", payload=GatedEffect, timeout_s=60)
+async def gated_effect(payload: GatedEffect, ctx: JobContext) -> dict[str, int]:
+    """Say at once that this attempt started (its job, tenant and attempt, with no
+    idempotency key), wait until the file `gate` exists (if one is named), work for
+    `sleep_ms`, then make test.effect's one call under the job's id. An attempt at the
+    gate stays running (renewing its lease) for as long as the test keeps the gate shut."""
+    await _hit(payload.url, started=str(ctx.job_id), tenant=ctx.tenant_id, attempt=ctx.attempt)
+    while payload.gate is not None and not Path(payload.gate).exists():
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(payload.sleep_ms / 1000)
+    response = await _client.get(
+        payload.url,
+        params={"attempt": ctx.attempt},
+        headers={"Idempotency-Key": str(ctx.job_id)},
+    )
+    response.raise_for_status()
+    return {"attempt": ctx.attempt}
+
+
+module = Module(
+    name="tests", jobs=[vendor_call, exclusive, stall, effect, locked_effect, gated_effect]
+)
