@@ -318,6 +318,44 @@ async def test_a_round_that_fails_as_a_whole_keeps_the_marks_of_the_rounds_befor
     assert await _unpublished(engine) == 3
 
 
+async def test_the_sweep_leaves_a_paused_job_to_its_resume(engine: AsyncEngine) -> None:
+    # Its worker died while its tenant was paused: no attempt may start before the
+    # resume, and its own message already comes round (the claim refuses it meanwhile).
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from jobrail.store.dispatch import SqlaPauses
+    from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
+    from jobrail.store.tables import dispatch_pauses
+    from tests.fakes import make_job
+
+    lost = make_job(tenant_id="paused-tenant")
+    async with AsyncSession(engine) as session:
+        await SqlaJobRepository(session).add(lost)
+        await session.commit()
+    await SqlaJobStore(engine).claim(lost.id, START, timedelta(seconds=30))
+    pauses = SqlaPauses(engine)
+    await pauses.pause("tenant", "paused-tenant", START)
+    now = START + timedelta(minutes=10)
+    publisher = SlowCountingPublisher()
+    relay = OutboxRelay(
+        engine,
+        publisher,
+        FixedClock(now),
+        NO_TYPES,
+        batch=10,
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )
+
+    try:
+        assert await relay.sweep_leases() == 0
+        await pauses.resume("tenant", "paused-tenant")
+        assert await relay.sweep_leases() == 1
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(dispatch_pauses.delete())
+
+
 async def test_the_deadline_sweep_expires_the_waiting_jobs_past_their_deadline_alone(
     engine: AsyncEngine,
 ) -> None:

@@ -34,6 +34,7 @@ from jobrail.jobs.publishing import OutboxMarks
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.clock import Clock, sleep_unless
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
+from jobrail.store.dialects import paused_job
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.outbox_rows import insert_outbox_rows
@@ -372,6 +373,9 @@ class OutboxRelay:
                     .where(
                         jobs.c.status == "running",
                         jobs.c.lease_until < now - self._sweep_after,
+                        # Paused: no attempt may start until the resume, and the job's own
+                        # message comes round meanwhile (the claim refuses it).
+                        ~paused_job(),
                     )
                     .order_by(jobs.c.lease_until)
                     .limit(self._batch)
