@@ -152,7 +152,9 @@ async def reset(stack: Stack) -> None:
     """No jobs, messages or dispatch leases left from a measure before."""
     engine = create_async_engine(stack.database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals"))
+        await conn.execute(
+            text("TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals, dispatch_gates")
+        )
     await engine.dispose()
 
 
@@ -496,8 +498,10 @@ async def _take_lease(runtime: Runtime, holder: str, engine: AsyncEngine) -> Non
 
 
 async def _clear_jobs(engine: AsyncEngine) -> None:
+    """No jobs, and no fast-path credit (a dispatcher's idle pass gave the queue some):
+    the round's enqueues are all held, for this process's dispatcher to release."""
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals, dispatch_gates"))
 
 
 async def _release_all(
