@@ -220,6 +220,7 @@ class SqlaDispatchStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
+        self._gated: set[str] = set()  # the queues whose gate row exists
 
     @contextlib.asynccontextmanager
     async def turn(
@@ -280,12 +281,14 @@ class SqlaDispatchStore:
         with database_errors():
             async with self._engine.begin() as conn:
                 changed = await conn.execute(setting.values(credit=credit, spent=False))
-                if changed.rowcount == 0 and credit > 0:
+                if changed.rowcount == 0 and credit > 0 and queue not in self._gated:
                     await conn.execute(
                         upsert_insert(self._engine.dialect.name, g)
                         .values(queue=queue, credit=credit)
                         .on_conflict_do_nothing()
                     )
+        if credit > 0:  # its row exists now: an idle pass that changes nothing writes nothing
+            self._gated.add(queue)
 
 
 @dataclass(frozen=True)
