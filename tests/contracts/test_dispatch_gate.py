@@ -72,7 +72,7 @@ async def test_setting_the_credit_writes_only_a_change(subject: Subject) -> None
     await subject.store.gate(QUEUE, 5)
     assert await _credit(subject) == 5
     await subject.store.gate(QUEUE, 0)
-    assert await _credit(subject) == 0
+    assert (await _credit(subject) or 0) <= 0
 
 
 async def test_a_gate_a_held_job_found_spent_is_not_topped_up_until_a_pass_saw_it(
@@ -102,7 +102,7 @@ async def test_the_dispatcher_gives_the_room_left_while_nothing_is_held(
 
     gauge.count = TARGET + 2  # the workers fell behind: no room
     await dispatcher.pass_once(QUEUE)
-    assert await _credit(subject) == 0
+    assert (await _credit(subject) or 0) <= 0
 
 
 async def test_a_backlog_or_a_pause_takes_the_credit_away(subject: Subject) -> None:
@@ -115,7 +115,7 @@ async def test_a_backlog_or_a_pause_takes_the_credit_away(subject: Subject) -> N
     assert sum(job.held_since is not None for job in jobs_) == 4
     gauge.count = TARGET  # the ones that went out wait in the broker
     await dispatcher.pass_once(QUEUE)  # learns of the held ones: a backlog
-    assert await _credit(subject) == 0
+    assert (await _credit(subject) or 0) <= 0
     assert sender.messages == []  # and no room to release them yet
 
     gauge.count = 0
@@ -127,4 +127,14 @@ async def test_a_backlog_or_a_pause_takes_the_credit_away(subject: Subject) -> N
 
     await SqlaPauses(subject.engine).pause("tenant", "zed", START + timedelta(seconds=1))
     await dispatcher.pass_once(QUEUE)
-    assert await _credit(subject) == 0
+    assert (await _credit(subject) or 0) <= 0
+
+
+async def test_a_pause_takes_the_credit_away_at_once(subject: Subject) -> None:
+    await subject.store.gate(QUEUE, 5)
+
+    await SqlaPauses(subject.engine).pause("tenant", "a", START)
+    job = await subject.add(held("a"))  # before any pass has seen the pause
+
+    assert job.held_since is not None
+    assert (await _credit(subject) or 0) <= 0

@@ -373,9 +373,7 @@ class OutboxRelay:
                     .where(
                         jobs.c.status == "running",
                         jobs.c.lease_until < now - self._sweep_after,
-                        # Paused: no attempt may start until the resume, and the job's own
-                        # message comes round meanwhile (the claim refuses it).
-                        ~paused_job(),
+                        ~paused_job(),  # none starts before its resume; its message waits
                     )
                     .order_by(jobs.c.lease_until)
                     .limit(self._batch)

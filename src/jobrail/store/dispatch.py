@@ -325,6 +325,10 @@ class SqlaPauses:
                         select(p.c.paused_at).where(p.c.scope == scope, p.c.value == value)
                     )
                 ).scalar_one()
+                # No fast path from now on: the dispatchers give none while anything is
+                # paused, but one given before would let a paused job's enqueue go out.
+                g = dispatch_gates
+                await conn.execute(update(g).where(g.c.credit > 0).values(credit=0))
                 recalled = await conn.execute(
                     update(jobs)
                     .where(
