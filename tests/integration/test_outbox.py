@@ -4,7 +4,7 @@ per relay pass, even with several relays running at once."""
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -93,15 +93,7 @@ async def test_the_relay_leaves_young_rows_to_the_fast_path(engine: AsyncEngine)
     async with engine.begin() as conn:
         await insert_outbox_rows(conn, [Envelope(queue="jobs.default", body=b"{}")], START)
     publisher = SlowCountingPublisher()
-    relay = OutboxRelay(
-        engine,
-        publisher,
-        FixedClock(START + timedelta(seconds=1)),
-        NO_TYPES,
-        batch=10,
-        min_age=timedelta(seconds=2),
-        interval=timedelta(seconds=1),
-    )
+    relay = _relay(engine, publisher, START + timedelta(seconds=1))
 
     assert await relay.relay_once() == 0
     assert await _unpublished(engine) == 1
@@ -114,15 +106,7 @@ async def test_a_relay_pass_with_the_broker_down_keeps_the_rows_and_counts_the_a
         await insert_outbox_rows(conn, [Envelope(queue="jobs.default", body=b"{}")], START)
     publisher = SlowCountingPublisher()
     publisher.down = True
-    relay = OutboxRelay(
-        engine,
-        publisher,
-        FixedClock(START + timedelta(minutes=1)),
-        NO_TYPES,
-        batch=10,
-        min_age=timedelta(seconds=2),
-        interval=timedelta(seconds=1),
-    )
+    relay = _relay(engine, publisher, START + timedelta(minutes=1))
 
     assert await relay.relay_once() == 0
     publisher.down = False
@@ -226,15 +210,7 @@ async def test_the_sweep_publishes_again_a_job_whose_worker_and_message_are_gone
     await store.claim(healthy.id, START + timedelta(minutes=10), timedelta(seconds=30))
     publisher = SlowCountingPublisher()
     now = START + timedelta(minutes=10)
-    relay = OutboxRelay(
-        engine,
-        publisher,
-        FixedClock(now),
-        NO_TYPES,
-        batch=10,
-        min_age=timedelta(seconds=2),
-        interval=timedelta(seconds=1),
-    )
+    relay = _relay(engine, publisher, now)
 
     assert await relay.sweep_leases() == 1
     assert await relay.sweep_leases() == 0  # its lease now ends "now": not stale yet
@@ -337,15 +313,7 @@ async def test_the_sweep_leaves_a_paused_job_to_its_resume(engine: AsyncEngine) 
     await pauses.pause("tenant", "paused-tenant", START)
     now = START + timedelta(minutes=10)
     publisher = SlowCountingPublisher()
-    relay = OutboxRelay(
-        engine,
-        publisher,
-        FixedClock(now),
-        NO_TYPES,
-        batch=10,
-        min_age=timedelta(seconds=2),
-        interval=timedelta(seconds=1),
-    )
+    relay = _relay(engine, publisher, now)
 
     try:
         assert await relay.sweep_leases() == 0
@@ -406,3 +374,16 @@ async def test_the_deadline_sweep_expires_the_waiting_jobs_past_their_deadline_a
     assert statuses[running.id] == JobStatus.RUNNING.value
     assert statuses[plain.id] == JobStatus.PENDING.value
     assert sorted(str(row.job_id) for row in events) == sorted([str(past.id), str(retrying.id)])
+
+
+def _relay(engine: AsyncEngine, publisher: Any, now: datetime) -> OutboxRelay:
+    """A relay of batches of 10 rows at least 2 s old, its clock stopped at `now`."""
+    return OutboxRelay(
+        engine,
+        publisher,
+        FixedClock(now),
+        NO_TYPES,
+        batch=10,
+        min_age=timedelta(seconds=2),
+        interval=timedelta(seconds=1),
+    )

@@ -40,10 +40,9 @@ class SqlaJobRepository:
     async def add(self, job: Job) -> Job:
         if job.debounce_key is not None:
             return await self._debounce(job)
-        due_now = job.run_after is None or job.run_after <= job.created_at
         if (
             job.held_since is not None
-            and due_now
+            and job.is_due(job.created_at)  # the fast path is for jobs due now alone
             and await through_gate(self._session, job.queue, self._options)
         ):
             job.held_since = None  # no backlog in its queue: it goes out at the commit

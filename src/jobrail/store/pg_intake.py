@@ -180,7 +180,7 @@ class PgJobIntake(_Pg):
         wants: Counter[str] = Counter()
         ranks: list[int | None] = []
         for job in jobs_:
-            if job.held_since is None or not _due_now(job):
+            if job.held_since is None or not job.is_due(job.created_at):
                 ranks.append(None)
             else:
                 wants[job.queue] += 1
@@ -227,10 +227,6 @@ class PgJobIntake(_Pg):
             list(wants),
             list(wants.values()),
         ]
-
-
-def _due_now(job: Job) -> bool:
-    return job.run_after is None or job.run_after <= job.created_at
 
 
 class PgOutboxMarks(_Pg):
