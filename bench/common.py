@@ -1,10 +1,13 @@
 """Shared plumbing of the benchmarks: isolated names, services, processes, timing."""
 
 import asyncio
+import atexit
+import contextlib
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,12 +41,13 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:6]}"
 
 
-@dataclass
+@dataclass(eq=False)  # kept in a set, by identity
 class Proc:
     popen: subprocess.Popen[bytes]
     log: Path
 
     def stop(self, timeout: float = 20) -> None:
+        _LIVE.discard(self)
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, 15)
             try:
@@ -54,6 +58,37 @@ class Proc:
 
     def tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:]
+
+
+# Every process a benchmark started and has not stopped yet. Each runs in a session of
+# its own (so that its stop reaches its children), which a signal to the benchmark does
+# not reach: a benchmark ended by `timeout` or Ctrl-C would leave workers behind, holding
+# database connections that then block a server's shutdown. They are killed on the way out.
+_LIVE: set[Proc] = set()
+
+
+def _kill_live() -> None:
+    for proc in list(_LIVE):
+        if proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, 9)
+    _LIVE.clear()
+
+
+def _on_term(signum: int, _frame: object) -> None:
+    _kill_live()
+    raise SystemExit(128 + signum)
+
+
+_watching: list[bool] = []
+
+
+def _watch_exit() -> None:
+    if not _watching:
+        _watching.append(True)
+        atexit.register(_kill_live)
+        signal.signal(signal.SIGTERM, _on_term)
+        signal.signal(signal.SIGHUP, _on_term)
 
 
 def spawn(argv: list[str], env: dict[str, str], name: str) -> Proc:
@@ -68,7 +103,10 @@ def spawn(argv: list[str], env: dict[str, str], name: str) -> Proc:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    return Proc(popen, log)
+    proc = Proc(popen, log)
+    _watch_exit()
+    _LIVE.add(proc)
+    return proc
 
 
 PYTHON = sys.executable
