@@ -18,7 +18,7 @@ $(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-unit install-browser lint format docs docs-check clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser lint format docs docs-check clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -26,6 +26,7 @@ help:
 	@echo "make api | worker [QUEUES=jobs.default,jobs.high] | scheduler | migrate"
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
+	@echo "make test-faults-dispatch the same with fair dispatch on"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
@@ -108,6 +109,11 @@ test: lint docs-check install-browser
 
 test-faults: install-dev
 	$(BIN)/pytest tests/faults
+
+# The same fault suite with fair dispatch on in every app and process it starts: the
+# dispatcher must keep every promise the suite proves (CI runs it after test-faults).
+test-faults-dispatch: install-dev
+	TESTS_FAIR_DISPATCH=1 $(BIN)/pytest tests/faults
 
 test-unit: install-dev
 	$(BIN)/pytest tests/unit
