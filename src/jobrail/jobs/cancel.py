@@ -14,7 +14,8 @@ from jobrail.kernel.ids import JobId, TenantId
 
 @dataclass(frozen=True, slots=True)
 class CancelJobCommand:
-    tenant_id: TenantId
+    tenant_id: TenantId | None
+    """None: any tenant's job (the CLI)."""
     job_id: JobId
 
 
