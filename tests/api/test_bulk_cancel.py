@@ -1,5 +1,5 @@
-"""Cancelling every job a filter takes: a tenant's own (``POST /jobs/cancel``) or any
-tenant's (``POST /admin/jobs/cancel``), in bounded batches."""
+"""Cancelling every job a filter takes: a tenant's own (``POST /jobs/bulk/cancel``) or any
+tenant's (``POST /admin/jobs/bulk/cancel``), in bounded batches."""
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -57,13 +57,13 @@ async def _statuses(api: ApiClient, ids: list[str], tenant: str = "acme") -> set
 async def test_a_tenant_cancels_its_own_jobs_of_a_type_and_no_one_elses(api: ApiClient) -> None:
     own, others = await _waiting(api, 3), await _waiting(api, 2, tenant="globex")
 
-    answer = await api.post("/jobs/cancel", json={"type": "demo.echo"})
+    answer = await api.post("/jobs/bulk/cancel", json={"type": "demo.echo"})
 
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"cancelled": 3, "stopping": 0, "more": False}
     assert await _statuses(api, own) == {"cancelled"}
     assert "cancelled" not in await _statuses(api, others, "globex")
-    again = await api.post("/jobs/cancel", json={"type": "demo.echo"})
+    again = await api.post("/jobs/bulk/cancel", json={"type": "demo.echo"})
     assert again.json() == {"cancelled": 0, "stopping": 0, "more": False}
 
 
@@ -72,8 +72,10 @@ async def test_the_entity_and_created_before_narrow_what_is_cancelled(api: ApiCl
     cut = datetime.now(UTC).isoformat()
     later = await _waiting(api, 2)
 
-    by_entity = await api.post("/jobs/cancel", json={"entity_id": "acct-1"})
-    before = await api.post("/jobs/cancel", json={"created_before": cut, "status": ["pending"]})
+    by_entity = await api.post("/jobs/bulk/cancel", json={"entity_id": "acct-1"})
+    before = await api.post(
+        "/jobs/bulk/cancel", json={"created_before": cut, "status": ["pending"]}
+    )
 
     assert by_entity.json()["cancelled"] == 2
     assert before.json()["cancelled"] == 0  # the entity's were the only ones before the cut
@@ -88,8 +90,8 @@ async def test_batches_are_bounded_and_more_says_what_is_left(
     monkeypatch.setattr("jobrail.jobs.cancel.MAX_BATCHES", 2)
     jobs = await _waiting(api, 5)
 
-    first = await api.post("/jobs/cancel", json={"type": "demo.echo"})
-    second = await api.post("/jobs/cancel", json={"type": "demo.echo"})
+    first = await api.post("/jobs/bulk/cancel", json={"type": "demo.echo"})
+    second = await api.post("/jobs/bulk/cancel", json={"type": "demo.echo"})
 
     assert first.json() == {"cancelled": 4, "stopping": 0, "more": True}
     assert second.json() == {"cancelled": 1, "stopping": 0, "more": False}
@@ -101,7 +103,7 @@ async def test_running_jobs_are_stopped_and_counted_once(api: ApiClient, tmp_pat
     job_id = await api.enqueue("test.cancellable", payload)
     await wait_marked(tmp_path, job_id, "started")
 
-    answer = await api.post("/jobs/cancel", json={"status": ["running"]})
+    answer = await api.post("/jobs/bulk/cancel", json={"status": ["running"]})
 
     assert answer.json() == {"cancelled": 0, "stopping": 1, "more": False}
     assert (await api.wait_status(job_id, *TERMINAL, timeout=20))["status"] == "cancelled"
@@ -112,7 +114,7 @@ async def test_bulk_cancels_spend_no_enqueue_budget(api: ApiClient) -> None:
     spent = [(await api.post("/demo/echo", json={"message": "m"})).status_code for _ in range(3)]
     assert spent[-1] == 429
 
-    answer = await api.post("/jobs/cancel", json={"type": "demo.echo"})
+    answer = await api.post("/jobs/bulk/cancel", json={"type": "demo.echo"})
 
     assert answer.status_code == 200, answer.text
     assert answer.json()["cancelled"] >= 1  # the waiting one (the others may have run)
@@ -123,20 +125,20 @@ async def test_an_admin_cancels_any_tenants_jobs_or_one_tenants(api: ApiClient) 
     admin = await api.auth("ops", admin=True)
 
     one = await api.post(
-        "/admin/jobs/cancel", json={"tenant": "globex", "type": "demo.echo"}, headers=admin
+        "/admin/jobs/bulk/cancel", json={"tenant": "globex", "type": "demo.echo"}, headers=admin
     )
     assert one.json() == {"cancelled": 2, "stopping": 0, "more": False}
     assert "cancelled" not in await _statuses(api, acme)
 
     every = await api.post(
-        "/admin/jobs/cancel", json={"status": ["pending", "retrying"]}, headers=admin
+        "/admin/jobs/bulk/cancel", json={"status": ["pending", "retrying"]}, headers=admin
     )
     assert every.json()["cancelled"] == 2
     assert await _statuses(api, acme) == await _statuses(api, globex, "globex") == {"cancelled"}
 
 
 async def test_a_tenant_key_is_refused_the_admin_route(api: ApiClient) -> None:
-    answer = await api.post("/admin/jobs/cancel", json={"type": "demo.echo"})
+    answer = await api.post("/admin/jobs/bulk/cancel", json={"type": "demo.echo"})
 
     assert answer.status_code == 403, answer.text
 
@@ -156,7 +158,7 @@ async def test_a_tenant_key_is_refused_the_admin_route(api: ApiClient) -> None:
     ],
 )
 async def test_a_bad_filter_is_a_422_that_says_why(api: ApiClient, body: object, says: str) -> None:
-    answer = await api.post("/jobs/cancel", json=body)
+    answer = await api.post("/jobs/bulk/cancel", json=body)
 
     assert answer.status_code == 422, answer.text
     assert says in answer.json()["error"]["message"]

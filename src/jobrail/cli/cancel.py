@@ -1,5 +1,5 @@
 """``jobrail jobs cancel``: cancel one job by its id, or every job a filter takes, of
-any tenant or one, on the database of the settings (as ``POST /admin/jobs/cancel``).
+any tenant or one, on the database of the settings (as ``POST /admin/jobs/bulk/cancel``).
 A running job is stopped by the worker that runs it (jobrail.worker.cancel_watch)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The jobs routes (``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``,
-``POST /jobs/{id}/cancel``, ``POST /jobs/cancel``), once,
+``POST /jobs/{id}/cancel``, ``POST /jobs/bulk/cancel``), once,
 for jobrail's API (``router``) and for a host's ``JobRail.router`` (which builds its own
 with ``jobs_router``: its tenant, its use cases from the rail's container, its route
 class, and adds a job's events)."""
@@ -125,10 +125,11 @@ def jobs_router(
         return await jobs_page(list_jobs, tenant, query)
 
     @router.post(
-        "/cancel",
+        "/bulk/cancel",
         summary="Cancel every job a filter takes",
         description=CancelJobs.__doc__,
-        dependencies=[limited("read")],  # as a single cancel
+        # As a single cancel. Not /jobs/cancel: `GET /jobs/{job_id}` would take that path.
+        dependencies=[limited("read")],
     )
     async def cancel_jobs(
         body: CancelJobsIn, tenant: Tenant, cancel: Annotated[CancelJobs, use_case(CancelJobs)]

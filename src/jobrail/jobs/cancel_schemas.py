@@ -1,4 +1,4 @@
-"""The bodies of a bulk cancel (``POST /jobs/cancel``, ``POST /admin/jobs/cancel``)."""
+"""The bodies of a bulk cancel (``POST /jobs/bulk/cancel``, ``POST /admin/jobs/bulk/cancel``)."""
 
 from typing import Literal
 

@@ -12,7 +12,7 @@ router = admin_router()
 
 
 @router.post(
-    "/jobs/cancel",
+    "/jobs/bulk/cancel",
     summary="Cancel every job a filter takes, of any tenant",
     description=f"{CancelJobs.__doc__}\n\nWithout `tenant`, every tenant's jobs.",
 )
