@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from jobrail import Concurrency, JobContext, Lock, Module, TokenBucket, TransientError, job
 from jobrail.ports import LimitsBackend
+from tests.support.cancel_jobs import cancellable
 
 RATE = float(os.environ.get("JOBRAIL_TEST_RATE", "10"))
 BURST = float(os.environ.get("JOBRAIL_TEST_BURST", "5"))
@@ -173,5 +174,6 @@ async def gated_effect(payload: GatedEffect, ctx: JobContext) -> dict[str, int]:
 
 
 module = Module(
-    name="tests", jobs=[vendor_call, exclusive, stall, effect, locked_effect, gated_effect]
+    name="tests",
+    jobs=[vendor_call, exclusive, stall, effect, locked_effect, gated_effect, cancellable],
 )

@@ -4,6 +4,7 @@ dead worker's job, and the watchdog."""
 
 import asyncio
 import contextlib
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +21,9 @@ from jobrail.kernel.errors import (
     ThrottledError,
     TransientError,
 )
+from jobrail.kernel.ids import JobId
 from jobrail.limits.model import JobLimits, LimitsUnavailableError, TokenBucket
+from jobrail.worker.cancel_watch import WatchedCancel
 from jobrail.worker.context import JobCancelledError
 from jobrail.worker.outcomes import (
     HOLD_LEASES,
@@ -542,3 +545,68 @@ async def test_waiting_ends_as_soon_as_the_other_attempt_has_ended() -> None:
     until = START + timedelta(seconds=10)
     assert await wait_out_lease(job, until, rows.read, clock, rows.sleep) is None
     assert rows.reads == 1
+
+
+class Cancels:
+    """A job's `cancel_requested` as `WatchedCancel` reads it: False until `cancel()`."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.reads = 0
+
+    async def cancel_requested(self, job_id: object) -> bool:
+        self.reads += 1
+        return self.asked
+
+
+async def test_a_cancel_seen_by_the_watch_stops_the_attempt_with_its_cleanup() -> None:
+    store = Cancels()
+    cleaned: list[str] = []
+
+    async def handler() -> int:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            cleaned.append("cleanup")
+        return 1
+
+    async def cancel_soon() -> None:
+        await asyncio.sleep(0.05)
+        store.asked = True
+
+    asking = asyncio.ensure_future(cancel_soon())
+    watch = WatchedCancel(store, JobId(uuid.uuid4()), every_s=0.02)  # type: ignore[arg-type]
+    with pytest.raises(JobCancelledError):
+        await Watchdog([watch], "j1", time_limit_s=5).run(handler)
+    await asking
+
+    assert cleaned == ["cleanup"]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_handler_that_swallows_its_cancel_still_ends_cancelled_not_succeeded() -> None:
+    store = Cancels()
+    store.asked = True
+
+    async def stubborn() -> int:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        return 3
+
+    watch = WatchedCancel(store, JobId(uuid.uuid4()), every_s=0.02)  # type: ignore[arg-type]
+    with pytest.raises(JobCancelledError):
+        await Watchdog([watch], "j1").run(stubborn)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_short_attempt_never_reads_its_cancel() -> None:
+    store = Cancels()
+
+    assert (
+        await Watchdog([WatchedCancel(store, JobId(uuid.uuid4()))], "j1").run(  # type: ignore[arg-type]
+            lambda: _value(7)
+        )
+        == 7
+    )
+
+    assert store.reads == 0

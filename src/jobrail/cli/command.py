@@ -11,6 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from jobrail.cli.cancel import _cancel_command
 from jobrail.cli.parser import _parser
 from jobrail.cli.pauses import _pauses_command
 from jobrail.cli.schema import _check_schema_or_exit, _migrate_or_exit, _up_to_date
@@ -97,11 +98,14 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
         except ScheduleConfigError as exc:
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-    elif args.command in ("tenants", "pause", "resume", "pauses"):
+    elif args.command in ("tenants", "pause", "resume", "pauses", "jobs"):
         from jobrail.kernel.errors import StoreUnavailableError
 
         _check_schema_or_exit(settings, modules, args.app)
         try:
+            if args.command == "jobs":
+                print(asyncio.run(_cancel_command(settings, args, modules)))
+                return
             if args.command == "tenants":
                 answer = asyncio.run(_tenants_command(settings, args))
             else:

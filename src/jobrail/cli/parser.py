@@ -13,6 +13,8 @@ import os
 import uuid
 from typing import Any, NamedTuple
 
+from jobrail.cli.cancel import CANCEL_HELP, JOBS_HELP, add_cancel_arguments
+
 
 class CommandHelp(NamedTuple):
     summary: str
@@ -279,6 +281,9 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
     weight.add_argument("name")
     weight.add_argument("weight", type=_weight, help="a number from 0.01 to 1000, or none")
     command(actions, "list", TENANT_HELP["list"])
+    jobs = command(sub, "jobs", CommandHelp(*JOBS_HELP))
+    jobs_actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add_cancel_arguments(command(jobs_actions, "cancel", CommandHelp(*CANCEL_HELP)))
     return parser
 
 

@@ -1,5 +1,5 @@
 """The jobs routes (``POST /jobs``, ``GET /jobs/{id}``, ``GET /jobs``,
-``POST /jobs/{id}/cancel``), once,
+``POST /jobs/{id}/cancel``, ``POST /jobs/bulk/cancel``), once,
 for jobrail's API (``router``) and for a host's ``JobRail.router`` (which builds its own
 with ``jobs_router``: its tenant, its use cases from the rail's container, its route
 class, and adds a job's events)."""
@@ -17,7 +17,8 @@ from jobrail.http.auth import current_tenant
 from jobrail.http.errors import ERROR_RESPONSES, JsonErrorsRoute
 from jobrail.http.rate_limits import Group, RateLimitEnqueue, RateLimitRead
 from jobrail.http.schemas import IDEMPOTENCY_KEY_OPENAPI, idempotency_key
-from jobrail.jobs.cancel import CancelJob, CancelJobCommand
+from jobrail.jobs.cancel import CancelJob, CancelJobCommand, CancelJobs
+from jobrail.jobs.cancel_schemas import CancelJobsIn, CancelledJobsOut
 from jobrail.jobs.enqueue import EnqueueOpenJob
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob, GetJobQuery
@@ -122,6 +123,18 @@ def jobs_router(
         tenant: Tenant, list_jobs: Annotated[ListJobs, use_case(ListJobs)], query: JobFilterQuery
     ) -> JobList:
         return await jobs_page(list_jobs, tenant, query)
+
+    @router.post(
+        "/bulk/cancel",
+        summary="Cancel every job a filter takes",
+        description=CancelJobs.__doc__,
+        # As a single cancel. Not /jobs/cancel: `GET /jobs/{job_id}` would take that path.
+        dependencies=[limited("read")],
+    )
+    async def cancel_jobs(
+        body: CancelJobsIn, tenant: Tenant, cancel: Annotated[CancelJobs, use_case(CancelJobs)]
+    ) -> CancelledJobsOut:
+        return CancelledJobsOut.of(await cancel(body.command(tenant)))
 
     @router.post(
         "/{job_id}/cancel",

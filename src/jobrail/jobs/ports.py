@@ -30,6 +30,19 @@ class JobFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelFilter:
+    """Which jobs a bulk cancel takes: those of `tenant_id` (None: every tenant's) in
+    one of `statuses`, and of `type`, `entity_id` and created before `created_before`
+    when given."""
+
+    statuses: frozenset[JobStatus]
+    tenant_id: TenantId | None = None
+    type: str | None = None
+    entity_id: str | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Cursor:
     """Position after the last job of a page (jobs are listed newest first)."""
 
@@ -57,6 +70,11 @@ class JobRepository(Protocol):
         ...
 
     async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage: ...
+
+    async def to_cancel(self, where: CancelFilter, limit: int) -> Sequence[JobId]:
+        """Up to `limit` ids of the jobs `where` takes that a cancel would change (not
+        running with a cancel asked already), oldest first."""
+        ...
 
     async def save(self, job: Job) -> None:
         """Write the job's mutable state back."""

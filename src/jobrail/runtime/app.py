@@ -19,8 +19,8 @@ from jobrail.jobs import flows_api as flows
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.ops import admin_api as admin
+from jobrail.ops import cancel_api, pauses_api, tenant_admin
 from jobrail.ops import console as ops
-from jobrail.ops import pauses_api, tenant_admin
 from jobrail.runtime import health
 from jobrail.runtime import metrics_endpoint as metrics
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
@@ -118,7 +118,7 @@ def create_app(
     # Routes are matched in order, one by one: the product's before the operators'.
     for module in runtime.modules:
         routers += module.routers_for(settings)
-    admins = [admin.router, tenant_admin.router, pauses_api.router]
+    admins = [admin.router, tenant_admin.router, pauses_api.router, cancel_api.router]
     for router in [*routers, *admins, ops.router]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)

@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.events.catalog import EventCatalog
-from jobrail.jobs.cancel import CancelJob
+from jobrail.jobs.cancel import CancelJob, CancelJobs
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueOpenJob
 from jobrail.jobs.flow_service import FlowService
 from jobrail.jobs.get import GetJob
@@ -397,3 +397,4 @@ class PlatformProvider(Provider):
     get_job = provide(GetJob, scope=Scope.REQUEST)
     list_jobs = provide(ListJobs, scope=Scope.REQUEST)
     cancel_job = provide(CancelJob, scope=Scope.REQUEST)
+    cancel_jobs = provide(CancelJobs, scope=Scope.REQUEST)

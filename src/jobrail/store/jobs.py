@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.jobs.domain import DUE_TOLERANCE, Job
 from jobrail.jobs.messages import Outgoing
-from jobrail.jobs.ports import ClaimToken, Cursor, JobFilter, JobPage
+from jobrail.jobs.ports import CancelFilter, ClaimToken, Cursor, JobFilter, JobPage
 from jobrail.jobs.progress import JobProgress
 from jobrail.kernel.errors import ConflictError
 from jobrail.kernel.ids import JobId, TenantId
@@ -126,6 +126,24 @@ class SqlaJobRepository:
             last = items[-1]
             next_cursor = Cursor(created_at=last.created_at, job_id=last.id)
         return JobPage(items=items, next_cursor=next_cursor)
+
+    async def to_cancel(self, where: CancelFilter, limit: int) -> Sequence[JobId]:
+        statuses = [status.value for status in where.statuses]
+        query = select(jobs.c.id).where(
+            jobs.c.status.in_(statuses), jobs.c.cancel_requested.is_(False)
+        )
+        if where.tenant_id is not None:
+            query = query.where(jobs.c.tenant_id == where.tenant_id)
+        if where.type is not None:
+            query = query.where(jobs.c.type == where.type)
+        if where.entity_id is not None:
+            query = query.where(jobs.c.entity_id == where.entity_id)
+        if where.created_before is not None:
+            query = query.where(jobs.c.created_at < where.created_before)
+        query = query.order_by(jobs.c.created_at, jobs.c.id).limit(limit)
+        with database_errors():
+            result = await self._session.execute(query, execution_options=self._options)
+        return [JobId(job_id) for job_id in result.scalars()]
 
     async def save(self, job: Job) -> None:
         with database_errors():

@@ -1,17 +1,20 @@
 """What a job handler sees of the job it runs."""
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jobrail.jobs.domain import FlowLink, FlowRole, JobStatus
 from jobrail.jobs.progress import check_progress
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.worker.job_store import JobStore
 from jobrail.worker.progress import ProgressReporter
+from jobrail.worker.watchdog import JobCancelledError
 
+__all__ = ["JobCancelledError", "JobContext"]
 
-class JobCancelledError(Exception):
-    """Raised at a checkpoint when someone asked to cancel the running job."""
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -33,6 +36,20 @@ class JobContext:
         """Stop here if cancel was requested. Long handlers call this between steps."""
         if await self._store.cancel_requested(self.job_id):
             raise JobCancelledError(f"job {self.job_id} was cancelled")
+
+    async def shielded(self, step: Awaitable[T]) -> T:
+        """Run `step` to its end even if the job is stopped meanwhile (cancelled, timed
+        out, its lease or lock lost): the stop takes effect once `step` has returned,
+        and the handler goes no further than that. For a write and its record that must
+        not be parted; keep it short, since the job's lease and lock are not given up
+        until it ends. (``asyncio.shield`` alone would let the job end while `step`
+        still runs.)"""
+        running = asyncio.ensure_future(step)
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            await asyncio.wait([running])
+            raise
 
     async def progress(
         self, current: float, total: float | None = None, message: str | None = None

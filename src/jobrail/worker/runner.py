@@ -51,6 +51,7 @@ from jobrail.worker.attempt import (
     Step,
     compose,
 )
+from jobrail.worker.cancel_watch import WatchedCancel
 from jobrail.worker.context import JobContext
 from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.outcomes import (
@@ -258,7 +259,8 @@ class JobRunner:
     ) -> Sequence[Outgoing]:
         """Run the handler once and apply the outcome to `job`; return the messages to
         send. One watchdog keeps what the attempt holds while the handler runs: with
-        `renew`, the claim's lease; what the middleware hold (`Attempt.kept`)."""
+        `renew`, the claim's lease; what the middleware hold (`Attempt.kept`); and it
+        stops the handler once the job is cancelled (``jobrail.worker.cancel_watch``)."""
         job_run = attempt.run
         progress = ProgressReporter(
             self._store, job.id, token, self._clock, self._config.progress_interval
@@ -278,7 +280,7 @@ class JobRunner:
         if job.cancel_requested:  # asked while its previous worker was dying
             job.stop_cancelled(self._clock.now())
             return ()
-        holds: Sequence[Kept] = attempt.kept
+        holds: Sequence[Kept] = (*attempt.kept, WatchedCancel(self._store, job.id))
         if renew is not None:
             holds = (KeptClaim(self._store, job, token, renew, self._clock), *holds)
         try:

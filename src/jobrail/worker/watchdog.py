@@ -44,6 +44,12 @@ T = TypeVar("T")
 RENEWAL_MARGIN = 1 / 6
 
 
+class JobCancelledError(Exception):
+    """Someone cancelled the running job: raised at a checkpoint
+    (`JobContext.checkpoint`), or by the watchdog once it sees the cancel
+    (``jobrail.worker.cancel_watch``)."""
+
+
 class LeaseLostError(TransientError):
     """The attempt's claim could not be renewed (another worker took the job over, or
     the database was away for a whole lease); the attempt was stopped.
@@ -130,6 +136,8 @@ class Watchdog:
         else:
             if self._lost is not None:  # the work swallowed our cancellation and went on
                 task.uncancel()
+                if isinstance(self._lost, JobCancelledError):
+                    raise self._lost  # a cancelled job never ends succeeded
             return result
         finally:
             self._running = False
@@ -193,7 +201,8 @@ class Watchdog:
         self._arm()
 
     def _lose(self, error: Exception) -> None:
-        log.warning("job %s: %s; stopping the attempt", self._job_id, error)
+        level = logging.INFO if isinstance(error, JobCancelledError) else logging.WARNING
+        log.log(level, "job %s: %s; stopping the attempt", self._job_id, error)
         self._stop(error)
 
     def _stop(self, error: Exception) -> None:
