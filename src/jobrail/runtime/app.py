@@ -20,6 +20,7 @@ from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.ops import admin_api as admin
 from jobrail.ops import console as ops
+from jobrail.ops import console_actions as ops_actions
 from jobrail.ops import pauses_api, tenant_admin
 from jobrail.runtime import health
 from jobrail.runtime import metrics_endpoint as metrics
@@ -119,7 +120,7 @@ def create_app(
     for module in runtime.modules:
         routers += module.routers_for(settings)
     admins = [admin.router, tenant_admin.router, pauses_api.router]
-    for router in [*routers, *admins, ops.router]:
+    for router in [*routers, *admins, ops.router, ops_actions.router]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)
     document_body_limit(app, settings.api.max_body_bytes)
