@@ -27,6 +27,8 @@ _ENV = Environment(
 )
 _ENV.filters.update(when=when, amount=amount, progress=progress_text, pretty_json=pretty_json)
 _ENV.globals.update(ops_path=ops_path, refresh_s=REFRESH_S, htmx_version=HTMX_VERSION)
+# The macros every page uses, as `p` (a global, so that a block rendered alone has them).
+_ENV.globals["p"] = _ENV.get_template("_parts.html").module
 
 
 def render(name: str, *, live_only: bool = False, **context: Any) -> str:
