@@ -182,7 +182,8 @@ async def test_a_jobs_page_shows_its_payload_result_and_each_attempts_error(
     page = await ops.page(f"/ops/jobs/{job_id}")
 
     payload = page.split("<pre id=payload>", 1)[1].split("</pre>", 1)[0]
-    assert "&lt;b&gt;hi&lt;/b&gt;" in payload and "<b>" not in payload
+    assert "&lt;b&gt;hi&lt;/b&gt;" in payload
+    assert "<b>" not in payload
     assert (
         json.loads(payload.replace("&lt;", "<").replace("&gt;", ">").replace("&#34;", '"'))[
             "message"
@@ -197,7 +198,8 @@ async def test_a_jobs_page_shows_its_payload_result_and_each_attempts_error(
     assert attempts[1]["error"] == ""
     assert fields(page, "job")["status"].text.strip() == "succeeded"
     assert "hx-trigger" not in page  # it has ended: nothing to refresh
-    assert 'id="redrive"' not in page and 'id="cancel"' not in page
+    assert 'id="redrive"' not in page
+    assert 'id="cancel"' not in page
 
 
 async def test_a_waiting_jobs_page_says_what_it_waits_for_and_refreshes_its_live_part(
@@ -213,7 +215,8 @@ async def test_a_waiting_jobs_page_says_what_it_waits_for_and_refreshes_its_live
     assert 'hx-trigger="every 5s"' in page
     assert live.status_code == 200
     assert live.text.lstrip().startswith("<div id=live")
-    assert "<html" not in live.text and "id=sign-out" not in live.text
+    assert "<html" not in live.text
+    assert "id=sign-out" not in live.text
     assert has_table(live.text, "job")
 
 
@@ -231,7 +234,8 @@ async def test_redriving_a_failed_job_asks_first_and_wants_the_csrf_token(ops: C
         headers={"Sec-Fetch-Site": "cross-site"},
     )
     assert unconfirmed.status_code == 200
-    assert "id=question" in unconfirmed.text and "name=confirm value=yes" in unconfirmed.text
+    assert "id=question" in unconfirmed.text
+    assert "name=confirm value=yes" in unconfirmed.text
     assert without_token.status_code == cross_site.status_code == 403
     assert await _status(ops.engine, job_id) == "failed"
     assert "redriven" not in await _events(ops.engine, job_id)
@@ -263,7 +267,8 @@ async def test_cancelling_a_pending_job_asks_first_and_ends_it_cancelled(ops: Co
 
     unconfirmed = await ops.act(path, confirm=False)
     without_token = await ops.act(path, csrf=False)
-    assert unconfirmed.status_code == 200 and "id=confirm" in unconfirmed.text
+    assert unconfirmed.status_code == 200
+    assert "id=confirm" in unconfirmed.text
     assert without_token.status_code == 403
     assert await _status(ops.engine, job_id) == "pending"
 
@@ -291,7 +296,8 @@ async def test_the_dlq_page_lists_redrives_and_purges_dead_letters(ops: Console)
 
     asked = await ops.act("/ops/dlq/redrive", confirm=False, id=letter.id)
     refused = await ops.act("/ops/dlq/redrive", csrf=False, id=letter.id)
-    assert asked.status_code == 200 and "id=confirm" in asked.text
+    assert asked.status_code == 200
+    assert "id=confirm" in asked.text
     assert refused.status_code == 403
     assert "redriven" not in await _events(ops.engine, first)
 
@@ -305,7 +311,8 @@ async def test_the_dlq_page_lists_redrives_and_purges_dead_letters(ops: Console)
 
     asked = await ops.act("/ops/dlq/purge", confirm=False, all="yes")
     refused = await ops.act("/ops/dlq/purge", csrf=False, all="yes")
-    assert asked.status_code == 200 and "Purge every dead letter?" in asked.text
+    assert asked.status_code == 200
+    assert "Purge every dead letter?" in asked.text
     assert refused.status_code == 403
     assert len(await letters(10)) == 2
 
@@ -329,7 +336,8 @@ async def test_the_queues_page_pauses_and_resumes_a_queue(ops: Console) -> None:
 
     asked = await ops.act("/ops/queues/pause", confirm=False, scope="queue", value="jobs.default")
     refused = await ops.act("/ops/queues/pause", csrf=False, scope="queue", value="jobs.default")
-    assert asked.status_code == 200 and "id=confirm" in asked.text
+    assert asked.status_code == 200
+    assert "id=confirm" in asked.text
     assert refused.status_code == 403
     assert await paused() == []
 
@@ -339,7 +347,8 @@ async def test_the_queues_page_pauses_and_resumes_a_queue(ops: Console) -> None:
     assert 'id="resume-jobs.default"' in await ops.page("/ops/queues")
 
     typo = await ops.act("/ops/queues/pause", scope="queue", value="jobs.nope")
-    assert typo.status_code == 400 and "no queue" in typo.text
+    assert typo.status_code == 400
+    assert "no queue" in typo.text
 
     resumed = await ops.act("/ops/queues/resume", scope="queue", value="jobs.default")
     assert resumed.status_code == 303
