@@ -4,7 +4,9 @@ batches and chains, and the console's job list."""
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, func, or_, select
+from typing import Any
+
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import Job, JobStatus
@@ -82,6 +84,14 @@ class SqlaJobSearch:
         self._engine = engine
 
     async def search(self, where: JobSearchFilter, limit: int, after: Cursor | None) -> list[Job]:
+        query = self.query(where, limit, after)
+        with database_errors():
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).mappings().all()
+        return [job_from_row(row) for row in rows]
+
+    @staticmethod
+    def query(where: JobSearchFilter, limit: int, after: Cursor | None) -> Select[Any]:
         query = select(jobs)
         for column, value in (
             (jobs.c.id, where.job_id),
@@ -110,8 +120,4 @@ class SqlaJobSearch:
                     and_(jobs.c.created_at == after.created_at, jobs.c.id < after.job_id),
                 ),
             )
-        query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
-        with database_errors():
-            async with self._engine.connect() as conn:
-                rows = (await conn.execute(query)).mappings().all()
-        return [job_from_row(row) for row in rows]
+        return query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
