@@ -3,7 +3,6 @@ batches and chains, and the console's job list."""
 
 import uuid
 from datetime import UTC, datetime
-
 from typing import Any
 
 from sqlalchemy import Select, and_, func, or_, select
