@@ -2,90 +2,19 @@
 are the database's (and RabbitMQ's). The screenshot lands in tests/artifacts/."""
 
 import asyncio
-import json
-import os
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.store.tables import jobs
-from tests.support.processes import BIN, ROOT, Process, start_worker
+from tests.e2e.conftest import ARTIFACTS, cli
 from tests.support.rabbit import RabbitProbe
-from tests.support.servers import free_port
-from tests.support.services import in_ci, wait_for
+from tests.support.services import wait_for
 
-ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        message = "Chromium and ChromeDriver are not installed (make install-browser)"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,900",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def _cli(env: dict[str, str], *args: str) -> Any:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("JOBRAIL_")}
-    done = subprocess.run(
-        [str(BIN / "jobrail"), *args],
-        cwd=ROOT,
-        env={**full, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(done.stdout)
-
-
-@pytest.fixture
-def served(stack_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[str]:
-    port = free_port()
-    api = Process(
-        [str(BIN / "jobrail"), "api"], {**stack_env, "JOBRAIL_API__PORT": str(port)}, "api"
-    )
-    worker = start_worker(stack_env, name="worker")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        api.stop()
-        worker.stop()
-
-
-# The page reloads itself every few seconds, so element handles go stale between
+# The page refreshes itself every few seconds, so element handles go stale between
 # two reads: each snapshot is taken by one script call, inside one document.
 _SNAPSHOT = """
 const text = (id) => document.getElementById(id)?.textContent.trim() ?? null;
@@ -126,8 +55,8 @@ async def test_the_ops_page_shows_what_the_database_holds(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    admin_key = _cli(stack_env, "tenants", "create", "ops", "--admin")["api_key"]
-    tenant_key = _cli(stack_env, "tenants", "create", "acme")["api_key"]
+    admin_key = cli(stack_env, "tenants", "create", "ops", "--admin")["api_key"]
+    tenant_key = cli(stack_env, "tenants", "create", "acme")["api_key"]
     async with httpx.AsyncClient(base_url=served, timeout=10) as client:
 
         async def up() -> bool:

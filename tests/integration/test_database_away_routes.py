@@ -28,7 +28,15 @@ INVOICE = {
     "lines": [{"description": "Plan", "quantity": 1, "unit_price_minor": 100}],
 }
 
-# (method, path, JSON body, admin key): one or more routes of every family.
+
+class Form(dict[str, str]):
+    """A body the console's forms post (form-encoded, not JSON)."""
+
+    def __init__(self, **fields: str) -> None:
+        super().__init__(fields)
+
+
+# (method, path, JSON body or Form, admin key): one or more routes of every family.
 ROUTES: list[tuple[str, str, Any, bool]] = [
     ("GET", f"/jobs/{ID}", None, False),
     ("GET", "/jobs", None, False),
@@ -56,6 +64,16 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("GET", "/ops", None, True),
     ("GET", f"/ops/jobs/{ID}", None, True),
     ("GET", f"/ops/flows/{ID}", None, True),
+    ("GET", "/ops/jobs", None, True),
+    ("POST", f"/ops/jobs/{ID}/redrive", Form(confirm="yes"), True),
+    ("POST", f"/ops/jobs/{ID}/cancel", Form(confirm="yes"), True),
+    ("GET", "/ops/queues", None, True),
+    (
+        "POST",
+        "/ops/queues/{action}",
+        Form(confirm="yes", scope="queue", value="jobs.default"),
+        True,
+    ),
     ("POST", "/billing/invoices", INVOICE, False),
     ("GET", "/billing/invoices", None, False),
     ("GET", f"/billing/invoices/{ID}", None, False),
@@ -68,7 +86,8 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("POST", "/sync/accounts/shop-1/sync", None, False),
     ("GET", "/sync/accounts/shop-1", None, False),
 ]
-# Routes that do not use the database: the broker's (admin queues and dead letters),
+# Routes that do not use the database: the broker's (admin queues and dead letters, the
+# console's dead-letter page, whose redrive reaches the database only for a letter),
 # the limits store's, the process's own and the sandbox vendor's; and the ops sign-in
 # form's, which a browser posts with its CSRF cookie (tests/api/test_ops_session.py).
 ELSEWHERE = (
@@ -80,6 +99,8 @@ ELSEWHERE = (
     "/admin/limits",
     "/ops/login",
     "/ops/logout",
+    "/ops/dlq",
+    "/ops/static",
 )
 
 
@@ -149,7 +170,9 @@ async def test_every_route_answers_503_while_the_database_is_away(
     await proxy.take_down()
     answers = {}
     for method, path, body, as_admin in ROUTES:
-        response = await api.request(method, path, json=body, headers=admin if as_admin else None)
+        sent = {"data": body} if isinstance(body, Form) else {"json": body}
+        path = path.replace("{action}", "pause")
+        response = await api.request(method, path, headers=admin if as_admin else None, **sent)
         answers[(method, path)] = (response.status_code, response.headers.get("Retry-After"))
         if response.status_code == 503 and not path.startswith("/ops"):
             assert response.json()["error"]["code"] == "database_unavailable", response.text

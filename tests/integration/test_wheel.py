@@ -91,6 +91,18 @@ def test_the_built_wheel_carries_the_platform_chain(installed: Path) -> None:
     assert not any(name.startswith("migrations/") for name in names)
 
 
+def test_the_built_wheel_carries_the_consoles_templates_and_static_files(installed: Path) -> None:
+    (wheel,) = (installed.parents[1] / "dist").glob("jobrail-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    ops = ROOT / "src" / "jobrail" / "ops"
+
+    for directory in ("templates", "static"):
+        shipped = {f"jobrail/ops/{directory}/{f.name}" for f in (ops / directory).iterdir()}
+        assert shipped
+        assert shipped <= names
+    assert "jobrail/ops/static/htmx.min.js" in names
+
+
 def test_the_built_wheel_is_typed_licensed_and_has_one_version(installed: Path) -> None:
     (wheel,) = (installed.parents[1] / "dist").glob("jobrail-*.whl")
     archive = zipfile.ZipFile(wheel)

@@ -14,13 +14,18 @@ deletes the row, and revoking the key or its tenant's admin flag ends the sessio
 next request, on every API replica. A session ends ``JOBRAIL_OPS__SESSION_TTL_S`` (8 h)
 after it began, whatever the browser keeps. A Bearer admin key works too, for curl.
 
-Cross-site requests. Both forms carry a CSRF token: the sign-in form the value of a
+Cross-site requests. Every form carries a CSRF token: the sign-in form the value of a
 short-lived cookie set with the form (double submit: a page of another site can neither
 read nor set it, and SameSite=Strict keeps it off cross-site requests), the sign-out form
-an HMAC of the session token (never stored). A POST whose browser says it came from
-another site (``Sec-Fetch-Site``) is refused before anything else. Responses carry a
-Content-Security-Policy that allows nothing but the page's own stylesheet and forms
-posting to this origin, refuse framing, and are never cached.
+and every action's (jobrail.ops.console_actions) an HMAC of the session token (never
+stored). A POST whose browser says it came from another site (``Sec-Fetch-Site``) is
+refused before anything else. Responses carry a Content-Security-Policy that allows
+nothing but the console's own stylesheet and script (``/ops/static``: its stylesheet and
+htmx), requests and forms to this origin, refuse framing, and are never cached.
+
+Refreshing. A page whose content changes (the overview, a job or a flow not finished)
+asks htmx to fetch it again every few seconds; asked by htmx (``HX-Request``), a page
+answers with its ``live`` part alone, which replaces the one shown.
 """
 
 import hashlib
@@ -32,22 +37,32 @@ import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from dishka.integrations.fastapi import DishkaRoute, FromDishka, inject
 from fastapi import APIRouter, Cookie, Depends, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.http.auth import principal_for_key
+from jobrail.jobs.get import GetJob
+from jobrail.jobs.waiting_out import PausedByOut, WaitingOut
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
-from jobrail.ops.job_page import job_page
 from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.page_parts import CONTENT_SECURITY_POLICY, mounted_at, ops_path
-from jobrail.ops.pages import flow_page, login_page, not_found_page, overview_page, refused_page
+from jobrail.ops.pages import (
+    flow_page,
+    job_page,
+    login_page,
+    not_found_page,
+    overview_page,
+    refused_page,
+)
 from jobrail.ops.sessions import SqlaOpsSessions
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
 from jobrail.settings import Settings
@@ -63,6 +78,13 @@ TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # Fetch Metadata: what a browser says about where a request came from. Absent from
 # non-browser clients and old browsers, which the CSRF tokens still cover.
 SAME_ORIGIN = {"same-origin", "none"}
+STATIC = Path(__file__).parent / "static"
+# What an action's redirect may say on the page it lands on (never a client's text).
+NOTES = {
+    "redriven": "Redriven: the job runs again.",
+    "cancelled": "Cancelled.",
+    "cancel-requested": "Cancel requested: the running attempt is asked to stop.",
+}
 
 
 def _digest(token: str) -> str:
@@ -100,7 +122,10 @@ async def _session_principal(
 @dataclass(frozen=True, slots=True)
 class _Admin:
     csrf: str | None
-    """The sign-out form's token; None for a Bearer key (a curl has no session to end)."""
+    """The forms' token; None for a Bearer key (a curl has no session, and a browser
+    cannot send another site's Bearer header, so its POSTs need none)."""
+    who: str
+    """The admin's API key id, for the log of what it did."""
 
 
 class _SignInFirst(Exception):  # noqa: N818 - an answer, not an error
@@ -155,41 +180,89 @@ async def _signed_in(
         raise _SignInFirst(
             _login(request, jobrail_ops_login, "That key is not an admin key.", status=403)
         )
-    return _Admin(_csrf_for(session_token) if session_token else None)
+    return _Admin(_csrf_for(session_token) if session_token else None, str(principal.key_id))
 
 
 OpsAdmin = Annotated[_Admin, Depends(_signed_in)]
 
 router = APIRouter(prefix="/ops", route_class=OpsRoute, include_in_schema=False)
+# The stylesheet and htmx: no secret, so no sign-in (the sign-in page uses them too).
+router.mount("/ops/static", StaticFiles(directory=STATIC), name="ops-static")
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+async def action_form(request: Request, admin: _Admin) -> dict[str, str] | None:
+    """The fields an action's form posted; None when the POST is refused: one the browser
+    says came from another site, or a session's without the session's CSRF token."""
+    if _cross_site(request):
+        return None
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return None
+    form = _form(body)
+    given = form.get("csrf_token", "")
+    if admin.csrf is not None and not hmac.compare_digest(admin.csrf.encode(), given.encode()):
+        return None
+    return form
 
 
 @router.get("", response_class=HTMLResponse)
 async def ops_page(
+    request: Request,
     admin: OpsAdmin,
     overview: FromDishka[GetOpsOverview],
     flows: FromDishka[ListOpsFlows],
     webhooks: FromDishka[GetWebhooksOverview],
 ) -> Response:
-    page = overview_page(await overview(), await flows(), await webhooks(), admin.csrf)
-    return _secured(HTMLResponse(page))
+    page = overview_page(
+        await overview(), await flows(), await webhooks(), admin.csrf, live_only=is_htmx(request)
+    )
+    return secured(HTMLResponse(page))
 
 
 @router.get("/flows/{flow_id}", response_class=HTMLResponse)
-async def ops_flow_page(flow_id: str, admin: OpsAdmin, flow: FromDishka[GetOpsFlow]) -> Response:
+async def ops_flow_page(
+    request: Request, flow_id: str, admin: OpsAdmin, flow: FromDishka[GetOpsFlow]
+) -> Response:
     try:
         found = await flow(uuid.UUID(flow_id))
     except (ValueError, NotFoundError):
-        return _secured(HTMLResponse(not_found_page("batch or chain"), status_code=404))
-    return _secured(HTMLResponse(flow_page(found, admin.csrf)))
+        return secured(HTMLResponse(not_found_page("batch or chain"), status_code=404))
+    return secured(HTMLResponse(flow_page(found, admin.csrf, live_only=is_htmx(request))))
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-async def ops_job_page(job_id: str, admin: OpsAdmin, job: FromDishka[GetOpsJob]) -> Response:
+async def ops_job_page(
+    request: Request,
+    job_id: str,
+    admin: OpsAdmin,
+    job: FromDishka[GetOpsJob],
+    get_job: FromDishka[GetJob],
+    note: str = "",
+) -> Response:
     try:
         found = await job(JobId(uuid.UUID(job_id)))
     except (ValueError, NotFoundError):
-        return _secured(HTMLResponse(not_found_page("job"), status_code=404))
-    return _secured(HTMLResponse(job_page(found, admin.csrf)))
+        return secured(HTMLResponse(not_found_page("job"), status_code=404))
+    standing = await get_job.standing_of(found.job)
+    waiting: dict[str, Any] | None = None
+    if standing is not None:  # what GET /jobs/{id} says of it, as JSON
+        paused = PausedByOut.of(standing.pause)
+        waiting = {
+            "waiting": WaitingOut.of(standing).model_dump(mode="json"),
+            "paused": None if paused is None else paused.model_dump(mode="json"),
+        }
+    page = job_page(
+        found,
+        admin.csrf,
+        waiting=waiting,
+        note=NOTES.get(note, ""),
+        live_only=is_htmx(request),
+    )
+    return secured(HTMLResponse(page))
 
 
 @router.post("/login")
@@ -233,7 +306,7 @@ async def login(
         secure=request.url.scheme == "https",
     )
     response.delete_cookie(LOGIN_COOKIE, path=ops_path())
-    return _secured(response)
+    return secured(response)
 
 
 @router.post("/logout")
@@ -245,15 +318,15 @@ async def logout(
     session_token = _token(jobrail_ops)
     if session_token is not None:
         if _cross_site(request):
-            return _secured(HTMLResponse(refused_page(), status_code=403))
+            return secured(HTMLResponse(refused_page(), status_code=403))
         body = await request.body()
         given = _form(body).get("csrf_token", "") if len(body) <= MAX_FORM_BYTES else ""
         if not hmac.compare_digest(_csrf_for(session_token).encode(), given.encode()):
-            return _secured(HTMLResponse(refused_page(), status_code=403))
+            return secured(HTMLResponse(refused_page(), status_code=403))
         await SqlaOpsSessions(engine).end(_digest(session_token))
     response = RedirectResponse(ops_path(), status_code=303)
     response.delete_cookie(COOKIE, path=ops_path())
-    return _secured(response)
+    return secured(response)
 
 
 def _login(
@@ -272,12 +345,13 @@ def _login(
         samesite="strict",
         secure=request.url.scheme == "https",
     )
-    return _secured(response)
+    return secured(response)
 
 
-def _secured(response: Response) -> Response:
-    """Headers every /ops response carries: nothing but this page's own stylesheet and
-    forms to this origin may run or load, no site may frame it, and nobody caches it."""
+def secured(response: Response) -> Response:
+    """Headers every /ops page carries: nothing but the console's own stylesheet and
+    script, requests and forms to this origin may run or load, no site may frame it, and
+    nobody caches it."""
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Cache-Control"] = "no-store"

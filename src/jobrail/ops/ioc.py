@@ -11,9 +11,10 @@ from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.model import LimitsBackend
 from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
+from jobrail.ops.job_search import JobSearch, SearchJobs
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
-from jobrail.ops.persistence import SqlaOpsReadModel
+from jobrail.ops.persistence import SqlaJobSearch, SqlaOpsReadModel
 from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
@@ -40,6 +41,12 @@ class OpsProvider(Provider):
         return SqlaOpsReadModel(engine)
 
     ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def job_search(self, engine: AsyncEngine) -> JobSearch:
+        return SqlaJobSearch(engine)
+
+    search_jobs = provide(SearchJobs, scope=Scope.APP)
 
     ops_flows = provide(ListOpsFlows, scope=Scope.APP)
 

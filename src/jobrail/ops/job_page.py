@@ -1,96 +1,52 @@
-"""A job's page of the ops console: its fields, its result or error, and its story
-(the same lines as ``GET /jobs/{id}/events``: lifecycle events, each run of progress
-folded into its newest)."""
+"""What a job's console page shows beyond the job itself: its story as lines of text
+(the lines of ``GET /jobs/{id}/events``: lifecycle events, each run of progress folded
+into its newest), and its attempts as its events tell them."""
 
-import html
+from dataclasses import dataclass
+from datetime import datetime
 
 from jobrail.events.feed import JobEvent, StoryLine
 from jobrail.jobs.domain import Wait
-from jobrail.ops.page_parts import (
-    amount,
-    fields_table,
-    flow_title,
-    ops_path,
-    page,
-    progress_text,
-    top_bar,
-    when,
-)
-from jobrail.ops.views import OpsJob
+from jobrail.ops.page_parts import progress_text, when
+
+# The events that end an attempt, and what each says of it.
+_ATTEMPT_ENDS = {
+    "retrying": "failed, retried",
+    "failed": "failed",
+    "succeeded": "succeeded",
+    "cancelled": "cancelled",
+    "deferred": "turned away by its limits",
+    "expired": "expired",
+}
 
 
-def job_page(found: OpsJob, csrf: str | None) -> str:
-    e = html.escape
-    job, flow = found.job, found.flow
-    fields = [
-        ("id", e(str(job.id))),
-        ("type", e(job.type)),
-        ("queue", e(job.queue)),
-        ("tenant", e(job.tenant_id)),
-        ("status", job.status.value + (" (cancel requested)" if job.cancel_requested else "")),
-        ("attempts", f"{job.attempts} of {job.max_attempts}"),
-        ("entity", e(job.entity_id or "")),
-        ("created", when(job.created_at)),
-        ("started", when(job.started_at)),
-        ("finished", when(job.finished_at)),
-        ("next attempt", when(job.run_after)),
-        ("error", e(job.last_error or "")),
-    ]
-    if job.flow is not None:
-        step = "" if job.flow.step is None else f", step {job.flow.step}"
-        if flow is None:
-            where = f"{e(str(job.flow.flow_id))} (gone)"
-        else:
-            where = (
-                f'<a href="{ops_path(f"/flows/{flow.id}")}" id=flow-link>{e(flow_title(flow))}</a>'
-            )
-        fields.append(("flow", f"{where}: {job.flow.role.value}{step}"))
-    progress = ""
-    if job.progress is not None:
-        p = job.progress
-        progress = "<h2>Progress</h2>" + fields_table(
-            "progress",
-            [
-                ("current", amount(p.current)),
-                ("total", "" if p.total is None else amount(p.total)),
-                ("message", e(p.message or "")),
-                ("reported", when(p.updated_at)),
-            ],
-        )
-    return page(
-        f"jobrail ops - job {job.id}",
-        f"<h1>job {e(job.type)}</h1>"
-        + top_bar(csrf, refresh=not job.status.is_terminal, back=True)
-        + fields_table("job", fields)
-        + progress
-        + _events_table(found),
-        refresh=not job.status.is_terminal,
-    )
+@dataclass(slots=True)
+class Attempt:
+    number: int
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: str = "running"
+    error: str = ""
 
 
-def _events_table(found: OpsJob) -> str:
-    if not found.events:
-        return "<h2>Events</h2><p class=muted id=events>None kept.</p>"
-    rows = "".join(
-        f'<tr data-event="{line.event.cursor}"'
-        + ("" if line.folded is None else f' data-folded="{line.folded}"')
-        + f"><td>{when(line.event.at)}</td><td>{html.escape(line.event.name)}</td>"
-        f"<td>{line.event.status.value}</td><td>{line.event.attempts}</td>"
-        f"<td class=err>{_line_details(line)}</td></tr>"
-        for line in found.events
-    )
-    more = (
-        f"<p class=muted id=events-shown>The first {len(found.events)} lines.</p>"
-        if found.more_events
-        else ""
-    )
-    return (
-        "<h2>Events</h2><table id=events><tr><th>at</th><th>event</th><th>status</th>"
-        f"<th>attempts</th><th>details</th></tr>{rows}</table>{more}"
-    )
+def attempts_of(lines: list[StoryLine]) -> list[Attempt]:
+    """Each attempt its events show: from its `started` to the event that ended it,
+    with that event's error (a retried or failed attempt's)."""
+    found: list[Attempt] = []
+    for line in lines:
+        event = line.event
+        if event.name == "started":
+            found.append(Attempt(event.attempts, event.at))
+        elif event.name in _ATTEMPT_ENDS and found and found[-1].ended_at is None:
+            attempt = found[-1]
+            attempt.ended_at = event.at
+            attempt.outcome = _ATTEMPT_ENDS[event.name]
+            if event.name in ("retrying", "failed", "cancelled"):
+                attempt.error = event.last_error or ""
+    return found
 
 
-def _line_details(line: StoryLine) -> str:
+def line_details(line: StoryLine) -> str:
     details = _event_details(line.event)
     if line.folded is not None and line.folded > 1:
         return f"{details} (the newest of {line.folded})"
@@ -99,8 +55,8 @@ def _line_details(line: StoryLine) -> str:
 
 def _event_details(event: JobEvent) -> str:
     """What the event says beyond the job's status: how far it got, what it waits for,
-    or its error (escaped)."""
-    error = html.escape((event.last_error or "")[:300])
+    or its error."""
+    error = (event.last_error or "")[:300]
     if event.name == "progress":
         return progress_text(event.progress)
     if event.name == "deferred" and event.waiting is not None:
@@ -114,4 +70,4 @@ def _event_details(event: JobEvent) -> str:
 
 def _wait(wait: Wait) -> str:
     on = ", ".join(f"{w.kind} {w.name} ({w.key})" for w in wait.on)
-    return html.escape(f"waits for {on} until {when(wait.until)}")
+    return f"waits for {on} until {when(wait.until)}"

@@ -74,6 +74,8 @@ ACTIVE_UNIQUE = text("unique_key IS NOT NULL AND status IN ('pending', 'retrying
 WAITING_DEADLINE = text("deadline IS NOT NULL AND status IN ('pending', 'retrying')")
 PENDING_DEBOUNCE = text("debounce_key IS NOT NULL AND status = 'pending'")
 HELD = text("held_since IS NOT NULL AND status IN ('pending', 'retrying')")
+KEYED_IDEMPOTENCY = text("idempotency_key IS NOT NULL")
+KEYED_UNIQUE = text("unique_key IS NOT NULL")
 HELD_LATER = text(
     "held_since IS NOT NULL AND status IN ('pending', 'retrying') AND run_after IS NOT NULL"
 )
@@ -166,6 +168,13 @@ jobs = Table(
     _partial(
         "ix_jobs_webhook_deliveries", "created_at", "tenant_id", "status", where=WEBHOOK_DELIVERIES
     ),
+    # The console's job list (jobrail.ops.persistence.SqlaJobSearch): every tenant's jobs
+    # newest first, by type or by queue, and found by a key whatever their tenant.
+    Index("ix_jobs_created_id", "created_at", "id"),
+    Index("ix_jobs_type_created", "type", "created_at"),
+    Index("ix_jobs_queue_created", "queue", "created_at"),
+    _partial("ix_jobs_idempotency_key", "idempotency_key", where=KEYED_IDEMPOTENCY),
+    _partial("ix_jobs_unique_key", "unique_key", where=KEYED_UNIQUE),
 )
 
 # Per queue under fair dispatch: its dispatcher's lease (`term` grows with each holder)
