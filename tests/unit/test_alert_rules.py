@@ -49,8 +49,6 @@ def test_prometheus_loads_the_rules_and_every_rule_has_a_unit_test() -> None:
     mounts = compose["services"]["prometheus"]["volumes"]
     assert "./infra/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
     alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
-    tested = {
-        case["alertname"] for test in tests["tests"] for case in test["alert_rule_test"]
-    }
+    tested = {case["alertname"] for test in tests["tests"] for case in test["alert_rule_test"]}
     assert alerts == tested
     assert {"JobrailWorkersGone", "JobrailQueueHasNoConsumers", "JobrailOutboxLagging"} <= alerts
