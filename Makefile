@@ -18,7 +18,7 @@ $(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser lint format docs docs-check clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser install-promtool check-alerts lint format docs docs-check clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -28,6 +28,7 @@ help:
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make test-faults-dispatch the same with fair dispatch on"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
+	@echo "make check-alerts promtool's check and unit tests of infra/prometheus/alerts.yml"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make bench      jobrail beside raw aio-pika, raw Taskiq, a Celery pipeline and plain"
 	@echo "                FastAPI + Taskiq API peers (python -m bench.run --api-only: the API alone),"
@@ -90,6 +91,16 @@ install-browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
+# The alert rules' tests (tests/unit/test_alert_rules.py) run Debian's promtool.
+install-promtool:
+	@command -v promtool >/dev/null || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+# infra/prometheus/alerts.yml: valid, and firing as alerts.test.yml expects.
+check-alerts: install-promtool
+	cd infra/prometheus && promtool check rules alerts.yml && promtool test rules alerts.test.yml
+
 # The documentation site (mkdocs.yml, docs/). Its reference pages are generated from the
 # code at each build, so `make test` builds it too (docs-check, into a directory it then
 # removes): a broken link or a page that no longer builds fails the tests.
@@ -104,7 +115,7 @@ docs-check: install-dev
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 	$(MKDOCS) build --strict --site-dir "$$site"
 
-test: lint docs-check install-browser
+test: lint docs-check install-browser install-promtool
 	$(BIN)/pytest --ignore=tests/faults
 
 test-faults: install-dev
@@ -115,7 +126,7 @@ test-faults: install-dev
 test-faults-dispatch: install-dev
 	TESTS_FAIR_DISPATCH=1 $(BIN)/pytest tests/faults
 
-test-unit: install-dev
+test-unit: install-dev install-promtool
 	$(BIN)/pytest tests/unit
 
 bench: install-bench

@@ -4,8 +4,10 @@ Public: the names below are what declares and runs jobs and modules. A host app 
 ``JobRail`` (``from jobrail import JobRail``; ``SchemaNotMigratedError`` is what its
 lifespan raises on a database not migrated for it); a module declares its job types with
 ``job``, its periodic jobs with ``Schedule``, its integration events with ``EventSpec``,
-and plugs in as a ``Module``. The names are imported on first use, so that importing
-any part of jobrail does not import the facade and everything it composes.
+and plugs in as a ``Module``; its adapters give the HTTP clients they make to
+``Instruments``, so that their calls join the trace of the job that makes them. The
+names are imported on first use, so that importing any part of jobrail does not import
+the facade and everything it composes.
 
 The rest of jobrail's public surface is a few modules, each for one side of a module:
 ``jobrail.kernel`` (shared value types: ids, errors, clock, money, events),
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from jobrail.scheduler.schedule import SYSTEM_TENANT, Schedule
     from jobrail.settings import Settings, SettingsError
     from jobrail.store.schema import SchemaNotMigratedError
+    from jobrail.telemetry.instruments import Instruments
     from jobrail.worker.context import JobContext
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "EventCatalog",
     "EventDelivery",
     "EventSpec",
+    "Instruments",
     "JobContext",
     "JobHandle",
     "JobRail",
@@ -64,6 +68,7 @@ _EXPORTS = {
     "EventCatalog": "jobrail.events.catalog",
     "EventDelivery": "jobrail.events.catalog",
     "EventSpec": "jobrail.events.catalog",
+    "Instruments": "jobrail.telemetry.instruments",
     "EnqueueJobCommand": "jobrail.jobs.intake",
     "EnqueueResult": "jobrail.jobs.intake",
     "job": "jobrail.jobs.registry",

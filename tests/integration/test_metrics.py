@@ -52,6 +52,9 @@ FAMILIES = {
     "jobrail_api_rate_limited",
 }
 LABEL_NAMES = {"job_type", "queue", "outcome", "le"}
+# The API's HTTP series, then prometheus_client's GC and platform series.
+LABEL_NAMES |= {"method", "route", "status", "status_class"}
+LABEL_NAMES |= {"generation", "implementation", "major", "minor", "patchlevel", "version"}
 
 
 @dataclass(frozen=True)

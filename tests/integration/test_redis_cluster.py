@@ -18,10 +18,9 @@ from jobrail.limits.model import (
     Lock,
     TokenBucket,
 )
-from jobrail.limits.redis import RedisLimits
+from jobrail.limits.redis import RedisLimits, redis_client
 from jobrail.limits.redis_calls import CrossSlotError
 from jobrail.runtime.bootstrap import build_runtime
-from jobrail.runtime.container import redis_client
 from jobrail.scheduler.leadership import Leadership
 from jobrail.settings import RedisSettings, Settings
 from tests.support.apps import cluster_split, reference_and_test_jobs

@@ -75,6 +75,17 @@ SERIES = [
     "lock_contention_total",
     "lock_lost_total",
     "api_rate_limited_total",
+    "http_requests_total",
+    "http_request_duration_seconds",
+]
+# prometheus_client's process series and RabbitMQ's own (its scrape job).
+OTHER_SERIES = [
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_open_fds",
+    "python_gc_collections_total",
+    "rabbitmq_queue_messages_ready",
+    "rabbitmq_consumers",
 ]
 
 
@@ -112,3 +123,4 @@ def test_the_grafana_dashboard_charts_every_jobrail_series() -> None:
 
     missing = [name for name in SERIES if f"jobrail_{name}" not in expressions]
     assert missing == []
+    assert [name for name in OTHER_SERIES if name not in expressions] == []

@@ -16,7 +16,7 @@ from contexts.sync.application.use_cases import (
     RequestSync,
     SyncAccount,
 )
-from jobrail import Settings
+from jobrail import Instruments, Settings
 from jobrail.ports import LimitsBackend
 from jobrail.sql import UnitOfWorkFactory
 
@@ -30,10 +30,11 @@ class SyncProvider(Provider):
 
     @provide(scope=Scope.APP)
     async def http_client(
-        self, settings: SyncSettings, app: Settings
+        self, settings: SyncSettings, app: Settings, instruments: Instruments
     ) -> AsyncIterator[httpx.AsyncClient]:
         base_url = settings.vendor_url(app.api.host, app.api.port)
         client = HttpVendorClient.make_client(settings, base_url)
+        instruments.http_client(client)  # its calls join the job's trace (traceparent)
         yield client
         await client.aclose()
 

@@ -53,6 +53,8 @@ from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from jobrail.limits import scripts
 from jobrail.limits.kind import LimitKind, num
@@ -67,6 +69,7 @@ from jobrail.limits.model import (
     hash_tagged,
 )
 from jobrail.limits.redis_calls import UNREACHABLE, ScriptCalls
+from jobrail.settings import RedisSettings
 
 # KEYS: resource. ARGV: fence, value. A write with an older fence than the last is refused.
 FENCED_WRITE = (
@@ -264,3 +267,22 @@ class RedisLimits:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
+    """The limits' Redis client: one server, or a Redis Cluster found from one node.
+
+    A dead connection fails the command, which the limits treat as "Redis is away"
+    (limited work waits and comes back); no ping before commands, no silent retries.
+    On a cluster, a failed node also makes the client read the cluster's layout again
+    before its next command (redis-py does that itself), and MOVED/ASK redirections
+    are followed as part of the command, not retried."""
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "health_check_interval": 0,
+    }
+    url = settings.url.get_secret_value()
+    if settings.cluster:
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+    return Redis.from_url(url, retry=None, **options)

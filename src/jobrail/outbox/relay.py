@@ -40,6 +40,7 @@ from jobrail.store.mapping import job_from_row
 from jobrail.store.outbox_rows import insert_outbox_rows
 from jobrail.store.queries import EXPIRE_OVERDUE
 from jobrail.store.tables import jobs, outbox
+from jobrail.telemetry.propagation import AMQP_SEND
 from jobrail.transport.codec import Envelope, EnvelopePublisher, encode
 
 log = logging.getLogger("jobrail.outbox")
@@ -137,7 +138,7 @@ class OutboxPublisher:
         with _tracer.start_as_current_span(
             "outbox publish",
             kind=SpanKind.CLIENT,
-            attributes={"messaging.batch.message_count": count},
+            attributes={**AMQP_SEND, "messaging.batch.message_count": count},
         ) as span:
             span.set_attribute("outbox.published", await publish)
 
@@ -317,7 +318,7 @@ class OutboxRelay:
                 with _tracer.start_as_current_span(
                     "outbox relay",
                     kind=SpanKind.CLIENT,
-                    attributes={"messaging.batch.message_count": len(envelopes)},
+                    attributes={**AMQP_SEND, "messaging.batch.message_count": len(envelopes)},
                 ) as span:
                     published = await self._publish(conn, envelopes)
                     span.set_attribute("outbox.published", published)

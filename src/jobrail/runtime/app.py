@@ -28,6 +28,7 @@ from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
 from jobrail.runtime.outages import outage
 from jobrail.settings import Settings, load_settings
 from jobrail.telemetry.http import RequestTelemetry
+from jobrail.telemetry.metrics import Metrics
 from jobrail.telemetry.tracing import configure_tracing
 from jobrail.tenants.use_cases import Authenticate
 from jobrail.version import __version__
@@ -57,6 +58,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.api_limiter = await built.container.get(ApiRateLimiter)
         app.state.authenticate = await built.container.get(Authenticate)
+        app.state.http_metrics = (await built.container.get(Metrics)).http
         async with serving(built) if serve is None else serve(app):
             yield
 

@@ -32,6 +32,7 @@ from jobrail.runtime.schedules import build_scheduler
 from jobrail.settings import Settings
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import dispatch_queues, jobs
+from jobrail.telemetry.ioc import TelemetryProvider
 from jobrail.telemetry.metrics import Metrics
 from jobrail.telemetry.metrics_server import WorkerMetricsServer
 from jobrail.tenants.ports import TenantDirectory
@@ -171,6 +172,7 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
         PlatformProvider(),
         EventsProvider(),
         OpsProvider(),
+        TelemetryProvider(),
         *(provider for module in modules for provider in module.providers),
         FastapiProvider(),
         context={

@@ -7,12 +7,8 @@ REQUEST scope (one per HTTP request and one per task): unit of work and use case
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from enum import Enum
-from typing import Any
 
 from dishka import AnyOf, Provider, Scope, from_context, provide
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from jobrail.events.catalog import EventCatalog
@@ -34,11 +30,11 @@ from jobrail.limits.api import ApiRateLimiter
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.memory import MemoryLimits
 from jobrail.limits.model import LimitsBackend
-from jobrail.limits.redis import RedisLimits
+from jobrail.limits.redis import RedisLimits, redis_client
 from jobrail.outbox.committing import AfterCommit, DetachedDispatch, EnvelopeStore, statement_units
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
-from jobrail.settings import RedisSettings, Settings
+from jobrail.settings import Settings
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks
@@ -46,6 +42,7 @@ from jobrail.store.pg_job_store import PgJobStore
 from jobrail.store.pg_pool import PgPool, create_pool
 from jobrail.store.tenants import SqlaTenantDirectory
 from jobrail.telemetry.backlog import Backlog
+from jobrail.telemetry.instruments import Instruments
 from jobrail.telemetry.metrics import Metrics
 from jobrail.tenants.ports import TenantDirectory
 from jobrail.tenants.use_cases import (
@@ -74,25 +71,6 @@ class ProcessRole(Enum):
     WORKER = "worker"
 
 
-def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
-    """The limits' Redis client: one server, or a Redis Cluster found from one node.
-
-    A dead connection fails the command, which the limits treat as "Redis is away"
-    (limited work waits and comes back); no ping before commands, no silent retries.
-    On a cluster, a failed node also makes the client read the cluster's layout again
-    before its next command (redis-py does that itself), and MOVED/ASK redirections
-    are followed as part of the command, not retried."""
-    options: dict[str, Any] = {
-        "socket_timeout": settings.socket_timeout_s,
-        "socket_connect_timeout": settings.socket_timeout_s,
-        "health_check_interval": 0,
-    }
-    url = settings.url.get_secret_value()
-    if settings.cluster:
-        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)
-    return Redis.from_url(url, retry=None, **options)
-
-
 class PlatformProvider(Provider):
     settings = from_context(provides=Settings, scope=Scope.APP)
     registry = from_context(provides=JobRegistry, scope=Scope.APP)
@@ -105,8 +83,11 @@ class PlatformProvider(Provider):
         return SystemClock()
 
     @provide(scope=Scope.APP)
-    async def engine(self, settings: Settings) -> AsyncIterator[AsyncEngine]:
+    async def engine(
+        self, settings: Settings, instruments: Instruments
+    ) -> AsyncIterator[AsyncEngine]:
         engine = create_engine(settings.database)
+        instruments.engine(engine)
         yield engine
         await close_engine(engine)
 
@@ -234,13 +215,14 @@ class PlatformProvider(Provider):
 
     @provide(scope=Scope.APP)
     async def limits_backend(
-        self, settings: Settings, role: ProcessRole
+        self, settings: Settings, role: ProcessRole, instruments: Instruments
     ) -> AsyncIterator[LimitsBackend]:
         """Redis in stack mode, process memory in embedded mode."""
         if settings.embedded:
             yield MemoryLimits()
             return
         redis = redis_client(settings.redis)
+        instruments.redis(redis)
         window = settings.worker.batch_window_ms / 1000 if role is ProcessRole.WORKER else 0.0
         backend = RedisLimits(redis, key_prefix=settings.redis.key_prefix, window_s=window)
         yield backend

@@ -9,6 +9,10 @@ The span holds the method, the route template, the path and the status, never
 headers, the query string or the body: keys and payloads stay out of traces. The
 tenant is added to logs and span once authentication has put the principal in the
 request state (``jobrail.http.auth``).
+
+Each request is also counted and timed by route template and status
+(``jobrail.telemetry.http_metrics``), in the series the app's lifespan puts in its
+state as ``http_metrics``.
 """
 
 import logging
@@ -26,6 +30,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobrail.kernel.ids import random_bytes
+from jobrail.telemetry.http_metrics import HttpServerMetrics
 from jobrail.telemetry.logging import log_context
 from jobrail.telemetry.tracing import spans_sampled
 
@@ -78,7 +83,7 @@ class RequestTelemetry:
                     try:
                         await self.app(scope, receive, send_with_id)
                     finally:
-                        _access_log(scope, method, status, started)
+                        _done(scope, method, status, started)
             finally:
                 context.detach(token)
             return
@@ -103,19 +108,25 @@ class RequestTelemetry:
                 if span.is_recording():
                     route = getattr(scope.get("route"), "path_format", None)
                     _finish(span, method, route, status, fields.tenant_id)
-                _access_log(scope, method, status, started)
+                _done(scope, method, status, started)
 
 
-def _access_log(scope: Scope, method: str, status: int, started: float) -> None:
-    """The request's access line, at DEBUG (the server's own access log is off)."""
+def _done(scope: Scope, method: str, status: int, started: float) -> None:
+    """The request's series and its access line, at DEBUG (the server's own access log
+    is off)."""
+    seconds = time.perf_counter() - started
+    route: str | None = getattr(scope.get("route"), "path_format", None)
+    state = getattr(scope.get("app"), "state", None)
+    metrics: HttpServerMetrics | None = getattr(state, "http_metrics", None)
+    if metrics is not None:
+        metrics.observe(method, route, status, seconds)
     if log.isEnabledFor(logging.DEBUG):
-        route = getattr(scope.get("route"), "path_format", None)
         log.debug(
             "%s %s %d",
             method,
             route or scope["path"],
             status,
-            extra={"duration_ms": round((time.perf_counter() - started) * 1000, 2)},
+            extra={"duration_ms": round(seconds * 1000, 2)},
         )
 
 

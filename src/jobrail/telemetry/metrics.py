@@ -13,6 +13,12 @@ scrapes come, each lookup bounded by ``metrics.lookup_timeout_s``; a lookup that
 fails leaves its series out of that scrape (an ``absent()`` alert sees it) instead of
 failing the scrape or repeating a stale value.
 
+The API adds its HTTP server series (``jobrail.telemetry.http_metrics``). Every process
+also serves prometheus_client's standard process and runtime series, unprefixed as
+every Prometheus exporter names them: ``process_cpu_seconds_total``,
+``process_resident_memory_bytes``, ``process_open_fds``, ``python_gc_*``,
+``python_info``.
+
 Each process counts for itself; Prometheus adds processes up. The API serves
 ``GET /metrics`` (``jobrail.runtime.metrics_endpoint``). Each worker process serves its own port,
 ``metrics.worker_port`` plus the process's index: Taskiq names the processes it forks
@@ -26,10 +32,17 @@ same for every process that reports them; aggregate them with ``max``, not ``sum
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 from jobrail.limits.counters import LimitCounters
 from jobrail.telemetry.backlog import Backlog
+from jobrail.telemetry.http_metrics import HttpServerMetrics
 from jobrail.telemetry.job_metrics import JobMetrics
 from jobrail.telemetry.limit_metrics import LimitCountersCollector
 
@@ -43,9 +56,13 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry()
         self.jobs = JobMetrics(self.registry, job_types)
+        self.http = HttpServerMetrics(self.registry)
         self.backlog = backlog
         self.registry.register(LimitCountersCollector(limit_counters))
         self.registry.register(backlog)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     async def render(self) -> bytes:
         """The Prometheus text exposition, backlog looked up (or cached) first."""

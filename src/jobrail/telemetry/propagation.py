@@ -5,6 +5,9 @@ with the job, and every message of the job carries it among its labels. Labels a
 hold the platform's own keys (``queue_name``, ``limit_keys``, ...) and come from the
 wire, so the worker reads them only through the propagator, and only string values:
 a label of another type is ignored, not an error.
+
+The spans on either side of RabbitMQ (the outbox's publish, the worker's run) carry
+OpenTelemetry's messaging attributes: ``AMQP_SEND`` and ``AMQP_PROCESS``.
 """
 
 from collections.abc import Mapping
@@ -25,6 +28,13 @@ class _StringLabels(Getter[Mapping[str, Any]]):
 
 
 _LABELS = _StringLabels()
+
+AMQP_SEND = {
+    "messaging.system": "rabbitmq",
+    "network.protocol.name": "amqp",
+    "messaging.operation.type": "send",
+}
+AMQP_PROCESS = {**AMQP_SEND, "messaging.operation.type": "process"}
 
 
 def context_from_labels(labels: Mapping[str, Any]) -> Context:

@@ -73,6 +73,13 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
         old.shutdown()
 
 
+def process_tracer_provider() -> trace.TracerProvider:
+    """The process's tracer provider, which follows `use_tracer_provider` (what the
+    composition root injects into the instrumented clients)."""
+    _install_once()
+    return _FORWARDING
+
+
 def spans_sampled() -> bool:
     """Whether this process may record any span at all. Without an exporter (the
     always-off sampler) no span is ever recorded, and a hot path may skip making one:

@@ -36,7 +36,7 @@ from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.registry import JobRegistry, JobSpec, parse_payload
 from jobrail.kernel.errors import InvalidInputError, PermanentError
 from jobrail.telemetry.logging import log_context
-from jobrail.telemetry.propagation import context_from_labels
+from jobrail.telemetry.propagation import AMQP_PROCESS, context_from_labels
 from jobrail.telemetry.tracing import spans_sampled
 from jobrail.transport.codec import (
     UNKNOWN_TYPE_LABEL,
@@ -166,6 +166,8 @@ class JobRoutes:
                 context=parent,
                 kind=SpanKind.CONSUMER,
                 attributes={
+                    **AMQP_PROCESS,
+                    "messaging.destination.name": delivery.queue,
                     "job.id": str(delivery.job_id),
                     "job.type": delivery.job_type,
                     "job.queue": delivery.queue,

@@ -8,6 +8,7 @@ from jobrail.jobs.enqueue import EnqueueJob
 from jobrail.kernel.clock import Clock
 from jobrail.outbox.uow import UnitOfWorkFactory
 from jobrail.settings import Settings
+from jobrail.telemetry.instruments import Instruments
 from jobrail.webhooks.persistence import SqlaWebhookOpsReads, SqlaWebhookStore, WebhookRelay
 from jobrail.webhooks.resolving import GetaddrinfoResolver
 from jobrail.webhooks.sending import HttpxWebhookSender
@@ -45,11 +46,14 @@ class WebhooksProvider(Provider):
         return GetWebhooksOverview(SqlaWebhookOpsReads(engine), clock)
 
     @provide
-    async def sender(self, settings: Settings) -> AsyncIterator[HttpxWebhookSender]:
+    async def sender(
+        self, settings: Settings, instruments: Instruments
+    ) -> AsyncIterator[HttpxWebhookSender]:
         sender = HttpxWebhookSender(
             timeout_s=settings.events.webhook_timeout_s,
             private_ok=settings.events.webhook_private_addresses,
             own_hosts=_listens_at(settings),
+            instruments=instruments,
         )
         yield sender
         await sender.close()

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from jobrail.kernel.errors import PermanentError
+from jobrail.telemetry.instruments import Instruments
 from jobrail.webhooks.domain import is_private, reaches_api
 from jobrail.webhooks.ports import DeliveryFailedError
 
@@ -35,6 +36,7 @@ class HttpxWebhookSender:
         timeout_s: float,
         private_ok: bool,
         own_hosts: Iterable[tuple[str, int]] = (),
+        instruments: Instruments | None = None,
     ) -> None:
         self._client = httpx.AsyncClient(
             timeout=timeout_s,
@@ -42,6 +44,8 @@ class HttpxWebhookSender:
             trust_env=False,
             limits=httpx.Limits(max_connections=50, max_keepalive_connections=10),
         )
+        if instruments is not None:
+            instruments.http_client(self._client)
         self._private_ok = private_ok
         self._own_hosts = tuple(own_hosts)
 
