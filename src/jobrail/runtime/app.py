@@ -22,6 +22,7 @@ from jobrail.ops import admin_api as admin
 from jobrail.ops import cancel_api, pauses_api, tenant_admin
 from jobrail.ops import console as ops
 from jobrail.ops import console_actions as ops_actions
+from jobrail.ops import workers_api
 from jobrail.runtime import health
 from jobrail.runtime import metrics_endpoint as metrics
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
@@ -120,6 +121,7 @@ def create_app(
     for module in runtime.modules:
         routers += module.routers_for(settings)
     admins = [admin.router, tenant_admin.router, pauses_api.router, cancel_api.router]
+    admins += [workers_api.router]
     for router in [*routers, *admins, ops.router, ops_actions.router]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)

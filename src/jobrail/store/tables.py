@@ -391,3 +391,19 @@ ops_sessions = Table(
     Index("ix_ops_sessions_key_id", "key_id"),
     Index("ix_ops_sessions_expires_at", "expires_at"),
 )
+
+# Each process that runs jobs, as its last beat said (jobrail.workers_seen).
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("queues", Json, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("running", Json, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("beat_at", UtcDateTime, nullable=False),
+    Column("stopped_at", UtcDateTime),
+)

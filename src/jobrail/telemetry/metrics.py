@@ -24,14 +24,25 @@ increment a write to a memory-mapped file. Queue depths and the outbox lag are t
 same for every process that reports them; aggregate them with ``max``, not ``sum``.
 """
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from jobrail.limits.counters import LimitCounters
 from jobrail.telemetry.backlog import Backlog
 from jobrail.telemetry.job_metrics import JobMetrics
 from jobrail.telemetry.limit_metrics import LimitCountersCollector
+
+
+class ScrapeTimeCollector(Protocol):
+    """A collector whose figures are looked up when scraped, before it is collected."""
+
+    def refresh(self) -> Awaitable[None]: ...
+
+    def collect(self) -> Iterable[Metric]: ...
 
 
 class Metrics:
@@ -46,8 +57,17 @@ class Metrics:
         self.backlog = backlog
         self.registry.register(LimitCountersCollector(limit_counters))
         self.registry.register(backlog)
+        self._watched: list[ScrapeTimeCollector] = []
+
+    def watch(self, collector: ScrapeTimeCollector) -> None:
+        """Serve `collector`'s series too, refreshed at each scrape."""
+        self._watched.append(collector)
+        registered: Collector = collector
+        self.registry.register(registered)
 
     async def render(self) -> bytes:
         """The Prometheus text exposition, backlog looked up (or cached) first."""
         await self.backlog.refresh()
+        for collector in self._watched:
+            await collector.refresh()
         return generate_latest(self.registry)
