@@ -24,6 +24,7 @@ increment a write to a memory-mapped file. Queue depths and the outbox lag are t
 same for every process that reports them; aggregate them with ``max``, not ``sum``.
 """
 
+import asyncio
 from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
@@ -65,9 +66,28 @@ class Metrics:
         registered: Collector = collector
         self.registry.register(registered)
 
+    async def _refresh_watched(self) -> None:
+        for collector in self._watched:
+            await collector.refresh()
+
+    def refresh_from(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        """Before a scrape served from another thread (a worker's metrics server): the
+        lookups run on the process's loop, with its connections; one that takes longer
+        than `timeout_s` leaves what was cached."""
+        self.backlog.refresh_from(loop)
+        refresh = self._refresh_watched()
+        try:
+            future = asyncio.run_coroutine_threadsafe(refresh, loop)
+        except RuntimeError:  # the loop is closed: the process is stopping
+            refresh.close()
+            return
+        try:
+            future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+
     async def render(self) -> bytes:
         """The Prometheus text exposition, backlog looked up (or cached) first."""
         await self.backlog.refresh()
-        for collector in self._watched:
-            await collector.refresh()
+        await self._refresh_watched()
         return generate_latest(self.registry)

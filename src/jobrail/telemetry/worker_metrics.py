@@ -2,6 +2,7 @@
 beats (jobrail.workers_seen), looked up at scrape time at most once per TTL. A lookup
 that fails leaves the series out of that scrape."""
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -12,9 +13,12 @@ log = logging.getLogger("jobrail.metrics")
 
 
 class WorkerStatesCollector:
-    def __init__(self, lookup: Callable[[], Awaitable[Mapping[str, int]]], ttl_s: float) -> None:
+    def __init__(
+        self, lookup: Callable[[], Awaitable[Mapping[str, int]]], ttl_s: float, timeout_s: float
+    ) -> None:
         self._lookup = lookup
         self._ttl_s = ttl_s
+        self._timeout_s = timeout_s
         self._looked_at: float | None = None
         self.counts: Mapping[str, int] | None = None
 
@@ -25,7 +29,8 @@ class WorkerStatesCollector:
             return
         self._looked_at = now
         try:
-            self.counts = await self._lookup()
+            async with asyncio.timeout(self._timeout_s):
+                self.counts = await self._lookup()
         except Exception as exc:  # noqa: BLE001 - a scrape never fails for this
             log.warning("metrics: cannot count the workers (%s)", type(exc).__name__)
             self.counts = None

@@ -52,5 +52,6 @@ class WorkersSeenProvider(Provider):
 
     @decorate
     def metrics(self, metrics: Metrics, workers: ListWorkers, settings: Settings) -> Metrics:
-        metrics.watch(WorkerStatesCollector(workers.counts, settings.metrics.lookup_ttl_s))
+        looked_up = settings.metrics.lookup_ttl_s, settings.metrics.lookup_timeout_s
+        metrics.watch(WorkerStatesCollector(workers.counts, *looked_up))
         return metrics
