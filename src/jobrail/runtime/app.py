@@ -19,10 +19,9 @@ from jobrail.jobs import flows_api as flows
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.ops import admin_api as admin
-from jobrail.ops import cancel_api, pauses_api, tenant_admin
+from jobrail.ops import cancel_api, pauses_api, tenant_admin, workers_api
 from jobrail.ops import console as ops
 from jobrail.ops import console_actions as ops_actions
-from jobrail.ops import workers_api
 from jobrail.runtime import health
 from jobrail.runtime import metrics_endpoint as metrics
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
