@@ -61,6 +61,7 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("POST", "/admin/pauses", {"scope": "tenant", "value": "acme"}, True),
     ("GET", "/admin/pauses", None, True),
     ("DELETE", "/admin/pauses/tenant/acme", None, True),
+    ("GET", "/admin/workers", None, True),
     ("GET", "/ops", None, True),
     ("GET", f"/ops/jobs/{ID}", None, True),
     ("GET", f"/ops/flows/{ID}", None, True),

@@ -50,8 +50,9 @@ FAMILIES = {
     "jobrail_lock_contention",
     "jobrail_lock_lost",
     "jobrail_api_rate_limited",
+    "jobrail_workers",
 }
-LABEL_NAMES = {"job_type", "queue", "outcome", "le"}
+LABEL_NAMES = {"job_type", "queue", "outcome", "le", "state"}
 # The API's HTTP series, then prometheus_client's GC and platform series.
 LABEL_NAMES |= {"method", "route", "status", "status_class"}
 LABEL_NAMES |= {"generation", "implementation", "major", "minor", "patchlevel", "version"}
@@ -296,6 +297,9 @@ async def test_metrics_of_the_api_and_of_every_worker_process_move_as_jobs_run(
         assert scrape.has("jobrail_outbox_lag_seconds")
     assert api_after.value("jobrail_queue_consumers", queue="jobs.default") == 2
     assert workers_after.value("jobrail_dlq_depth") == 2  # one per process: the same queue
+    # The two worker processes, from their beats.
+    assert api_after.value("jobrail_workers", state="alive") == 2
+    assert api_after.value("jobrail_workers", state="gone") == 0
 
     # Labels are job types, queues and outcomes: never a job id or a tenant id.
     for scrape in (api_after, workers_after):

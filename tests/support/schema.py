@@ -22,6 +22,7 @@ PLATFORM_TABLES = {
     "dispatch_arrivals",
     "dispatch_pauses",
     "dispatch_gates",
+    "workers",
 }
 
 

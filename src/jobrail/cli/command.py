@@ -17,6 +17,7 @@ from jobrail.cli.pauses import _pauses_command
 from jobrail.cli.schema import _check_schema_or_exit, _migrate_or_exit, _up_to_date
 from jobrail.cli.serving import _check_job_catalog, run_worker, serve_api
 from jobrail.cli.tenants import _tenants_command
+from jobrail.cli.workers import workers_command
 
 # Nothing of jobrail is imported here but this package: the command's own imports (about
 # a second) run inside main, where a Ctrl-C is one line rather than a traceback.
@@ -98,6 +99,9 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
         except ScheduleConfigError as exc:
             print(f"jobrail: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+    elif args.command == "workers":
+        _check_schema_or_exit(settings, modules, args.app)
+        workers_command(settings, args)
     elif args.command in ("tenants", "pause", "resume", "pauses", "jobs"):
         from jobrail.kernel.errors import StoreUnavailableError
 

@@ -14,6 +14,7 @@ import uuid
 from typing import Any, NamedTuple
 
 from jobrail.cli.cancel import CANCEL_HELP, JOBS_HELP, add_cancel_arguments
+from jobrail.cli.workers import add_workers_command
 
 
 class CommandHelp(NamedTuple):
@@ -284,6 +285,7 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
     jobs = command(sub, "jobs", CommandHelp(*JOBS_HELP))
     jobs_actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_cancel_arguments(command(jobs_actions, "cancel", CommandHelp(*CANCEL_HELP)))
+    add_workers_command(sub, app)
     return parser
 
 

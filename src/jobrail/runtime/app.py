@@ -19,7 +19,7 @@ from jobrail.jobs import flows_api as flows
 from jobrail.limits.api import ApiRateLimiter
 from jobrail.modules import Module
 from jobrail.ops import admin_api as admin
-from jobrail.ops import cancel_api, pauses_api, tenant_admin
+from jobrail.ops import cancel_api, pauses_api, tenant_admin, workers_api
 from jobrail.ops import console as ops
 from jobrail.ops import console_actions as ops_actions
 from jobrail.runtime import health
@@ -122,6 +122,7 @@ def create_app(
     for module in runtime.modules:
         routers += module.routers_for(settings)
     admins = [admin.router, tenant_admin.router, pauses_api.router, cancel_api.router]
+    admins += [workers_api.router]
     for router in [*routers, *admins, ops.router, ops_actions.router]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)

@@ -60,6 +60,7 @@ from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
 from jobrail.worker.job_store import JobStore
 from jobrail.worker.runner import JobRunner, RunnerConfig
+from jobrail.worker.running import RunningJobs
 from jobrail.worker.wait_notes import WaitNotes
 
 
@@ -77,10 +78,7 @@ class PlatformProvider(Provider):
     event_catalog = from_context(provides=EventCatalog, scope=Scope.APP)
     role = from_context(provides=ProcessRole, scope=Scope.APP)
     broker = from_context(provides=JobBroker, scope=Scope.APP)
-
-    @provide(scope=Scope.APP)
-    def clock(self) -> Clock:
-        return SystemClock()
+    clock = provide(SystemClock, provides=Clock, scope=Scope.APP)
 
     @provide(scope=Scope.APP)
     async def engine(
@@ -290,6 +288,7 @@ class PlatformProvider(Provider):
         settings: Settings,
         metrics: Metrics,
         factory: UnitOfWorkFactory,
+        running: RunningJobs,
     ) -> AsyncIterator[JobRunner]:
         config = RunnerConfig(
             dead_letter_queue=settings.rabbit.dead_letter_queue,
@@ -301,7 +300,7 @@ class PlatformProvider(Provider):
         )
         # The attempt's middleware, in order: each lets the delivery in after those before
         # it, and lets go of it before them.
-        middleware = (LimitsAndLock(gate, clock),)
+        middleware = (LimitsAndLock(gate, clock), running)
         wait_notes = WaitNotes(store)
         yield JobRunner(
             store,

@@ -31,14 +31,15 @@ def installed_modules() -> dict[str, EntryPoint]:
 
 
 def load_modules(names: Sequence[str]) -> list[Module]:
-    """The platform's housekeeping, dispatch and webhooks, then the installed modules
+    """The platform's housekeeping, dispatch, webhooks and live workers, then the installed modules
     `names` names."""
     from jobrail.dispatch import module as dispatch
     from jobrail.maintenance import module as housekeeping
     from jobrail.webhooks import module as webhooks
+    from jobrail.workers_seen import module as workers_seen
 
     installed = installed_modules()
-    modules = [housekeeping, dispatch, webhooks]
+    modules = [housekeeping, dispatch, webhooks, workers_seen]
     for name in names:
         point = installed.get(name)
         if point is None:

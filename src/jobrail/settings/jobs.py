@@ -81,5 +81,10 @@ class WorkerSettings(BaseModel):
         "(0: never; an idle worker never holds one).",
     )
     shutdown_grace_s: PositiveFloat = 30.0
+    beat_interval_s: Annotated[float, Field(ge=0.1, le=300)] = Field(
+        default=5.0,
+        description="How often each worker process (and the embedded runtime) writes its "
+        "beat to the workers table; one that misses three beats shows as gone.",
+    )
 
     _split_queues = field_validator("queues", mode="before")(comma_list)

@@ -1,16 +1,12 @@
 """The platform's tables. Its Alembic chain (store/migrations) is the only way they change."""
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
-    DateTime,
-    Dialect,
     Float,
     ForeignKey,
     Index,
@@ -25,8 +21,9 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import TypeDecorator
+
+from jobrail.store.column_types import Json as Json
+from jobrail.store.column_types import UtcDateTime as UtcDateTime
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -37,29 +34,6 @@ NAMING_CONVENTION = {
 }
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given; use timezone-aware UTC datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-Json: Any = JSON().with_variant(JSONB(), "postgresql")
 
 # fmt: off
 JOB_STATUSES = (
@@ -390,4 +364,20 @@ ops_sessions = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Index("ix_ops_sessions_key_id", "key_id"),
     Index("ix_ops_sessions_expires_at", "expires_at"),
+)
+
+# Each process that runs jobs, as its last beat said (jobrail.workers_seen).
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("queues", Json, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("running", Json, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("beat_at", UtcDateTime, nullable=False),
+    Column("stopped_at", UtcDateTime),
 )

@@ -30,7 +30,9 @@ increment a write to a memory-mapped file. Queue depths and the outbox lag are t
 same for every process that reports them; aggregate them with ``max``, not ``sum``.
 """
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Awaitable, Iterable
+from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -39,12 +41,22 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from jobrail.limits.counters import LimitCounters
 from jobrail.telemetry.backlog import Backlog
 from jobrail.telemetry.http_metrics import HttpServerMetrics
 from jobrail.telemetry.job_metrics import JobMetrics
 from jobrail.telemetry.limit_metrics import LimitCountersCollector
+
+
+class ScrapeTimeCollector(Protocol):
+    """A collector whose figures are looked up when scraped, before it is collected."""
+
+    def refresh(self) -> Awaitable[None]: ...
+
+    def collect(self) -> Iterable[Metric]: ...
 
 
 class Metrics:
@@ -63,8 +75,36 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+        self._watched: list[ScrapeTimeCollector] = []
+
+    def watch(self, collector: ScrapeTimeCollector) -> None:
+        """Serve `collector`'s series too, refreshed at each scrape."""
+        self._watched.append(collector)
+        registered: Collector = collector
+        self.registry.register(registered)
+
+    async def _refresh_watched(self) -> None:
+        for collector in self._watched:
+            await collector.refresh()
+
+    def refresh_from(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        """Before a scrape served from another thread (a worker's metrics server): the
+        lookups run on the process's loop, with its connections; one that takes longer
+        than `timeout_s` leaves what was cached."""
+        self.backlog.refresh_from(loop)
+        refresh = self._refresh_watched()
+        try:
+            future = asyncio.run_coroutine_threadsafe(refresh, loop)
+        except RuntimeError:  # the loop is closed: the process is stopping
+            refresh.close()
+            return
+        try:
+            future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
 
     async def render(self) -> bytes:
         """The Prometheus text exposition, backlog looked up (or cached) first."""
         await self.backlog.refresh()
+        await self._refresh_watched()
         return generate_latest(self.registry)

@@ -99,7 +99,7 @@ class WorkerMetricsServer:
                     [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")],
                 )
                 return [b"metrics need the metrics token\n"]
-            metrics.backlog.refresh_from(loop)
+            metrics.refresh_from(loop, self._settings.lookup_timeout_s * 2 + 1)
             return exposition(environ, start_response)
 
         return app

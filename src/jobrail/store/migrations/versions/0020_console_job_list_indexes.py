@@ -6,7 +6,7 @@ with its creation time, its type, its queue or a key alone: without these a page
 list would read every job. The key indexes hold the keyed jobs alone.
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-06
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | None = "0018"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
