@@ -74,7 +74,8 @@ def test_the_help_is_plain_text_and_lists_every_command_with_what_it_does(
     assert "JOBRAIL_" in description_in(shown)
     lines = shown.splitlines()
     for command in COMMANDS:
-        [listed] = [line for line in lines if line.split()[:1] == [command]]
+        # A command's line is indented by four; a description wrapped under it by more.
+        [listed] = [line for line in lines if line.startswith(f"    {command} ")]
         assert len(listed.split()) > 2, f"{command} has no help in the list: {listed!r}"
 
 

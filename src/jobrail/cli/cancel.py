@@ -21,15 +21,6 @@ if TYPE_CHECKING:
     from jobrail.outbox.uow import SqlaUnitOfWork
     from jobrail.settings import Settings
 
-JOBS_HELP = (
-    "act on jobs: cancel them",
-    """\
-Act on the jobs in the database at JOBRAIL_DATABASE__URL, of any tenant.
-
-example:
-  jobrail jobs cancel 0190f5d2-7a4c-7c6e-9d35-1b2c3d4e5f60""",
-)
-
 CANCEL_HELP = (
     "cancel a job, or every job a filter takes",
     """\

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from jobrail.cli.cancel import _cancel_command
+from jobrail.cli.operating import RefusedError, _operator_command
 from jobrail.cli.parser import _parser
 from jobrail.cli.pauses import _pauses_command
 from jobrail.cli.schema import _check_schema_or_exit, _migrate_or_exit, _up_to_date
@@ -22,7 +23,10 @@ from jobrail.cli.workers import workers_command
 # Nothing of jobrail is imported here but this package: the command's own imports (about
 # a second) run inside main, where a Ctrl-C is one line rather than a traceback.
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobrail.facade.rail import JobRail
+    from jobrail.modules import Module
     from jobrail.settings import Settings
 
 
@@ -102,6 +106,8 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
     elif args.command == "workers":
         _check_schema_or_exit(settings, modules, args.app)
         workers_command(settings, args)
+    elif args.command in ("jobs", "dlq", "queues") and getattr(args, "action", None) != "cancel":
+        _operate(args, settings, modules)
     elif args.command in ("tenants", "pause", "resume", "pauses", "jobs"):
         from jobrail.kernel.errors import StoreUnavailableError
 
@@ -122,6 +128,29 @@ def _command(args: argparse.Namespace, settings: Settings, rail: JobRail | None)
                 file=sys.stderr,
             )
             raise SystemExit(1) from None
+
+
+def _operate(args: argparse.Namespace, settings: Settings, modules: Sequence[Module]) -> None:
+    """`jobrail jobs`, `dlq` and `queues`: a table, or JSON with --json; what goes wrong
+    is one line (exit 1, or 2 for what cannot be done here at all)."""
+    from jobrail.kernel.errors import BrokerUnavailableError, DomainError, StoreUnavailableError
+
+    _check_schema_or_exit(settings, modules, args.app)
+    try:
+        answer, text = asyncio.run(_operator_command(settings, args, modules))
+    except RefusedError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except DomainError as exc:
+        print(f"jobrail: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except StoreUnavailableError as exc:
+        print(f"jobrail: the database cannot be used ({exc})", file=sys.stderr)
+        raise SystemExit(1) from None
+    except BrokerUnavailableError as exc:
+        print(f"jobrail: RabbitMQ cannot be used ({exc})", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(json.dumps(answer) if args.json else text)
 
 
 def _load_rail_or_exit(path: str) -> JobRail:

@@ -11,18 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import uuid
-from typing import Any, NamedTuple
+from typing import Any
 
-from jobrail.cli.cancel import CANCEL_HELP, JOBS_HELP, add_cancel_arguments
+from jobrail.cli.cancel import CANCEL_HELP, add_cancel_arguments
+from jobrail.cli.help_text import CommandHelp
+from jobrail.cli.operator_parser import add_operator_commands
 from jobrail.cli.workers import add_workers_command
-
-
-class CommandHelp(NamedTuple):
-    summary: str
-    """Its line in the list of commands."""
-    description: str
-    """``jobrail COMMAND --help``: what it does, the settings it reads, an example."""
-
 
 OVERVIEW = """\
 jobrail: durable jobs for FastAPI services. One command per role: the API, the workers,
@@ -282,9 +276,8 @@ def _parser(app_env: str, version: str) -> argparse.ArgumentParser:
     weight.add_argument("name")
     weight.add_argument("weight", type=_weight, help="a number from 0.01 to 1000, or none")
     command(actions, "list", TENANT_HELP["list"])
-    jobs = command(sub, "jobs", CommandHelp(*JOBS_HELP))
-    jobs_actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add_cancel_arguments(command(jobs_actions, "cancel", CommandHelp(*CANCEL_HELP)))
+    job_actions = add_operator_commands(sub, command)
+    add_cancel_arguments(command(job_actions, "cancel", CommandHelp(*CANCEL_HELP)))
     add_workers_command(sub, app)
     return parser
 

@@ -23,10 +23,12 @@ from jobrail.kernel.ids import JobId, TenantId
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    tenant_id: TenantId
+    tenant_id: TenantId | None
+    """None: every tenant's jobs (operators only)."""
     status: JobStatus | None = None
     type: str | None = None
     entity_id: str | None = None
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.persistence import SqlaJobSearch, SqlaOpsReadModel
 from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
-from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
+from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows, ListOpsJobs
 from jobrail.transport.brokers import JobBroker
 
 
@@ -51,6 +51,8 @@ class OpsProvider(Provider):
     ops_flows = provide(ListOpsFlows, scope=Scope.APP)
 
     ops_flow = provide(GetOpsFlow, scope=Scope.REQUEST)
+
+    ops_jobs = provide(ListOpsJobs, scope=Scope.REQUEST)
 
     list_dead_letters = provide(ListDeadLetters, scope=Scope.APP)
 

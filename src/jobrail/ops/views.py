@@ -1,16 +1,19 @@
 """What the ops page shows of batches and chains and of one job: every tenant's, for
 operators (the overview is jobrail.ops.overview)."""
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from jobrail.events.feed import EventFilter, JobEventLog, StoryLine
-from jobrail.jobs.domain import FlowRole, Job
+from jobrail.jobs.domain import FlowRole, Job, JobStatus
 from jobrail.jobs.flow import Flow, FlowCounts, FlowId
+from jobrail.jobs.listing import MAX_PAGE_SIZE
 from jobrail.jobs.operator_reads import OpsReadModel
-from jobrail.jobs.ports import JobsUnitOfWork
+from jobrail.jobs.ports import Cursor, JobFilter, JobPage, JobsUnitOfWork
 from jobrail.jobs.workflows import FlowView
-from jobrail.kernel.errors import NotFoundError
-from jobrail.kernel.ids import JobId
+from jobrail.kernel.errors import InvalidInputError, NotFoundError
+from jobrail.kernel.ids import JobId, TenantId
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +93,34 @@ class GetOpsJob:
         which = EventFilter(None, job_id=job_id)
         found = list(await self._events.story(which, events + 1, held_back_too=True))
         return OpsJob(job, flow, found[:events], more_events=len(found) > events)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOpsJobsQuery:
+    tenant_id: TenantId | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    queue: str | None = None
+    limit: int = 50
+    created_before: datetime | None = None
+
+
+class ListOpsJobs:
+    """Jobs of every tenant (or of one), newest first, filtered by status, type and
+    queue, created before a time if given; at most 200 a page, as `ListJobs` pages."""
+
+    def __init__(self, uow: JobsUnitOfWork) -> None:
+        self._uow = uow
+
+    async def __call__(self, query: ListOpsJobsQuery) -> JobPage:
+        if not 1 <= query.limit <= MAX_PAGE_SIZE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE_SIZE}")
+        where = JobFilter(query.tenant_id, query.status, query.type, queue=query.queue)
+        # Before a time is after a cursor at that time and the smallest id.
+        after = (
+            None
+            if query.created_before is None
+            else Cursor(query.created_before, JobId(uuid.UUID(int=0)))
+        )
+        async with self._uow:
+            return await self._uow.jobs.list(where, query.limit, after)

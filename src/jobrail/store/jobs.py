@@ -99,7 +99,11 @@ class SqlaJobRepository:
         return job_from_row(row) if row else None
 
     async def list(self, where: JobFilter, limit: int, after: Cursor | None) -> JobPage:
-        query = select(jobs).where(jobs.c.tenant_id == where.tenant_id)
+        query = select(jobs)
+        if where.tenant_id is not None:
+            query = query.where(jobs.c.tenant_id == where.tenant_id)
+        if where.queue is not None:
+            query = query.where(jobs.c.queue == where.queue)
         if where.status is not None:
             query = query.where(jobs.c.status == where.status.value)
         if where.type is not None:
