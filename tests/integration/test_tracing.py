@@ -8,8 +8,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from jobrail.telemetry.tracing import flush_tracing, shutdown_tracing
+from jobrail.telemetry.tracing import flush_tracing, shutdown_tracing, use_tracer_provider
 from tests.support.fixtures import settings_from
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.support.services import wait_for
@@ -97,3 +100,22 @@ async def test_one_trace_follows_a_job_from_the_http_request_through_rabbitmq_to
         assert line["trace_id"] == run.trace_id
         assert line["task_id"] == run.attributes["messaging.message.id"]
         assert line["tenant_id"] == "default"
+
+
+async def test_with_tracing_off_no_sql_spans_are_made(api: Any) -> None:
+    """Without an OTLP endpoint the composition root leaves jobrail's engine (and Redis
+    client) uninstrumented: a recording provider installed afterwards sees the
+    request's own spans but not one database span (``db.system``)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use_tracer_provider(provider)
+    try:
+        await api.echo(message="untraced statements")
+        spans = exporter.get_finished_spans()
+    finally:
+        shutdown_tracing()
+
+    names = {span.name for span in spans}
+    assert "POST /demo/echo" in names, names  # the provider records the request
+    assert not [s for s in spans if (s.attributes or {}).get("db.system")], names
