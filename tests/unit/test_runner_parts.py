@@ -4,6 +4,7 @@ dead worker's job, and the watchdog."""
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -610,3 +611,38 @@ async def test_a_short_attempt_never_reads_its_cancel() -> None:
     )
 
     assert store.reads == 0
+
+
+class AwayCancels(Cancels):
+    """The database is away: every read of `cancel_requested` fails, until it is back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = True
+
+    async def cancel_requested(self, job_id: object) -> bool:
+        self.reads += 1
+        if self.away:
+            raise StoreUnavailableError("connection refused")
+        return self.asked
+
+
+async def test_a_cancel_watch_that_cannot_read_says_nothing_and_reads_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The lease's renewal already warns when the database is away: the watch, which reads
+    # once a second per running job, must not add a warning a second for each.
+    store = AwayCancels()
+
+    async def handler() -> int:
+        while store.reads < 3:
+            await asyncio.sleep(0.01)
+        store.away, store.asked = False, True
+        await asyncio.sleep(5)
+        return 1
+
+    watch = WatchedCancel(store, JobId(uuid.uuid4()), every_s=0.02)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG), pytest.raises(JobCancelledError):
+        await Watchdog([watch], "j1", time_limit_s=5).run(handler)
+
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []

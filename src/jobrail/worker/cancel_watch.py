@@ -24,11 +24,15 @@ A handler keeps a critical section whole with `JobContext.shielded`: a stop (a c
 a timeout, a lost lease) that comes during it takes effect once it returns.
 """
 
+import logging
 import math
 
+from jobrail.kernel.errors import StoreUnavailableError
 from jobrail.kernel.ids import JobId
 from jobrail.worker.job_store import JobStore
 from jobrail.worker.watchdog import JobCancelledError
+
+log = logging.getLogger("jobrail.runner")
 
 CANCEL_POLL_S = 1.0
 """How often a running job looks whether it was cancelled."""
@@ -46,7 +50,13 @@ class WatchedCancel:
         return math.inf  # nothing lapses: an unanswered read just waits for the next
 
     async def renew(self) -> bool:
-        return not await self._store.cancel_requested(self._job_id)
+        try:
+            return not await self._store.cancel_requested(self._job_id)
+        except StoreUnavailableError as exc:
+            # Read again at the next tick. No warning: this read comes once a second per
+            # running job, and the lease's renewal already says that the database is away.
+            log.debug("job %s: cannot read whether it was cancelled (%s)", self._job_id, exc)
+            return True
 
     def taken(self) -> Exception:
         return JobCancelledError(f"job {self._job_id} was cancelled while it ran")
