@@ -142,8 +142,9 @@ def test_the_installed_wheel_loads_its_demo_module_by_entry_point(
         "maintenance",
         "dispatch",
         "webhooks",
+        "workers_seen",
         "demo",
-    ]  # the platform's three, then the one named
+    ]  # the platform's four, then the one named
 
 
 def test_the_reference_application_runs_beside_the_installed_wheel_as_in_the_image(
