@@ -18,6 +18,8 @@ def embedded_settings(tmp_path: Path, **overrides: object) -> Settings:
         "environment": "test",
         "database": {"url": f"sqlite+aiosqlite:///{tmp_path}/jobrail.db"},
         "retry": {"base_s": 0.05, "jitter": "none", "max_attempts": 3},
+        # The overview read afresh for each request: a test reads it right after a change.
+        "ops": {"overview_cache_s": 0},
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -38,7 +38,8 @@ class OpsReadModel(Protocol):
     """Platform-wide reads for operators (every tenant at once)."""
 
     async def job_counts(self) -> list[JobCount]:
-        """Jobs by type and status."""
+        """The jobs not ended yet (pending, running, retrying, blocked), by type and
+        status."""
         ...
 
     async def recent_failures(self, limit: int) -> list[Job]:

@@ -1,6 +1,7 @@
 """Platform housekeeping as scheduled jobs: prune finished jobs, prune the outbox and
-inbox rows no one needs any more, watch the outbox lag, report the dead-letter queue;
-and the outbox relay, the loop that publishes what the fast path missed and sweeps the
+inbox rows no one needs any more, watch the outbox lag, report the dead-letter queue,
+sample the console's overview each minute (``jobrail.maintenance.sampling``); and the
+outbox relay, the loop that publishes what the fast path missed and sweeps the
 expired leases, in each process that runs jobs (see ``jobrail.outbox.relay``).
 
 Each runs on a worker as a job of the ``_system`` tenant, enqueued by ``jobrail
@@ -15,6 +16,7 @@ from jobrail.maintenance.jobs import (
     prune_jobs,
     prune_messages,
     report_dead_letters,
+    sample_overview,
 )
 from jobrail.modules import BackgroundLoop, Module
 from jobrail.outbox.relay import OutboxRelay
@@ -22,13 +24,14 @@ from jobrail.scheduler import Schedule
 
 module = Module(
     name="maintenance",
-    jobs=[prune_jobs, prune_messages, check_outbox_lag, report_dead_letters],
+    jobs=[prune_jobs, prune_messages, check_outbox_lag, report_dead_letters, sample_overview],
     providers=[MaintenanceProvider()],
     schedules=[
         Schedule("prune-jobs", cron="0 3 * * *", job_type=prune_jobs.name),
         Schedule("prune-messages", cron="30 3 * * *", job_type=prune_messages.name),
         Schedule("outbox-lag", cron="* * * * *", job_type=check_outbox_lag.name),
         Schedule("dlq-report", cron="*/5 * * * *", job_type=report_dead_letters.name),
+        Schedule("overview-samples", cron="* * * * *", job_type=sample_overview.name),
     ],
     # The outbox has no module of its own: this one is always loaded, and keeps the
     # outbox's rows (prune-messages, outbox-lag) already.

@@ -12,6 +12,9 @@ from jobrail.maintenance.persistence import (
     SqlaProcessedInbox,
     SqlaPublishedOutbox,
 )
+from jobrail.maintenance.ports import OverviewSampleStore
+from jobrail.maintenance.sample_sql import SqlaOverviewSamples
+from jobrail.maintenance.sampling import SampleOverview
 from jobrail.maintenance.use_cases import (
     CheckOutboxLag,
     PruneFinishedJobs,
@@ -53,3 +56,11 @@ class MaintenanceProvider(Provider):
     @provide
     def dead_letters(self, broker: JobBroker, settings: Settings) -> ReportDeadLetters:
         return ReportDeadLetters(broker, settings.rabbit.dead_letter_queue)
+
+    @provide
+    def overview_samples(self, engine: AsyncEngine) -> OverviewSampleStore:
+        return SqlaOverviewSamples(engine)
+
+    @provide
+    def sample_overview(self, samples: OverviewSampleStore, clock: Clock) -> SampleOverview:
+        return SampleOverview(samples, clock)

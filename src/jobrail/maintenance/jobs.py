@@ -5,6 +5,7 @@ from dishka import FromDishka
 from pydantic import BaseModel, ConfigDict
 
 from jobrail.jobs.registry import job
+from jobrail.maintenance.sampling import SampleOverview
 from jobrail.maintenance.use_cases import (
     CheckOutboxLag,
     PruneFinishedJobs,
@@ -64,3 +65,13 @@ async def report_dead_letters(
 ) -> dict[str, int]:
     """Log how many messages wait in the dead-letter queue."""
     return {"dead_letters": await report()}
+
+
+@job("maintenance.sample_overview", payload=NoPayload, timeout_s=50, max_attempts=1)
+async def sample_overview(
+    payload: NoPayload, ctx: JobContext, sample: FromDishka[SampleOverview]
+) -> dict[str, int]:
+    """Write the console overview's samples up to this minute (jobs finished by type and
+    status, the time to start, the queue depths), and delete those older than a day."""
+    sampled = await sample()
+    return {"minutes": sampled.minutes, "deleted": sampled.deleted}

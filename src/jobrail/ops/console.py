@@ -25,7 +25,9 @@ htmx), requests and forms to this origin, refuse framing, and are never cached.
 
 Refreshing. A page whose content changes (the overview, a job or a flow not finished)
 asks htmx to fetch it again every few seconds; asked by htmx (``HX-Request``), a page
-answers with its ``live`` part alone, which replaces the one shown.
+answers with its ``live`` part alone, which replaces the one shown. A request by htmx
+whose session has ended is answered with ``HX-Redirect`` to the sign-in page, which
+htmx then loads as a whole page (rather than swapping it into the page shown).
 """
 
 import hashlib
@@ -53,7 +55,7 @@ from jobrail.jobs.waiting_out import PausedByOut, WaitingOut
 from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import NotFoundError
 from jobrail.kernel.ids import JobId
-from jobrail.ops.overview import GetOpsOverview
+from jobrail.ops.overview_data import GetOverviewData
 from jobrail.ops.page_parts import CONTENT_SECURITY_POLICY, mounted_at, ops_path
 from jobrail.ops.pages import (
     flow_page,
@@ -64,10 +66,9 @@ from jobrail.ops.pages import (
     refused_page,
 )
 from jobrail.ops.sessions import SqlaOpsSessions
-from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows
+from jobrail.ops.views import GetOpsFlow, GetOpsJob
 from jobrail.settings import Settings
 from jobrail.tenants.domain import Principal
-from jobrail.webhooks.use_cases import GetWebhooksOverview
 
 COOKIE = "jobrail_ops"
 LOGIN_COOKIE = "jobrail_ops_login"
@@ -173,6 +174,11 @@ async def _signed_in(
         principal = await _session_principal(engine, clock, session_token)
     if principal is None:
         response = _login(request, jobrail_ops_login, status=401)
+        if is_htmx(request):
+            # A refresh or a swap by htmx would put the sign-in page inside the page:
+            # htmx goes to it instead, as a whole page.
+            response = secured(Response(status_code=401))
+            response.headers["HX-Redirect"] = ops_path()
         if jobrail_ops is not None:
             response.delete_cookie(COOKIE, path=ops_path())  # ended, expired or never ours
         raise _SignInFirst(response)
@@ -211,14 +217,11 @@ async def action_form(request: Request, admin: _Admin) -> dict[str, str] | None:
 
 @router.get("", response_class=HTMLResponse)
 async def ops_page(
-    request: Request,
-    admin: OpsAdmin,
-    overview: FromDishka[GetOpsOverview],
-    flows: FromDishka[ListOpsFlows],
-    webhooks: FromDishka[GetWebhooksOverview],
+    request: Request, admin: OpsAdmin, overview: FromDishka[GetOverviewData]
 ) -> Response:
+    data = await overview()
     page = overview_page(
-        await overview(), await flows(), await webhooks(), admin.csrf, live_only=is_htmx(request)
+        data.overview, data.flows, data.webhooks, admin.csrf, live_only=is_htmx(request)
     )
     return secured(HTMLResponse(page))
 

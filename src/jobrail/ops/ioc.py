@@ -14,11 +14,14 @@ from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveD
 from jobrail.ops.job_search import JobSearch, SearchJobs
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.overview import GetOpsOverview
+from jobrail.ops.overview_data import GetOverviewData
 from jobrail.ops.persistence import SqlaJobSearch, SqlaOpsReadModel
 from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows, ListOpsJobs
+from jobrail.settings import Settings
 from jobrail.transport.brokers import JobBroker
+from jobrail.webhooks.use_cases import GetWebhooksOverview
 
 
 class OpsProvider(Provider):
@@ -41,6 +44,16 @@ class OpsProvider(Provider):
         return SqlaOpsReadModel(engine)
 
     ops_overview = provide(GetOpsOverview, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def overview_data(
+        self,
+        overview: GetOpsOverview,
+        flows: ListOpsFlows,
+        webhooks: GetWebhooksOverview,
+        settings: Settings,
+    ) -> GetOverviewData:
+        return GetOverviewData(overview, flows, webhooks, settings.ops.overview_cache_s)
 
     @provide(scope=Scope.APP)
     def job_search(self, engine: AsyncEngine) -> JobSearch:

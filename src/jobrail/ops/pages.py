@@ -7,6 +7,7 @@ from typing import Any
 
 from jobrail.jobs.domain import FlowRole, JobStatus
 from jobrail.jobs.workflows import FlowView
+from jobrail.ops.charts import Series, bar_chart, line_chart
 from jobrail.ops.job_page import attempts_of, line_details
 from jobrail.ops.overview import OpsOverview
 from jobrail.ops.rendering import render
@@ -47,6 +48,28 @@ def overview_page(
         by_type[count.type][count.status.value] = count.count
         totals[count.status.value] += count.count
     dlq = next((q.ready for q in overview.queues or [] if q.queue.endswith("dlq")), None)
+    timeline = overview.timeline
+    minutes = timeline.minutes
+    charts = [
+        bar_chart(
+            "chart-throughput", "Jobs finished per minute", "jobs", minutes, timeline.finished
+        ),
+        bar_chart("chart-failures", "Jobs failed per minute", "jobs", minutes, timeline.failed),
+        line_chart(
+            "chart-start",
+            "Time to start (p50, p95)",
+            "s",
+            minutes,
+            [Series("p50", timeline.start_p50), Series("p95", timeline.start_p95)],
+        ),
+        line_chart(
+            "chart-waiting",
+            "Jobs waiting, by queue",
+            "jobs",
+            minutes,
+            [Series(queue, values) for queue, values in timeline.waiting.items()],
+        ),
+    ]
     return render(
         "overview.html",
         live_only=live_only,
@@ -56,6 +79,7 @@ def overview_page(
         totals=totals,
         queues=overview.queues,
         dlq=dlq,
+        charts=charts,
         lag=overview.outbox_lag.total_seconds(),
         failures=overview.failures,
         flows=flows,

@@ -16,7 +16,7 @@ from jobrail.ops.job_search import JobSearchFilter
 from jobrail.store.errors import database_errors
 from jobrail.store.flows import flow_from_row, member_counts
 from jobrail.store.mapping import job_from_row
-from jobrail.store.tables import flows, jobs, outbox
+from jobrail.store.tables import FAILED, LIVE, flows, jobs, outbox
 
 
 class SqlaOpsReadModel:
@@ -24,8 +24,11 @@ class SqlaOpsReadModel:
         self._engine = engine
 
     async def job_counts(self) -> list[JobCount]:
+        # The jobs not ended yet, through the partial index ix_jobs_live alone (the
+        # predicate said as the index says it); the ended ones come from the samples.
         query = (
             select(jobs.c.type, jobs.c.status, func.count())
+            .where(LIVE)
             .group_by(jobs.c.type, jobs.c.status)
             .order_by(jobs.c.type, jobs.c.status)
         )
@@ -37,7 +40,7 @@ class SqlaOpsReadModel:
     async def recent_failures(self, limit: int) -> list[Job]:
         query = (
             select(jobs)
-            .where(jobs.c.status == JobStatus.FAILED.value)
+            .where(FAILED)  # ix_jobs_failed_finished, read backwards up to the limit
             .order_by(jobs.c.finished_at.desc())
             .limit(limit)
         )

@@ -36,6 +36,11 @@ class OpsSettings(BaseModel):
         description="A session made by signing in to /ops ends this long after it began, "
         "whatever the browser keeps.",
     )
+    overview_cache_s: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)] = Field(
+        default=3.0,
+        description="The overview's reads are kept this long in each API process, so that "
+        "every tab refreshing it costs one read per period; 0 reads for every request.",
+    )
 
 
 class TelemetrySettings(BaseModel):

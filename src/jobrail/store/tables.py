@@ -50,6 +50,11 @@ PENDING_DEBOUNCE = text("debounce_key IS NOT NULL AND status = 'pending'")
 HELD = text("held_since IS NOT NULL AND status IN ('pending', 'retrying')")
 KEYED_IDEMPOTENCY = text("idempotency_key IS NOT NULL")
 KEYED_UNIQUE = text("unique_key IS NOT NULL")
+# Jobs not ended yet: the console's live counts and queue depths read these alone.
+LIVE = text("status IN ('pending', 'running', 'retrying', 'blocked')")
+FINISHED = text("finished_at IS NOT NULL")
+STARTED = text("started_at IS NOT NULL")
+FAILED = text("status = 'failed'")
 HELD_LATER = text(
     "held_since IS NOT NULL AND status IN ('pending', 'retrying') AND run_after IS NOT NULL"
 )
@@ -149,6 +154,19 @@ jobs = Table(
     Index("ix_jobs_queue_created", "queue", "created_at"),
     _partial("ix_jobs_idempotency_key", "idempotency_key", where=KEYED_IDEMPOTENCY),
     _partial("ix_jobs_unique_key", "unique_key", where=KEYED_UNIQUE),
+    # The console's overview (jobrail.ops.overview) and its samples (jobrail.maintenance
+    # .sampling): jobs not ended by status and queue, jobs finished and started by minute,
+    # and the newest failures.
+    _partial("ix_jobs_live", "status", "queue", "type", where=LIVE),
+    _partial("ix_jobs_finished", "finished_at", "type", "status", where=FINISHED),
+    Index(
+        "ix_jobs_started",
+        "started_at",
+        postgresql_include=["created_at", "run_after"],
+        postgresql_where=STARTED,
+        sqlite_where=STARTED,
+    ),
+    _partial("ix_jobs_failed_finished", "finished_at", where=FAILED),
 )
 
 # Per queue under fair dispatch: its dispatcher's lease (`term` grows with each holder)
@@ -364,6 +382,19 @@ ops_sessions = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Index("ix_ops_sessions_key_id", "key_id"),
     Index("ix_ops_sessions_expires_at", "expires_at"),
+)
+
+# The console's overview over time (jobrail.maintenance.sampling writes it each minute,
+# jobrail.ops reads it): one row per metric, minute and label (a job type and status, a
+# queue), kept a day.
+ops_samples = Table(
+    "ops_samples",
+    metadata,
+    Column("metric", String(32), primary_key=True),
+    Column("minute", UtcDateTime, primary_key=True),
+    Column("label", String(255), primary_key=True),
+    Column("value", Float, nullable=False),
+    Index("ix_ops_samples_minute", "minute"),
 )
 
 # Each process that runs jobs, as its last beat said (jobrail.workers_seen).
