@@ -5,8 +5,9 @@ are taken from. Each read of jobs is bounded by an index: ``ix_jobs_finished`` a
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import and_, delete, func, not_, select, text
+from sqlalchemy import Select, and_, delete, func, not_, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.maintenance.sample import FINISHED, WAITING, Sample
@@ -20,25 +21,60 @@ WAITING_ROWS = text("status IN ('pending', 'retrying')")
 BATCH = 500
 
 
+def finished_query(start: datetime, end: datetime) -> Select[Any]:
+    """Jobs finished in [start, end) by type and status: ix_jobs_finished alone."""
+    return (
+        select(jobs.c.type, jobs.c.status, func.count())
+        .where(FINISHED_ROWS, jobs.c.finished_at >= start, jobs.c.finished_at < end)
+        .group_by(jobs.c.type, jobs.c.status)
+    )
+
+
+def started_query(start: datetime, end: datetime) -> Select[Any]:
+    """Jobs started in [start, end), with when they could run: ix_jobs_started alone (the
+    times it needs are in the index)."""
+    return select(jobs.c.started_at, jobs.c.created_at, jobs.c.run_after).where(
+        STARTED, jobs.c.started_at >= start, jobs.c.started_at < end
+    )
+
+
+WAITING_BY_QUEUE = (
+    select(jobs.c.queue, func.count()).where(LIVE, WAITING_ROWS).group_by(jobs.c.queue)
+)
+
+
+def samples_query(metrics: Sequence[str], since: datetime) -> Select[Any]:
+    m = ops_samples.c
+    return select(m.metric, m.minute, m.label, m.value).where(
+        m.metric.in_(metrics), m.minute >= since
+    )
+
+
+def totals_query(since: datetime, until: datetime) -> Select[Any]:
+    m = ops_samples.c
+    return (
+        select(m.label, func.sum(m.value))
+        .where(m.metric == FINISHED, m.minute >= since, m.minute < until)
+        .group_by(m.label)
+    )
+
+
+NEWEST_MINUTE = select(ops_samples.c.minute).order_by(ops_samples.c.minute.desc()).limit(1)
+
+
 class SqlaOverviewSamples:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
     async def finished_in(self, start: datetime, end: datetime) -> list[tuple[str, str, int]]:
-        query = (
-            select(jobs.c.type, jobs.c.status, func.count())
-            .where(FINISHED_ROWS, jobs.c.finished_at >= start, jobs.c.finished_at < end)
-            .group_by(jobs.c.type, jobs.c.status)
-        )
+        query = finished_query(start, end)
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         return [(job_type, status, int(n)) for job_type, status, n in rows]
 
     async def start_delays(self, start: datetime, end: datetime) -> list[float]:
-        query = select(jobs.c.started_at, jobs.c.created_at, jobs.c.run_after).where(
-            STARTED, jobs.c.started_at >= start, jobs.c.started_at < end
-        )
+        query = started_query(start, end)
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
@@ -48,14 +84,14 @@ class SqlaOverviewSamples:
         ]
 
     async def waiting_by_queue(self) -> dict[str, int]:
-        query = select(jobs.c.queue, func.count()).where(LIVE, WAITING_ROWS).group_by(jobs.c.queue)
+        query = WAITING_BY_QUEUE
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         return {queue: int(n) for queue, n in rows}
 
     async def newest_minute(self) -> datetime | None:
-        query = select(ops_samples.c.minute).order_by(ops_samples.c.minute.desc()).limit(1)
+        query = NEWEST_MINUTE
         with database_errors():
             async with self._engine.connect() as conn:
                 newest: datetime | None = await conn.scalar(query)
@@ -87,22 +123,14 @@ class SqlaOverviewSamples:
                     await conn.execute(insert)
 
     async def read(self, metrics: Sequence[str], since: datetime) -> list[Sample]:
-        m = ops_samples.c
-        query = select(m.metric, m.minute, m.label, m.value).where(
-            m.metric.in_(metrics), m.minute >= since
-        )
+        query = samples_query(metrics, since)
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         return [Sample(metric, minute, label, value) for metric, minute, label, value in rows]
 
     async def finished_totals(self, since: datetime, until: datetime) -> dict[str, float]:
-        m = ops_samples.c
-        query = (
-            select(m.label, func.sum(m.value))
-            .where(m.metric == FINISHED, m.minute >= since, m.minute < until)
-            .group_by(m.label)
-        )
+        query = totals_query(since, until)
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()

@@ -18,32 +18,34 @@ from jobrail.store.flows import flow_from_row, member_counts
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import FAILED, LIVE, flows, jobs, outbox
 
+# The jobs not ended yet, through the partial index ix_jobs_live alone (the predicate said
+# as the index says it); the ended ones come from the overview's samples.
+LIVE_COUNTS = (
+    select(jobs.c.type, jobs.c.status, func.count())
+    .where(LIVE)
+    .group_by(jobs.c.type, jobs.c.status)
+    .order_by(jobs.c.type, jobs.c.status)
+)
+
+
+def failures_query(limit: int) -> Select[Any]:
+    """The newest failures: ix_jobs_failed_finished, read backwards up to the limit."""
+    return select(jobs).where(FAILED).order_by(jobs.c.finished_at.desc()).limit(limit)
+
 
 class SqlaOpsReadModel:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
     async def job_counts(self) -> list[JobCount]:
-        # The jobs not ended yet, through the partial index ix_jobs_live alone (the
-        # predicate said as the index says it); the ended ones come from the samples.
-        query = (
-            select(jobs.c.type, jobs.c.status, func.count())
-            .where(LIVE)
-            .group_by(jobs.c.type, jobs.c.status)
-            .order_by(jobs.c.type, jobs.c.status)
-        )
+        query = LIVE_COUNTS
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         return [JobCount(type=t, status=JobStatus(s), count=int(n)) for t, s, n in rows]
 
     async def recent_failures(self, limit: int) -> list[Job]:
-        query = (
-            select(jobs)
-            .where(FAILED)  # ix_jobs_failed_finished, read backwards up to the limit
-            .order_by(jobs.c.finished_at.desc())
-            .limit(limit)
-        )
+        query = failures_query(limit)
         with database_errors():
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).mappings().all()
