@@ -275,7 +275,10 @@ class FailureOut(BaseModel):
 
 
 class OverviewOut(BaseModel):
-    counts: list[JobCountOut]
+    counts: list[JobCountOut] = Field(
+        description="Jobs not ended (pending, running, retrying, blocked) now; ended ones "
+        "(succeeded, failed, cancelled, expired) in the last 24 h"
+    )
     queues: list[QueueOut] | None = Field(description="null when RabbitMQ cannot be asked")
     outbox_lag_s: float
     failures: list[FailureOut]
