@@ -23,6 +23,7 @@ PLATFORM_TABLES = {
     "dispatch_pauses",
     "dispatch_gates",
     "workers",
+    "ops_samples",
 }
 
 

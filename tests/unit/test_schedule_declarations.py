@@ -103,6 +103,7 @@ def test_the_reference_application_schedules_housekeeping_and_billing_auto_pay()
         ("prune-messages", "maintenance.prune_messages"),
         ("outbox-lag", "maintenance.check_outbox_lag"),
         ("dlq-report", "maintenance.report_dead_letters"),
+        ("overview-samples", "maintenance.sample_overview"),
         ("prune-workers", "workers_seen.prune_workers"),
         ("billing-auto-pay", "billing.auto_pay"),
     }
