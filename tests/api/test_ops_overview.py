@@ -152,6 +152,7 @@ async def test_the_charts_show_each_minutes_finished_failed_time_to_start_and_wa
     assert _count(page, TYPE, "retrying") == 1
     assert 'id="failed-total">3<' in page
 
+    assert "style=" not in page  # the CSP allows no inline style: classes colour the charts
     # The htmx refresh carries the charts too.
     live = await ops.browser.get("/ops", headers={"HX-Request": "true"})
     assert live.status_code == 200

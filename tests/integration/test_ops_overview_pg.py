@@ -4,22 +4,26 @@ jobrail.maintenance.sample_sql run), none scans the jobs table, and the samples'
 take the minutes they ask for. The rows are written by one INSERT each, with the event
 triggers off for that transaction (these reads do not touch events)."""
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Select, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from jobrail.kernel.clock import SystemClock
 from jobrail.maintenance.sample_sql import (
     NEWEST_MINUTE,
     WAITING_BY_QUEUE,
+    SqlaOverviewSamples,
     finished_query,
     samples_query,
     started_query,
     totals_query,
 )
+from jobrail.maintenance.sampling import SampleOverview
 from jobrail.ops.persistence import LIVE_COUNTS, failures_query
 
 pytestmark = [pytest.mark.integration]
@@ -123,3 +127,41 @@ async def _rows_read(engine: AsyncEngine, query: Select[Any]) -> int:
 def _sql(query: Select[Any]) -> str:
     compiled = query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
     return str(compiled)
+
+
+async def test_two_samplers_at_once_write_the_same_rows_once(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    # Five jobs finished three minutes ago, written as they are by the runner.
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    finished = now - timedelta(minutes=3) + timedelta(seconds=10)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO jobs (id, tenant_id, type, queue, status, payload, max_attempts, "
+                "trace_context, created_at, updated_at, started_at, finished_at) "
+                "SELECT gen_random_uuid(), 't', 'type.a', 'jobs.default', 'succeeded', "
+                "'{}'::jsonb, 3, '{}'::jsonb, :at, :at, :at, :at FROM generate_series(1, 5)"
+            ),
+            {"at": finished},
+        )
+    other = create_async_engine(database_url)
+    try:
+        one = SampleOverview(SqlaOverviewSamples(engine), SystemClock())
+        two = SampleOverview(SqlaOverviewSamples(other), SystemClock())
+        await asyncio.gather(one(), two())
+        await asyncio.gather(one(), two())
+    finally:
+        await other.dispose()
+
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT minute, value FROM ops_samples WHERE metric = 'finished'")
+            )
+        ).all()
+        minutes = await conn.scalar(
+            text("SELECT count(DISTINCT minute) FROM ops_samples WHERE metric = 'started'")
+        )
+    assert [(minute, value) for minute, value in rows] == [(now - timedelta(minutes=3), 5)]
+    assert minutes in (61, 62)  # the last hour and this minute (a next one if it turned)
