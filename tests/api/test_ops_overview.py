@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, update
 
+from jobrail.maintenance.sample_sql import totals_query
 from jobrail.maintenance.sampling import SampleOverview
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import ops_samples, ops_sessions
@@ -218,8 +219,16 @@ async def test_a_second_request_within_the_cache_window_reads_nothing(tmp_path: 
     async with console(tmp_path / "uncached", ops={"overview_cache_s": 0}) as ops:
         event.listen(ops.engine.sync_engine, "before_cursor_execute", seen)
         statements.clear()
+        now = datetime.now(UTC)
+        minute = now.minute
         await ops.page("/ops")
         assert reads_of_jobs()
+        await ops.page("/ops")
+        # The day's sum of samples (read by the sign-in's page view) is read again once a
+        # minute, not for each request.
+        assert "sum(" in str(totals_query(now, now)).lower()
+        if datetime.now(UTC).minute == minute:
+            assert not [s for s in statements if "sum(" in s.lower()]
         event.remove(ops.engine.sync_engine, "before_cursor_execute", seen)
 
 

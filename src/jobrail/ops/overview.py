@@ -73,6 +73,7 @@ class GetOpsOverview:
         self._broker = broker
         self._clock = clock
         self._samples = samples
+        self._ended: tuple[datetime, dict[str, float]] | None = None
 
     async def __call__(self, failures: int = 20) -> OpsOverview:
         try:
@@ -94,7 +95,7 @@ class GetOpsOverview:
         samples = [s for s in samples if not (s.metric == WAITING and s.minute == current)]
         samples += live
         samples += [Sample(WAITING, current, queue, n) for queue, n in waiting_now.items()]
-        ended = await self._samples.finished_totals(current - KEEP, live_from)
+        ended = dict(await self._ended_before(live_from))
         for sample in live:
             if sample.metric == FINISHED:
                 ended[sample.label] = ended.get(sample.label, 0) + sample.value
@@ -105,6 +106,15 @@ class GetOpsOverview:
             failures=await self._reads.recent_failures(failures),
             timeline=_timeline(first, samples),
         )
+
+    async def _ended_before(self, live_from: datetime) -> dict[str, float]:
+        """The jobs ended in the day before `live_from`, by type and status, from the
+        samples. Those minutes are sampled for good, so the sum (a day of samples) is
+        read again only when `live_from` moves: once a minute, not once per refresh."""
+        if self._ended is None or self._ended[0] != live_from:
+            totals = await self._samples.finished_totals(live_from - KEEP, live_from)
+            self._ended = (live_from, totals)
+        return self._ended[1]
 
 
 def _counts(live: list[JobCount], ended: dict[str, float]) -> list[JobCount]:
