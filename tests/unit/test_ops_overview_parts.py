@@ -86,7 +86,11 @@ def test_bars_rise_with_their_values_and_lines_skip_minutes_not_sampled() -> Non
     assert bars.bars[2].y == pytest.approx(6)  # the top of the plot
     assert [p.minute for p in lines.lines[0].points] == ["12:00", "12:02"]
     assert lines.lines[0].path.count(",") == 2
-    assert [label for _, label in bars.times] == ["12:00", "12:02", "12:03"]
+    assert [(label, anchor) for _, label, anchor in bars.times] == [
+        ("12:00", "start"),
+        ("12:01", "middle"),
+        ("12:03", "end"),
+    ]
 
 
 def test_a_minutes_samples_count_what_finished_and_the_percentiles_of_the_starts() -> None:

@@ -10,8 +10,8 @@ from datetime import datetime
 
 WIDTH = 640
 HEIGHT = 140
-LEFT = 44  # room for the scale's labels
-BOTTOM = 18  # room for the times
+LEFT = 52  # room for the scale's labels
+BOTTOM = 22  # room for the times
 TOP = 6
 SERIES_SHOWN = 8  # lines of one chart at most (its `s0`..`s7` classes)
 
@@ -61,7 +61,7 @@ class Chart:
     """The value at the top of the scale."""
     bars: list[Bar] = field(default_factory=list)
     lines: list[Line] = field(default_factory=list)
-    times: list[tuple[float, str]] = field(default_factory=list)
+    times: list[tuple[float, str, str]] = field(default_factory=list)
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -88,10 +88,20 @@ def _label(minute: datetime) -> str:
     return minute.strftime("%H:%M")
 
 
-def _frame(minutes: Sequence[datetime]) -> tuple[float, list[tuple[float, str]]]:
+def _frame(minutes: Sequence[datetime]) -> tuple[float, list[tuple[float, str, str]]]:
+    """The width of a minute, and the times written under the axis (x, text, anchor):
+    the first minute's, the middle one's and the last one's, inside the chart."""
     slot = (WIDTH - LEFT) / max(len(minutes), 1)
-    marks = [0, len(minutes) // 2, len(minutes) - 1] if minutes else []
-    return slot, [(LEFT + slot * (i + 0.5), _label(minutes[i])) for i in sorted(set(marks))]
+    if not minutes:
+        return slot, []
+    last = len(minutes) - 1
+    times = [(LEFT + slot * 0.5, _label(minutes[0]), "start")]
+    if last >= 2:
+        middle = last // 2
+        times.append((LEFT + slot * (middle + 0.5), _label(minutes[middle]), "middle"))
+    if last >= 1:
+        times.append((WIDTH - 1.0, _label(minutes[last]), "end"))
+    return slot, times
 
 
 def _y(value: float, top: float) -> float:
