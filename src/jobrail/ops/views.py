@@ -103,11 +103,14 @@ class ListOpsJobsQuery:
     queue: str | None = None
     limit: int = 50
     created_before: datetime | None = None
+    after: Cursor | None = None
+    """Where the previous page ended (its `next_cursor`)."""
 
 
 class ListOpsJobs:
     """Jobs of every tenant (or of one), newest first, filtered by status, type and
-    queue, created before a time if given; at most 200 a page, as `ListJobs` pages."""
+    queue, created before a time if given, after a page's cursor if given; at most 200 a
+    page, as `ListJobs` pages."""
 
     def __init__(self, uow: JobsUnitOfWork) -> None:
         self._uow = uow
@@ -116,11 +119,11 @@ class ListOpsJobs:
         if not 1 <= query.limit <= MAX_PAGE_SIZE:
             raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE_SIZE}")
         where = JobFilter(query.tenant_id, query.status, query.type, queue=query.queue)
-        # Before a time is after a cursor at that time and the smallest id.
-        after = (
-            None
-            if query.created_before is None
-            else Cursor(query.created_before, JobId(uuid.UUID(int=0)))
-        )
+        # Before a time is after a cursor at that time and the smallest id; with a
+        # page's cursor too, the list starts after whichever comes later in it.
+        starts = [query.after] if query.after else []
+        if query.created_before is not None:
+            starts.append(Cursor(query.created_before, JobId(uuid.UUID(int=0))))
+        after = min(starts, key=lambda c: (c.created_at, c.job_id.int), default=None)
         async with self._uow:
             return await self._uow.jobs.list(where, query.limit, after)
