@@ -86,11 +86,13 @@ class NotStartable:
 @dataclass(frozen=True, slots=True)
 class GiveBack:
     """Turned away after the claim: the job gives its claim and its attempt back (it is
-    throttled at `now` with `reason`) and `message` goes round again."""
+    throttled at `now` with `reason`) and `message` goes round again. `wait`: what turned
+    it away, noted on the job as a deferral before the claim is."""
 
     message: JobMessage
     reason: str
     now: datetime
+    wait: Wait | None = None
 
     @property
     def run_after(self) -> datetime:

@@ -227,7 +227,11 @@ class JobRunner:
         """A middleware turned away a job already claimed: give the claim and its
         attempt back and send the message round, as a denial before the claim would."""
         job.throttled(given.reason, given.run_after, given.now)
-        return await self._recorded(attempt, job, (given.message,))
+        recorded = await self._recorded(attempt, job, (given.message,))
+        if recorded is not None and given.wait is not None and self._wait_notes is not None:
+            # What turned it away, so that it says so while it waits (not "retry").
+            self._wait_notes.note(job.id, given.wait, given.now)
+        return recorded
 
     async def _recorded(
         self, attempt: Attempt, job: Job, outbox: Sequence[Outgoing]
