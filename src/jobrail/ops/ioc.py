@@ -2,7 +2,7 @@
 dead-letter queue and queue depths, the platform's read model, the limits' admin), and
 their use cases."""
 
-from dishka import Provider, Scope, provide
+from dishka import Provider, Scope, from_context, provide
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.events.persistence import SqlaJobEventLog
@@ -17,6 +17,8 @@ from jobrail.ops.overview import GetOpsOverview
 from jobrail.ops.persistence import SqlaJobSearch, SqlaOpsReadModel
 from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
+from jobrail.ops.schedule_reads import SqlaScheduleFires
+from jobrail.ops.schedules import DeclaredSchedules, ListSchedules, ScheduleFires
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows, ListOpsJobs
 from jobrail.transport.brokers import JobBroker
 
@@ -63,3 +65,11 @@ class OpsProvider(Provider):
     @provide(scope=Scope.REQUEST)
     def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
         return GetOpsJob(uow, log)
+
+    declared_schedules = from_context(provides=DeclaredSchedules, scope=Scope.APP)
+
+    @provide(scope=Scope.APP)
+    def schedule_fires(self, engine: AsyncEngine) -> ScheduleFires:
+        return SqlaScheduleFires(engine)
+
+    list_schedules = provide(ListSchedules, scope=Scope.APP)
