@@ -22,7 +22,7 @@ from jobrail.jobs.registry import JobRegistry
 from jobrail.kernel.errors import InvalidInputError, NotFoundError
 from jobrail.limits.model import LimitsUnavailableError
 from jobrail.ops.console import OpsAdmin, OpsRoute, action_form, is_htmx, secured
-from jobrail.ops.limit_catalog import Holder, declared_limits
+from jobrail.ops.limit_catalog import Holder, declared_limits, kind_name
 from jobrail.ops.limits import LimitsAdmin
 from jobrail.ops.page_parts import ops_path
 from jobrail.ops.pages import message_page, refused_page
@@ -119,6 +119,7 @@ async def limits_page(
         declared=declared_limits(registry),
         chosen={"job_type": job_type, "limit": limit, "key": key},
         state=state,
+        kind=kind_name(state.kind) if state else "",
         holders=holders,
         problem=problem,
         note="Reset: the limit starts afresh for this key." if note == "reset" else "",

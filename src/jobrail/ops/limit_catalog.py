@@ -18,6 +18,11 @@ KIND_NAMES: dict[type[Any], str] = {
 }
 
 
+def kind_name(code: str) -> str:
+    """A kind's name for people, from its short code (``lk``: lock)."""
+    return next((name for kind, name in KIND_NAMES.items() if kind.kind == code), code)
+
+
 @dataclass(frozen=True, slots=True)
 class DeclaredLimit:
     job_type: str

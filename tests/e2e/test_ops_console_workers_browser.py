@@ -1,0 +1,165 @@
+"""The console's workers page in headless Chromium on the real services: an operator
+signs in, a `jobrail worker` process starts and shows up on the page (through the page's
+own htmx refresh) with the job it runs, then stops on SIGTERM and shows stopped; the
+workers table holds what the page said. The schedules and limits pages open from the nav.
+Screenshots land in tests/artifacts/."""
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.e2e.conftest import ARTIFACTS, cli
+from tests.support.processes import BIN, Process, start_worker
+from tests.support.servers import free_port
+from tests.support.services import wait_for
+
+BEAT_S = "0.5"
+
+
+@pytest.fixture
+def stack_env(stack_env: dict[str, str]) -> dict[str, str]:
+    """Quick beats, for the worker and for the API that judges them."""
+    return {**stack_env, "JOBRAIL_WORKER__BEAT_INTERVAL_S": BEAT_S}
+
+
+@pytest.fixture
+def api_only(stack_env: dict[str, str]) -> Iterator[str]:
+    """An API process and no worker: the test starts and stops its own."""
+    port = free_port()
+    api = Process(
+        [str(BIN / "jobrail"), "api"], {**stack_env, "JOBRAIL_API__PORT": str(port)}, "api"
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        api.stop()
+
+
+def _until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _stored_workers(engine: AsyncEngine) -> list[dict[str, Any]]:
+    from jobrail.store.tables import workers
+
+    async with engine.connect() as conn:
+        return [dict(row) for row in (await conn.execute(select(workers))).mappings().all()]
+
+
+async def test_an_operator_sees_a_worker_appear_run_a_job_and_stop(
+    browser: Any, api_only: str, stack_env: dict[str, str], engine: AsyncEngine
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    admin_key = cli(stack_env, "tenants", "create", "ops", "--admin")["api_key"]
+    acme = {"Authorization": f"Bearer {cli(stack_env, 'tenants', 'create', 'acme')['api_key']}"}
+
+    def shoot(name: str) -> None:
+        browser.save_screenshot(str(ARTIFACTS / f"console-{name}.png"))
+
+    async def on_page(check: Callable[[], Any], what: str) -> Any:
+        return await asyncio.to_thread(_until, check, what)
+
+    def cell(worker_row: Any, field: str) -> str:
+        text: str = worker_row.find_element(By.CSS_SELECTOR, f'td[data-field="{field}"]').text
+        return text
+
+    async with httpx.AsyncClient(base_url=api_only, timeout=10) as client:
+
+        async def up() -> bool:
+            try:
+                return (await client.get("/ready")).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await wait_for(up, timeout=60, interval=0.2, what="the API")
+
+        # Sign in and open the workers page: nobody runs jobs yet.
+        browser.get(f"{api_only}/ops")
+        browser.find_element(By.ID, "api_key").send_keys(admin_key)
+        browser.find_element(By.ID, "sign-in").click()
+        await on_page(lambda: browser.find_elements(By.ID, "nav-workers"), "the overview")
+        browser.find_element(By.ID, "nav-workers").click()
+        await on_page(lambda: browser.find_elements(By.ID, "no-workers"), "an empty page")
+        shoot("workers-none")
+        assert await _stored_workers(engine) == []
+
+        # A worker starts, and runs a long job: the page (left as it is) shows both.
+        worker: Process = start_worker(stack_env, name="worker")
+        try:
+            response = await client.post(
+                "/demo/echo", json={"message": "m", "sleep_ms": 120_000}, headers=acme
+            )
+            assert response.status_code == 202, response.text
+            job_id = str(response.json()["job_id"])
+
+            def running_it() -> Any:
+                found = browser.find_elements(By.CSS_SELECTOR, "#worker-list tr[data-worker]")
+                return found if found and job_id in cell(found[0], "running") else None
+
+            [row] = await on_page(running_it, "the worker and its job on the page")
+            shoot("workers-alive")
+            worker_id = row.get_attribute("data-worker")
+            pid = int(row.get_attribute("data-pid"))
+            assert cell(row, "state") == "alive"
+            assert browser.find_element(By.ID, "workers-alive").text == "1"
+            # The beating process is the worker's own or one of its children.
+            assert os.getpgid(pid) == worker.pid
+            [stored] = await _stored_workers(engine)
+            assert (stored["id"], stored["pid"], stored["stopped_at"]) == (worker_id, pid, None)
+            assert job_id in stored["running"]
+
+            # Its running job links to the job's page.
+            link = row.find_element(By.CSS_SELECTOR, 'td[data-field="running"] a')
+            assert link.get_attribute("href").endswith(f"/ops/jobs/{job_id}")
+
+            # SIGTERM: it stops cleanly and marks itself stopped.
+            await asyncio.to_thread(worker.terminate)
+        finally:
+            worker.stop()
+
+        def stopped() -> Any:
+            found = browser.find_elements(By.CSS_SELECTOR, f'tr[data-worker="{worker_id}"]')
+            return found if found and cell(found[0], "state").startswith("stopped") else None
+
+        [gone_row] = await on_page(stopped, "the worker to show stopped")
+        shoot("workers-stopped")
+        assert browser.find_element(By.ID, "workers-stopped").text == "1"
+        assert browser.find_element(By.ID, "workers-alive").text == "0"
+        assert cell(gone_row, "running") == ""
+        [after] = await _stored_workers(engine)
+        assert after["id"] == worker_id
+        assert after["stopped_at"] is not None
+        assert after["running"] == []
+
+        # The other two pages, from the nav.
+        browser.find_element(By.ID, "nav-schedules").click()
+        await on_page(lambda: browser.find_elements(By.ID, "schedule-list"), "the schedules")
+        assert "prune-workers" in browser.find_element(By.ID, "schedule-list").text
+        # No `jobrail scheduler` runs in this stack: the page says nobody leads.
+        assert "No scheduler leads" in browser.find_element(By.ID, "leader").text
+        shoot("schedules")
+        browser.find_element(By.ID, "nav-limits").click()
+        await on_page(lambda: browser.find_elements(By.ID, "declared-limits"), "the limits")
+        browser.find_element(By.ID, "job_type").send_keys("sync.account")
+        browser.find_element(By.ID, "limit").send_keys("lock")
+        browser.find_element(By.ID, "key").send_keys("account:acme:42")
+        browser.find_element(By.ID, "look").click()
+        await on_page(lambda: browser.find_elements(By.ID, "limit-state"), "one key's state")
+        shoot("limits")
+        assert browser.find_elements(By.ID, "no-holders")
+        assert admin_key not in browser.page_source
