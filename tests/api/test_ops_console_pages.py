@@ -224,4 +224,4 @@ async def test_the_nav_links_to_the_new_pages(ops: Console) -> None:
 
     for name in ("workers", "schedules", "limits"):
         assert f'href="/ops/{name}" id=nav-{name}' in page
-    assert 'id=nav-workers class=here' in page
+    assert "id=nav-workers class=here" in page

@@ -5,8 +5,10 @@ workers table holds what the page said. The schedules and limits pages open from
 Screenshots land in tests/artifacts/."""
 
 import asyncio
+import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,12 +23,18 @@ from tests.support.servers import free_port
 from tests.support.services import wait_for
 
 BEAT_S = "0.5"
+# prune-workers every second, for the API (which shows it) and the scheduler (which fires it).
+EVERY_SECOND = json.dumps({"prune-workers": {"cron": "* * * * * *"}})
 
 
 @pytest.fixture
 def stack_env(stack_env: dict[str, str]) -> dict[str, str]:
     """Quick beats, for the worker and for the API that judges them."""
-    return {**stack_env, "JOBRAIL_WORKER__BEAT_INTERVAL_S": BEAT_S}
+    return {
+        **stack_env,
+        "JOBRAIL_WORKER__BEAT_INTERVAL_S": BEAT_S,
+        "JOBRAIL_SCHEDULER__SCHEDULES": EVERY_SECOND,
+    }
 
 
 @pytest.fixture
@@ -43,9 +51,14 @@ def api_only(stack_env: dict[str, str]) -> Iterator[str]:
 
 
 def _until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = check()
+        try:
+            found = check()
+        except StaleElementReferenceException:  # htmx swapped the part read meanwhile
+            found = None
         if found:
             return found
         time.sleep(0.2)
@@ -57,6 +70,14 @@ async def _stored_workers(engine: AsyncEngine) -> list[dict[str, Any]]:
 
     async with engine.connect() as conn:
         return [dict(row) for row in (await conn.execute(select(workers))).mappings().all()]
+
+
+async def _job(engine: AsyncEngine, job_id: str) -> dict[str, Any]:
+    from jobrail.store.tables import jobs
+
+    async with engine.connect() as conn:
+        query = select(jobs).where(jobs.c.id == uuid.UUID(job_id))
+        return dict((await conn.execute(query)).mappings().one())
 
 
 async def test_an_operator_sees_a_worker_appear_run_a_job_and_stop(
@@ -146,13 +167,28 @@ async def test_an_operator_sees_a_worker_appear_run_a_job_and_stop(
         assert after["stopped_at"] is not None
         assert after["running"] == []
 
-        # The other two pages, from the nav.
+        # The schedules page: nobody leads, until a `jobrail scheduler` runs.
         browser.find_element(By.ID, "nav-schedules").click()
         await on_page(lambda: browser.find_elements(By.ID, "schedule-list"), "the schedules")
-        assert "prune-workers" in browser.find_element(By.ID, "schedule-list").text
-        # No `jobrail scheduler` runs in this stack: the page says nobody leads.
         assert "No scheduler leads" in browser.find_element(By.ID, "leader").text
-        shoot("schedules")
+        scheduler = Process([str(BIN / "jobrail"), "scheduler"], stack_env, "scheduler")
+        try:
+
+            def fired() -> Any:
+                leader = browser.find_element(By.ID, "leader").text
+                prune = browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule="prune-workers"]')
+                links = prune.find_elements(By.CSS_SELECTOR, "a")
+                return (leader, links[0]) if "Leader:" in leader and links else None
+
+            leader, last_job = await on_page(fired, "a leader, and prune-workers fired")
+            shoot("schedules")
+            last_id = last_job.get_attribute("href").rsplit("/", 1)[1]
+        finally:
+            scheduler.stop()
+        assert f":{scheduler.pid}:" in leader  # host:pid:random, from Redis
+        stored_job = await _job(engine, last_id)
+        assert (stored_job["tenant_id"], stored_job["entity_id"]) == ("_system", "prune-workers")
+
         browser.find_element(By.ID, "nav-limits").click()
         await on_page(lambda: browser.find_elements(By.ID, "declared-limits"), "the limits")
         browser.find_element(By.ID, "job_type").send_keys("sync.account")
