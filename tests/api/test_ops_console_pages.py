@@ -124,7 +124,8 @@ async def test_a_held_lock_shows_its_job_and_a_confirmed_reset_frees_it(
     registry: JobRegistry = await _container_get(ops, JobRegistry)
     backend: LimitsBackend = await _container_get(ops, LimitsBackend)
     spec = registry.spec(SYNC)
-    assert spec is not None and spec.limits.lock is not None
+    assert spec is not None
+    assert spec.limits.lock is not None
     key = "account:acme:42"
     item = Acquire(spec.limits.lock, key)
     job_id = str(uuid.uuid4())
@@ -146,12 +147,14 @@ async def test_a_held_lock_shows_its_job_and_a_confirmed_reset_frees_it(
     assert holder["holder"].text == f"{job_id}/0a1b2c"
     assert holder["job"].links == [f"/ops/jobs/{job_id}"]
     assert asked.status_code == 200
-    assert "id=question" in asked.text and "name=confirm value=yes" in asked.text
+    assert "id=question" in asked.text
+    assert "name=confirm value=yes" in asked.text
     assert refused.status_code == 403
     assert [h["holder"] for h in still_held] == [f"{job_id}/0a1b2c"]
     assert done.status_code == 303
     assert await backend.holders(item) == []
-    assert "id=note" in after and "id=no-holders" in after
+    assert "id=note" in after
+    assert "id=no-holders" in after
     assert fields(after, "limit-state")["would admit now"].text == "yes"
     [audit] = [r for r in caplog.records if r.name == "jobrail.ops" and "reset" in r.message]
     assert f"reset limit lock of {SYNC} for key {key}" in audit.getMessage()
