@@ -1,7 +1,9 @@
 """The console's workers page in headless Chromium on the real services: an operator
 signs in, a `jobrail worker` process starts and shows up on the page (through the page's
 own htmx refresh) with the job it runs, then stops on SIGTERM and shows stopped; the
-workers table holds what the page said. The schedules and limits pages open from the nav.
+workers table holds what the page said. Then the schedules page shows a `jobrail
+scheduler`'s lead and the job it fired, and the limits page a lock held in Redis with its
+job, reset through its confirmation.
 Screenshots land in tests/artifacts/."""
 
 import asyncio
@@ -14,13 +16,16 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobrail.limits.model import Acquire, Lock
+from jobrail.limits.redis import RedisLimits
 from tests.e2e.conftest import ARTIFACTS, cli
 from tests.support.processes import BIN, Process, start_worker
 from tests.support.servers import free_port
-from tests.support.services import wait_for
+from tests.support.services import REDIS_URL, wait_for
 
 BEAT_S = "0.5"
 # prune-workers every second, for the API (which shows it) and the scheduler (which fires it).
@@ -189,13 +194,32 @@ async def test_an_operator_sees_a_worker_appear_run_a_job_and_stop(
         stored_job = await _job(engine, last_id)
         assert (stored_job["tenant_id"], stored_job["entity_id"]) == ("_system", "prune-workers")
 
+        # The limits page: a lock held in Redis by a job's admission, then reset.
         browser.find_element(By.ID, "nav-limits").click()
         await on_page(lambda: browser.find_elements(By.ID, "declared-limits"), "the limits")
-        browser.find_element(By.ID, "job_type").send_keys("sync.account")
-        browser.find_element(By.ID, "limit").send_keys("lock")
-        browser.find_element(By.ID, "key").send_keys("account:acme:42")
-        browser.find_element(By.ID, "look").click()
-        await on_page(lambda: browser.find_elements(By.ID, "limit-state"), "one key's state")
-        shoot("limits")
-        assert browser.find_elements(By.ID, "no-holders")
+        backend = RedisLimits(
+            Redis.from_url(REDIS_URL), key_prefix=stack_env["JOBRAIL_REDIS__KEY_PREFIX"]
+        )
+        lock = Acquire(Lock(key="account:{tenant_id}:{account_id}"), "account:acme:42")
+        holder_job = str(uuid.uuid4())
+        try:
+            assert (await backend.admit([lock], f"{holder_job}/e2e")).allowed
+            browser.find_element(By.ID, "job_type").send_keys("sync.account")
+            browser.find_element(By.ID, "limit").send_keys("lock")
+            browser.find_element(By.ID, "key").send_keys("account:acme:42")
+            browser.find_element(By.ID, "look").click()
+            await on_page(lambda: browser.find_elements(By.ID, "holders"), "the lock's holder")
+            shoot("limits")
+            holder_link = browser.find_element(By.CSS_SELECTOR, "#holders a")
+            assert holder_link.get_attribute("href").endswith(f"/ops/jobs/{holder_job}")
+            browser.find_element(By.ID, "reset").click()
+            await on_page(lambda: browser.find_elements(By.ID, "confirm"), "the confirmation")
+            shoot("limits-confirm")
+            assert [h["holder"] for h in await backend.holders(lock)] == [f"{holder_job}/e2e"]
+            browser.find_element(By.ID, "confirm").click()
+            await on_page(lambda: browser.find_elements(By.ID, "note"), "the reset's note")
+            assert browser.find_elements(By.ID, "no-holders")
+            assert await backend.holders(lock) == []
+        finally:
+            await backend.close()
         assert admin_key not in browser.page_source
