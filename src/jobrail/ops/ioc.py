@@ -10,6 +10,8 @@ from jobrail.jobs.operator_reads import OpsReadModel, QueueStats
 from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.model import LimitsBackend
+from jobrail.ops.bulk import BulkJobs, RedriveJobs
+from jobrail.ops.bulk_store import SqlaBulkJobs
 from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
 from jobrail.ops.job_search import JobSearch, SearchJobs
 from jobrail.ops.limits import LimitsAdmin
@@ -19,6 +21,7 @@ from jobrail.ops.ports import DeadLetterQueue
 from jobrail.ops.redrive import RedriveJob
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows, ListOpsJobs
 from jobrail.transport.brokers import JobBroker
+from jobrail.worker.failures import AttemptFailures
 
 
 class OpsProvider(Provider):
@@ -27,6 +30,12 @@ class OpsProvider(Provider):
         return LimitsAdmin(registry, backend)
 
     redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
+
+    redrive_jobs = provide(RedriveJobs, scope=Scope.REQUEST)
+
+    @provide(scope=Scope.APP)
+    def bulk_jobs(self, engine: AsyncEngine) -> BulkJobs:
+        return SqlaBulkJobs(engine)
 
     @provide(scope=Scope.APP)
     def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
@@ -61,5 +70,7 @@ class OpsProvider(Provider):
     purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
 
     @provide(scope=Scope.REQUEST)
-    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
-        return GetOpsJob(uow, log)
+    def ops_job(
+        self, uow: JobsUnitOfWork, log: SqlaJobEventLog, failures: AttemptFailures
+    ) -> GetOpsJob:
+        return GetOpsJob(uow, log, failures)
