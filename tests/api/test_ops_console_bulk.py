@@ -71,7 +71,7 @@ def _failed(**row: Any) -> dict[str, Any]:
 async def test_the_job_list_has_the_bulk_form_filled_from_its_filters(ops: Console) -> None:
     page = await ops.page("/ops/jobs", type="demo.echo", tenant="acme", status="pending")
 
-    form = page.split("id=bulk-form>", 1)[1].split("</form>", 1)[0]
+    form = page.split("id=bulk-form class=filters>", 1)[1].split("</form>", 1)[0]
     assert 'id=bulk-type value="demo.echo"' in form
     assert 'id=bulk-tenant value="acme"' in form
     assert '<option value="pending" selected>' in form

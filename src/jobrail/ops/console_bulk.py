@@ -163,7 +163,8 @@ async def _confirm(
     if count == 0:
         return _page(message_page(f"No job matches {where.words()}", "no-match", back, "back"))
     many = f"at least {COUNT_CAP:,}" if count >= COUNT_CAP else f"{count:,}"
-    question = f"{action.capitalize()} {many} jobs ({where.words()})?"
+    jobs_ = "job" if count == 1 else "jobs"
+    question = f"{action.capitalize()} {many} {jobs_} ({where.words()})?"
     if action == "cancel":
         question += " Waiting jobs are cancelled at once; running ones are asked to stop."
     else:
