@@ -1,7 +1,7 @@
 """The bulk actions' reads over the jobs table (`jobrail.ops.bulk.BulkJobs`): a count
 that stops at its cap, and the failed jobs a filter takes in keyset pages, oldest first.
-Both read an index that starts with the status (ix_jobs_status_created, or with a
-tenant ix_jobs_tenant_status_created) and stop at their LIMIT."""
+Both filter on the status first, which ix_jobs_status_created (with a tenant,
+ix_jobs_tenant_status_created) serves in creation order, and stop at their LIMIT."""
 
 from typing import Any
 
