@@ -277,3 +277,16 @@ async def test_a_running_job_shows_the_cancel_button_and_ends_cancelled(ops: Con
     assert done.headers["location"].endswith("?note=cancel-requested")
     await _until(ops, job_id, "cancelled")
     assert 'id="cancel"' not in await ops.page(f"/ops/jobs/{job_id}")
+
+
+async def test_a_bulk_action_wants_a_signed_in_admin(ops: Console) -> None:
+    [job] = await ops.add_jobs({"status": "pending"})
+    ops.browser.cookies.clear()
+
+    response = await ops.browser.post(
+        "/ops/bulk/cancel", data={"type": "demo.echo", "confirm": "yes", "csrf_token": ops.csrf}
+    )
+
+    assert response.status_code == 401
+    assert 'id="api_key"' in response.text or "id=api_key" in response.text
+    assert await _statuses(ops.engine, [job]) == ["pending"]
