@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from jobrail.jobs.domain import Job
 from jobrail.kernel.ids import JobId
 
 log = logging.getLogger("jobrail.runner")
@@ -53,10 +54,10 @@ def formatted(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
     return text[:head] + _CUT.format(len(text) - head - tail) + text[-tail:]
 
 
-def failure_of(
-    job_id: JobId, attempt: int, at: datetime, error: str, exc: BaseException
-) -> AttemptFailure:
-    return AttemptFailure(job_id, attempt, at, error[:MAX_ERROR_CHARS], formatted(exc))
+def failure_of(job: Job, error: str, exc: BaseException, at: datetime) -> AttemptFailure:
+    """The failure of `job`'s current attempt: `error` as its last_error says, `exc`'s
+    traceback."""
+    return AttemptFailure(job.id, job.attempts, at, error[:MAX_ERROR_CHARS], formatted(exc))
 
 
 async def note(failures: AttemptFailures | None, failure: AttemptFailure | None) -> None:

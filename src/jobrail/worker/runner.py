@@ -100,8 +100,7 @@ class JobRunner:
     ) -> None:
         """`middleware`: the attempt's chain, in order (see ``jobrail.worker.attempt``);
         `wait_notes`: where a deferred job notes what it waits for; `flows`: where the
-        outcomes of batch and chain members are recorded (else `store`); `failures`:
-        where failed attempts' tracebacks are noted (``jobrail.worker.failures``)."""
+        outcomes of batch and chain members are recorded (else `store`)."""
         self._failures = failures
         self._sleep = sleep
         self._wait_notes = wait_notes
@@ -298,9 +297,8 @@ class JobRunner:
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
-            if verdict.next in (Next.RETRY, Next.FAIL):
-                now = self._clock.now()
-                attempt.failure = failure_of(job.id, job.attempts, now, verdict.error, exc)
+            if verdict.next in (Next.RETRY, Next.FAIL):  # noted once recorded
+                attempt.failure = failure_of(job, verdict.error, exc, self._clock.now())
             cancel_requested = verdict.runs_again and await self._hold_store(
                 lambda: self._store.cancel_requested(job.id)
             )
