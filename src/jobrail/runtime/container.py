@@ -57,6 +57,7 @@ from jobrail.tenants.use_cases import (
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.failure_notes import FailureNotes
 from jobrail.worker.failures import AttemptFailures
 from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
@@ -307,7 +308,7 @@ class PlatformProvider(Provider):
         )
         # The attempt's middleware, in order: each lets the delivery in after those before
         # it, and lets go of it before them.
-        middleware = (LimitsAndLock(gate, clock), running)
+        middleware = (LimitsAndLock(gate, clock), running, FailureNotes(failures))
         wait_notes = WaitNotes(store)
         yield JobRunner(
             store,
@@ -322,7 +323,6 @@ class PlatformProvider(Provider):
             # The end of a batch's or chain's member is recorded with what it does to
             # the rest; every other job's outcome goes to the store's one statement.
             flows=FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows),
-            failures=failures,
         )
         await wait_notes.close()  # before the store's connections close
 

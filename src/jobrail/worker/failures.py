@@ -5,8 +5,8 @@ or not) also leaves its error and its formatted traceback here, the traceback wi
 locals and cut to MAX_TRACEBACK_CHARS (its start and its end, where the exception is
 raised and named, are kept). Formatting happens on a failure only; a succeeding attempt
 pays nothing. The note is written once the attempt's outcome is recorded, in a
-statement of its own: a worker that dies in between loses the traceback, never the
-outcome."""
+statement of its own (``jobrail.worker.failure_notes``, a link of the attempt's chain):
+a worker that dies in between loses the traceback, never the outcome."""
 
 import logging
 import traceback

@@ -53,7 +53,7 @@ from jobrail.worker.attempt import (
 )
 from jobrail.worker.cancel_watch import WatchedCancel
 from jobrail.worker.context import JobContext
-from jobrail.worker.failures import AttemptFailures, failure_of, note
+from jobrail.worker.failures import failure_of
 from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.outcomes import (
     HOLD_LEASES,
@@ -96,12 +96,10 @@ class JobRunner:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wait_notes: WaitNotes | None = None,
         flows: JobStore | None = None,
-        failures: AttemptFailures | None = None,
     ) -> None:
         """`middleware`: the attempt's chain, in order (see ``jobrail.worker.attempt``);
         `wait_notes`: where a deferred job notes what it waits for; `flows`: where the
         outcomes of batch and chain members are recorded (else `store`)."""
-        self._failures = failures
         self._sleep = sleep
         self._wait_notes = wait_notes
         self._middleware = tuple(middleware)
@@ -250,7 +248,6 @@ class JobRunner:
             return None
         self._observer.recorded(job, token.started_at)
         attempt.outcome = outbox
-        await note(self._failures, attempt.failure)
         return Recorded(outbox)
 
     async def _defer_after_error(self, delivery: JobMessage) -> None:
@@ -297,7 +294,7 @@ class JobRunner:
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
-            if verdict.next in (Next.RETRY, Next.FAIL):  # noted once recorded
+            if verdict.next in (Next.RETRY, Next.FAIL):  # noted (FailureNotes) once recorded
                 attempt.failure = failure_of(job, verdict.error, exc, self._clock.now())
             cancel_requested = verdict.runs_again and await self._hold_store(
                 lambda: self._store.cancel_requested(job.id)
