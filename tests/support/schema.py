@@ -23,6 +23,7 @@ PLATFORM_TABLES = {
     "dispatch_pauses",
     "dispatch_gates",
     "workers",
+    "job_attempt_failures",
 }
 
 

@@ -10,6 +10,8 @@ from jobrail.jobs.operator_reads import OpsReadModel, QueueStats
 from jobrail.jobs.ports import JobsUnitOfWork
 from jobrail.jobs.registry import JobRegistry
 from jobrail.limits.model import LimitsBackend
+from jobrail.ops.bulk import BulkJobs, RedriveJobs
+from jobrail.ops.bulk_store import SqlaBulkJobs
 from jobrail.ops.dead_letters import ListDeadLetters, PurgeDeadLetters, RedriveDeadLetters
 from jobrail.ops.job_search import JobSearch, SearchJobs
 from jobrail.ops.limits import LimitsAdmin
@@ -21,6 +23,7 @@ from jobrail.ops.schedule_reads import SqlaScheduleFires
 from jobrail.ops.schedules import DeclaredSchedules, ListSchedules, ScheduleFires
 from jobrail.ops.views import GetOpsFlow, GetOpsJob, ListOpsFlows, ListOpsJobs
 from jobrail.transport.brokers import JobBroker
+from jobrail.worker.failures import AttemptFailures
 
 
 class OpsProvider(Provider):
@@ -29,6 +32,12 @@ class OpsProvider(Provider):
         return LimitsAdmin(registry, backend)
 
     redrive_job = provide(RedriveJob, scope=Scope.REQUEST)
+
+    redrive_jobs = provide(RedriveJobs, scope=Scope.REQUEST)
+
+    @provide(scope=Scope.APP)
+    def bulk_jobs(self, engine: AsyncEngine) -> BulkJobs:
+        return SqlaBulkJobs(engine)
 
     @provide(scope=Scope.APP)
     def dead_letter_queue(self, broker: JobBroker) -> DeadLetterQueue:
@@ -63,8 +72,10 @@ class OpsProvider(Provider):
     purge_dead_letters = provide(PurgeDeadLetters, scope=Scope.APP)
 
     @provide(scope=Scope.REQUEST)
-    def ops_job(self, uow: JobsUnitOfWork, log: SqlaJobEventLog) -> GetOpsJob:
-        return GetOpsJob(uow, log)
+    def ops_job(
+        self, uow: JobsUnitOfWork, log: SqlaJobEventLog, failures: AttemptFailures
+    ) -> GetOpsJob:
+        return GetOpsJob(uow, log, failures)
 
     declared_schedules = from_context(provides=DeclaredSchedules, scope=Scope.APP)
 

@@ -37,6 +37,7 @@ from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimToken
 from jobrail.limits.model import JobLimits
 from jobrail.worker.context import JobContext
+from jobrail.worker.failures import AttemptFailure
 from jobrail.worker.watchdog import Kept
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
@@ -139,6 +140,8 @@ class Attempt:
     """The recorded outcome's messages, once written (sent even if a middleware fails
     as it lets go)."""
     on_claimed: tuple[Callable[["Attempt"], Awaitable[GiveBack | None]], ...] = ()
+    failure: AttemptFailure | None = None
+    """The handler's error and traceback when it raised (noted once recorded)."""
 
 
 Step = Callable[[Attempt], Awaitable[Ending]]

@@ -53,9 +53,11 @@ from jobrail.worker.attempt import (
 )
 from jobrail.worker.cancel_watch import WatchedCancel
 from jobrail.worker.context import JobContext
+from jobrail.worker.failures import failure_of
 from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.outcomes import (
     HOLD_LEASES,
+    Next,
     classify,
     conclude,
     failed,
@@ -296,6 +298,8 @@ class JobRunner:
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
+            if verdict.next in (Next.RETRY, Next.FAIL):  # noted (FailureNotes) once recorded
+                attempt.failure = failure_of(job, verdict.error, exc, self._clock.now())
             cancel_requested = verdict.runs_again and await self._hold_store(
                 lambda: self._store.cancel_requested(job.id)
             )
