@@ -4,6 +4,7 @@ move to the next node, completions resume within seconds, nothing is lost and ev
 effect happens exactly once (counted by the recorder, outside jobrail)."""
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -93,7 +94,7 @@ async def test_stopping_the_node_every_process_uses_moves_them_on_and_loses_noth
             assert process.alive(), process.output()[-3000:]
         try:
             return await _consumers(cluster, queue) >= len(cluster_workers)
-        except Exception:  # noqa: BLE001 - not declared yet
+        except Exception:  # not declared yet
             return False
 
     await wait_for(consuming, timeout=60, interval=0.2, what="both workers to consume")
@@ -126,7 +127,7 @@ async def test_stopping_the_node_every_process_uses_moves_them_on_and_loses_noth
     before = [t for t in times if t < stopped["at"]]
     # The stream never pauses (an enqueue every 40 ms): the longest time without a
     # completion is the outage the processes saw.
-    gap_s = max(b - a for a, b in zip(times, times[1:], strict=False))
+    gap_s = max(b - a for a, b in itertools.pairwise(times))
     moves = {p.name: p.output().count(MOVED) for p in cluster_workers}
     # (Only jobrail's records: one of aio-pika's cannot be formatted.)
     ours = [r.getMessage() for r in caplog.records if r.name.startswith("jobrail")]

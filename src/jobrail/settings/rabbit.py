@@ -19,6 +19,8 @@ class RabbitSettings(BaseModel):
     model_config = ConfigDict(hide_input_in_errors=True)  # the URL holds the password
 
     url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/")
+    """One node, or several of a cluster: ``amqp://user:pass@h1:5672,h2:5672/vhost``, or
+    URLs separated by commas that differ only in host and port (see `node_order`)."""
     node_order: Literal["shuffled", "in_order"] = "shuffled"
     """The order in which a process tries the URL's nodes: each process shuffles them once
     at start (its connections spread over the cluster), or takes them as written. On the
@@ -87,8 +89,8 @@ class RabbitSettings(BaseModel):
         return split_nodes(self.url.get_secret_value())
 
 
-# Where a URL of the list starts: a comma followed by a scheme.
-_NEXT_URL = re.compile(r",\s*(?=amqps?://)")
+# Where a URL of the list starts: a comma followed by a scheme (amqp://, or a wrong one).
+_NEXT_URL = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")
 
 
 def split_nodes(text: str) -> list[str]:
