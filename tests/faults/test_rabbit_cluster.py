@@ -113,7 +113,15 @@ async def test_stopping_the_node_every_process_uses_moves_them_on_and_loses_noth
         await in_thread(cluster.stop_node, cluster.nodes[0])
         stopped["done"] = time.monotonic()
 
-    await stream()
+    readiness: list[int] = []
+
+    async def watch_ready() -> None:
+        while len(ids) < JOBS:
+            if "at" in stopped:
+                readiness.append((await cluster_api.get("/ready")).status_code)
+            await asyncio.sleep(0.1)
+
+    await asyncio.gather(stream(), watch_ready())
     await wait_for(lambda: _ready(stopped), timeout=90, interval=0.1, what="the node to stop")
     done_at = await wait_all_terminal(engine, JOBS, timeout=120)
 
@@ -157,7 +165,8 @@ async def test_stopping_the_node_every_process_uses_moves_them_on_and_loses_noth
         notes=f"longest gap between completions {round(gap_s, 1)}s, node stop took "
         f"{round(stopped['done'] - stopped['at'], 1)}s, all done "
         f"{round(done_at - stopped['at'], 1)}s after the stop, cluster up in "
-        f"{round(cluster.started_in_s, 1)}s",
+        f"{round(cluster.started_in_s, 1)}s, /ready 503 in {readiness.count(503)} of "
+        f"{len(readiness)} looks after the stop",
     )
 
 

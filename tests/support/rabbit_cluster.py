@@ -19,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,10 @@ class RabbitNode:
     port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid_file(self) -> str:
+        return str(self.directory / "pid")
 
     @property
     def address(self) -> str:
@@ -128,7 +132,7 @@ def _env(directory: Path, node: RabbitNode) -> dict[str, str]:
         RABBITMQ_LOG_BASE=str(node.directory / "log"),
         RABBITMQ_CONFIG_FILE=str(node.directory / "rabbitmq.conf"),
         RABBITMQ_ENABLED_PLUGINS_FILE=str(node.directory / "enabled_plugins"),
-        RABBITMQ_PID_FILE=str(node.directory / "pid"),
+        RABBITMQ_PID_FILE=node.pid_file,
         ERL_EPMD_ADDRESS="127.0.0.1",
     )
     return env
@@ -171,19 +175,15 @@ def start_cluster(
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, killed at teardown
             )
-        # `wait` waits for a node's pid file, then for it to boot (all three at once).
-        with ThreadPoolExecutor(count) as pool:
-            waits = [
-                pool.submit(cluster.ctl, node, "wait", str(node.directory / "pid"), timeout=timeout)
-                for node in cluster.nodes
-            ]
-            for waited in waits:
-                waited.result()
-        first = cluster.nodes[0]
-        for node in cluster.nodes[1:]:
-            cluster.ctl(node, "stop_app")
+        # `wait` waits for a node's pid file, then for it to boot.
+        _on_each(cluster.nodes, lambda n: cluster.ctl(n, "wait", n.pid_file, timeout=timeout))
+        # The others join the first one at a time; stopping and starting their apps
+        # goes on side by side (start_app returns once the app has started).
+        first, others = cluster.nodes[0], cluster.nodes[1:]
+        _on_each(others, lambda n: cluster.ctl(n, "stop_app"))
+        for node in others:
             cluster.ctl(node, "join_cluster", first.name)
-            cluster.ctl(node, "start_app")  # returns once the app has started
+        _on_each(others, lambda n: cluster.ctl(n, "start_app", timeout=timeout))
         running = cluster.running()
         if running != sorted(n.name for n in cluster.nodes):
             raise RuntimeError(f"the cluster formed with {running} only")
@@ -192,6 +192,13 @@ def start_cluster(
         raise
     cluster.started_in_s = time.monotonic() - began
     return cluster
+
+
+def _on_each(nodes: list[RabbitNode], do: Callable[[RabbitNode], object]) -> None:
+    """`do` on every node at once (threads: each is a CLI call); the first error raises."""
+    with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+        for done in [pool.submit(do, node) for node in nodes]:
+            done.result()
 
 
 def _reap(node: RabbitNode) -> None:
@@ -207,15 +214,17 @@ def _reap(node: RabbitNode) -> None:
         process.wait(10)
 
 
+def _stop_node(cluster: RabbitCluster, node: RabbitNode) -> None:
+    if node.process is not None and node.name not in cluster.stopped:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            cluster.ctl(node, "stop", timeout=60)
+    _reap(node)
+
+
 def stop_cluster(cluster: RabbitCluster) -> None:
+    """Stop every node (all at once), then kill what is left of their process groups."""
     try:
-        for node in cluster.nodes:
-            if node.process is None or node.name in cluster.stopped:
-                _reap(node)
-                continue
-            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-                cluster.ctl(node, "stop", timeout=60)
-            _reap(node)
+        _on_each(cluster.nodes, lambda node: _stop_node(cluster, node))
     finally:
         for node in cluster.nodes:
             if node.process is not None and node.process.poll() is None:
