@@ -85,10 +85,14 @@ async def test_jobs_are_listed_shown_and_redriven_and_the_dlq_redriven_and_purge
         (failed, "acme"),
     ]
     assert [j["id"] for j in only_failed["items"]] == [failed]
-    assert elsewhere == {"items": [], "next_before": None}
+    assert elsewhere == {"items": [], "next_after": None}
     assert [j["id"] for j in on_queue["items"]] == [done]
-    assert on_queue["next_before"] is not None
-    before = await answer(admin_env, "jobs", "list", "--before", on_queue["next_before"])
+    assert on_queue["next_after"] is not None
+    after = await answer(admin_env, "jobs", "list", "--after", on_queue["next_after"])
+    assert [j["id"] for j in after["items"]] == [failed]
+    # Created before the newest job's instant: the older one only.
+    newest = listed["items"][0]["created_at"]
+    before = await answer(admin_env, "jobs", "list", "--before", newest)
     assert [j["id"] for j in before["items"]] == [failed]
     assert (shown["status"], shown["attempts"]) == ("failed", 1)
     assert [e["name"] for e in shown["events"]] == ["enqueued", "started", "failed"]
@@ -145,6 +149,7 @@ async def test_bad_input_is_one_line_and_a_non_zero_exit(
     refused(await jobrail(env, "jobs", "show", "not-a-uuid"), "invalid UUID", usage=True)
     refused(await jobrail(env, "jobs", "list", "--limit", "0"), "from 1 to 200", usage=True)
     refused(await jobrail(env, "jobs", "list", "--before", "soon"), "ISO 8601", usage=True)
+    refused(await jobrail(env, "jobs", "list", "--after", "x!"), "not a cursor", usage=True)
     refused(await jobrail(env, "jobs", "list", "--colour", "red"), "unrecognized", usage=True)
     refused(await jobrail(env, "jobs"), "required", usage=True)
 
@@ -154,4 +159,4 @@ async def test_bad_input_is_one_line_and_a_non_zero_exit(
     sqlite = {"JOBRAIL_DATABASE__URL": f"sqlite+aiosqlite:///{tmp_path / 'j.db'}"}
     assert (await jobrail(sqlite, "migrate")).returncode == 0
     refused(await jobrail(sqlite, "dlq", "list"), "needs the stack's RabbitMQ")
-    assert await answer(sqlite, "jobs", "list") == {"items": [], "next_before": None}
+    assert await answer(sqlite, "jobs", "list") == {"items": [], "next_after": None}

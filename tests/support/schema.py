@@ -24,6 +24,7 @@ PLATFORM_TABLES = {
     "dispatch_gates",
     "workers",
     "ops_samples",
+    "job_attempt_failures",
 }
 
 

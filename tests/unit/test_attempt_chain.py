@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from jobrail.jobs.domain import Job, JobStatus
+from jobrail.jobs.domain import Job, JobStatus, Wait, WaitsOn
 from jobrail.jobs.messages import JobMessage
 from jobrail.jobs.retry import RetryPolicy
 from jobrail.limits.model import JobLimits, Lock, TokenBucket
@@ -573,6 +573,24 @@ async def test_a_job_that_gives_up_while_another_attempt_holds_it_waits_out_that
     [letter] = w.dispatcher.dispatched
     assert letter.queue == "jobs.dlq"
     assert w.clock.now() >= START + timedelta(seconds=5)
+
+
+async def test_a_give_back_notes_what_turned_the_job_away_so_it_waits_on_that() -> None:
+    limits = Recording("limits", [])
+    w = Worker(limits, notes_every_s=0)
+    job = w.add()
+    now = w.clock.now()
+    later = now + timedelta(seconds=3)
+    on = (WaitsOn("rate_limit", "vendor", "vendor:acme"),)
+    message = w.delivery(job).again(later, deferred=True)
+    limits.stop = GiveBack(message, "limited", now, Wait(on=on, until=later, since=now))
+
+    done = await w.run(job)
+    assert w.notes is not None
+    await w.notes.close()
+
+    assert done.status is JobStatus.RETRYING
+    assert done.waiting == Wait(on=on, until=later, since=now)
 
 
 async def test_a_give_back_is_sent_even_if_a_middleware_fails_as_it_lets_go() -> None:

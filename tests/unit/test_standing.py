@@ -141,6 +141,17 @@ def test_a_job_its_limits_turned_away_says_what_turned_it_away() -> None:
         assert standing == Standing(reason=reason, since=START, until=job.waiting.until, on=on)
 
 
+def test_a_job_given_back_after_its_claim_names_the_limit_not_a_retry() -> None:
+    on = (WaitsOn("rate_limit", "vendor", "vendor:acme"),)
+    later = NOW + timedelta(seconds=3)
+    job = make_job()
+    job.start(START, timedelta(seconds=30))
+    job.throttled("limited by vendor", later, START)
+    job.waiting = Wait(on=on, until=later, since=START)
+
+    assert standing_of(job, NOW) == Standing(reason="rate_limit", since=START, until=later, on=on)
+
+
 def test_the_api_shows_the_standing_and_a_note_alone_where_none_is_read() -> None:
     holder = uuid.uuid4()
     job = held()

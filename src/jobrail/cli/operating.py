@@ -69,6 +69,7 @@ async def _jobs(request: AsyncContainer, args: argparse.Namespace) -> tuple[Any,
     from jobrail.jobs.domain import JobStatus
     from jobrail.kernel.errors import InvalidInputError
     from jobrail.kernel.ids import JobId, TenantId
+    from jobrail.ops.job_search import cursor_text
     from jobrail.ops.redrive import RedriveJob, RedriveJobCommand
     from jobrail.ops.views import GetOpsJob, ListOpsJobs, ListOpsJobsQuery
 
@@ -85,14 +86,15 @@ async def _jobs(request: AsyncContainer, args: argparse.Namespace) -> tuple[Any,
             queue=args.queue,
             limit=args.limit,
             created_before=args.before,
+            after=args.after,
         )
         page = await (await request.get(ListOpsJobs))(query)
         items = [job_data(job) for job in page.items]
-        more = page.next_cursor.created_at.isoformat() if page.next_cursor else None
+        more = cursor_text(page.next_cursor) if page.next_cursor else None
         text = table(items, JOB_COLUMNS)
         if more:
-            text += f"\n(more: --before {more})"
-        return {"items": items, "next_before": more}, text
+            text += f"\n(more: --after {more})"
+        return {"items": items, "next_after": more}, text
     if args.action == "show":
         seen = await (await request.get(GetOpsJob))(JobId(args.job_id))
         shown = job_data(seen.job)

@@ -49,8 +49,9 @@ JOBS_HELP = {
         "jobs, newest first, filtered",
         """\
 Jobs of every tenant (or --tenant's), newest first, filtered by --status, --type and
---queue; at most --limit (1 to 200, 50). A longer list ends with the --before that
-shows the next page.""",
+--queue, created --before a time; at most --limit (1 to 200, 50). A longer list ends
+with the --after that shows the next page (jobs created in the same instant are never
+skipped).""",
     ),
     "show": CommandHelp(
         "one job and its events", "A job of any tenant, with the first lines of its story."
@@ -77,6 +78,17 @@ def _before(text: str) -> datetime:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _cursor(text: str) -> Any:
+    """A page's cursor, as the list printed it."""
+    from jobrail.kernel.errors import InvalidInputError
+    from jobrail.ops.job_search import decode_cursor
+
+    try:
+        return decode_cursor(text)
+    except InvalidInputError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a cursor a list gave") from None
 
 
 def _count(most: int) -> Callable[[str], int]:
@@ -112,6 +124,7 @@ def add_operator_commands(
     listed.add_argument("--queue", help="a queue, e.g. jobs.default")
     listed.add_argument("--limit", type=_count(200), default=50, help="1 to 200 (50)")
     listed.add_argument("--before", type=_before, metavar="TIME", help="created before")
+    listed.add_argument("--after", type=_cursor, metavar="CURSOR", help="the next page")
     for name in ("show", "redrive"):
         leaf(actions, name, JOBS_HELP[name]).add_argument("job_id", type=uuid.UUID)
 

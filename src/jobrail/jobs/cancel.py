@@ -94,7 +94,7 @@ class CancelJobs:
         self._workflows = workflows
 
     async def __call__(self, cmd: CancelJobsCommand) -> CancelledJobs:
-        where = _filter(cmd)
+        where = cancel_filter(cmd)
         cancelled = stopping = 0
         for _ in range(MAX_BATCHES):
             async with self._uow as uow:
@@ -125,7 +125,8 @@ class CancelJobs:
         return True
 
 
-def _filter(cmd: CancelJobsCommand) -> CancelFilter:
+def cancel_filter(cmd: CancelJobsCommand) -> CancelFilter:
+    """The jobs `cmd` takes; an `InvalidInputError` for a filter `CancelJobs` refuses."""
     if not cmd.statuses or not cmd.statuses <= CANCELLABLE:
         raise InvalidInputError(
             "statuses: only pending, retrying, blocked and running jobs can be cancelled"

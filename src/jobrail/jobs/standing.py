@@ -81,7 +81,10 @@ def standing_of(
     if pause is not None:
         return _in_line(Standing(PAUSED, pause.paused_at, on=on, pause=pause), line, None)
     if not job.is_due(now) and job.run_after is not None:
-        if job.status is JobStatus.RETRYING:
+        if job.status is JobStatus.RETRYING and job.waiting is not None:
+            # Given back after its claim: its limits turned it away (see Job.throttled).
+            reason, since = (on[0].kind if on else UNNAMED_LIMIT), job.waiting.since
+        elif job.status is JobStatus.RETRYING:
             reason, since = RETRY, job.updated_at
         else:
             reason = RUN_AT if job.debounce_key is None else DEBOUNCE

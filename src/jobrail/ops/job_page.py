@@ -2,12 +2,17 @@
 (the lines of ``GET /jobs/{id}/events``: lifecycle events, each run of progress folded
 into its newest), and its attempts as its events tell them."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from jobrail.events.feed import JobEvent, StoryLine
 from jobrail.jobs.domain import Wait
 from jobrail.ops.page_parts import progress_text, when
+from jobrail.worker.failures import AttemptFailure
+
+# The worker's clock stamps a failure, the database's an event: a little either way.
+_SKEW = timedelta(seconds=5)
 
 # The events that end an attempt, and what each says of it.
 _ATTEMPT_ENDS = {
@@ -27,11 +32,14 @@ class Attempt:
     ended_at: datetime | None = None
     outcome: str = "running"
     error: str = ""
+    traceback: str = ""
 
 
-def attempts_of(lines: list[StoryLine]) -> list[Attempt]:
+def attempts_of(lines: list[StoryLine], failures: Sequence[AttemptFailure] = ()) -> list[Attempt]:
     """Each attempt its events show: from its `started` to the event that ended it,
-    with that event's error (a retried or failed attempt's)."""
+    with that event's error (a retried or failed attempt's) and the traceback noted of
+    it (`failures`: the first of that attempt number noted since it started; a redrive
+    numbers attempts from 1 again)."""
     found: list[Attempt] = []
     for line in lines:
         event = line.event
@@ -43,6 +51,19 @@ def attempts_of(lines: list[StoryLine]) -> list[Attempt]:
             attempt.outcome = _ATTEMPT_ENDS[event.name]
             if event.name in ("retrying", "failed", "cancelled"):
                 attempt.error = event.last_error or ""
+    unused = list(failures)
+    for attempt in found:
+        match = next(
+            (
+                f
+                for f in unused
+                if f.attempt == attempt.number and f.at >= attempt.started_at - _SKEW
+            ),
+            None,
+        )
+        if match is not None and attempt.error:
+            unused.remove(match)
+            attempt.traceback = match.traceback
     return found
 
 

@@ -138,7 +138,12 @@ def _time(text: str, name: str) -> datetime | None:
 
 
 def encode_cursor(job: Job) -> str:
-    raw = f"{job.created_at.astimezone(UTC).isoformat()}|{job.id}".encode()
+    return cursor_text(Cursor(created_at=job.created_at, job_id=job.id))
+
+
+def cursor_text(cursor: Cursor) -> str:
+    """The opaque text of a position in a newest-first list (`decode_cursor` reads it)."""
+    raw = f"{cursor.created_at.astimezone(UTC).isoformat()}|{cursor.job_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -123,7 +123,7 @@ def job_page(
         flow=found.flow,
         waiting=waiting,
         note=note,
-        attempts=attempts_of(found.events),
+        attempts=attempts_of(found.events, found.failures),
         events=[(line, line_details(line)) for line in found.events],
         more_events=found.more_events,
     )

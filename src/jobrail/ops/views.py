@@ -2,7 +2,7 @@
 operators (the overview is jobrail.ops.overview)."""
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobrail.events.feed import EventFilter, JobEventLog, StoryLine
@@ -14,6 +14,7 @@ from jobrail.jobs.ports import Cursor, JobFilter, JobPage, JobsUnitOfWork
 from jobrail.jobs.workflows import FlowView
 from jobrail.kernel.errors import InvalidInputError, NotFoundError
 from jobrail.kernel.ids import JobId, TenantId
+from jobrail.worker.failures import AttemptFailure, AttemptFailures
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class OpsJob:
     """The first lines of its story (its events, progress folded), in feed order."""
     more_events: bool
     """Whether its story goes on after these."""
+    failures: list[AttemptFailure] = field(default_factory=list)
+    """Its failed attempts' errors and tracebacks, in the order they failed."""
 
 
 class ListOpsFlows:
@@ -78,11 +81,15 @@ class GetOpsJob:
     its events): the lines `GET /jobs/{id}/events` answers, so that both views of a job
     agree, and its lifecycle stays in view however often it reports progress. Every
     event written is read, those the feed holds back yet too: this is a look, not a
-    page to read on from."""
+    page to read on from. With `failures`, its first `events` failed attempts' errors
+    and tracebacks too."""
 
-    def __init__(self, uow: JobsUnitOfWork, events: JobEventLog) -> None:
+    def __init__(
+        self, uow: JobsUnitOfWork, events: JobEventLog, failures: AttemptFailures | None = None
+    ) -> None:
         self._uow = uow
         self._events = events
+        self._failures = failures
 
     async def __call__(self, job_id: JobId, events: int = 100) -> OpsJob:
         async with self._uow:
@@ -92,7 +99,8 @@ class GetOpsJob:
             flow = await self._uow.flows.get(job.flow.flow_id) if job.flow else None
         which = EventFilter(None, job_id=job_id)
         found = list(await self._events.story(which, events + 1, held_back_too=True))
-        return OpsJob(job, flow, found[:events], more_events=len(found) > events)
+        failed = await self._failures.of_job(job_id, events) if self._failures else []
+        return OpsJob(job, flow, found[:events], more_events=len(found) > events, failures=failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +111,14 @@ class ListOpsJobsQuery:
     queue: str | None = None
     limit: int = 50
     created_before: datetime | None = None
+    after: Cursor | None = None
+    """Where the previous page ended (its `next_cursor`)."""
 
 
 class ListOpsJobs:
     """Jobs of every tenant (or of one), newest first, filtered by status, type and
-    queue, created before a time if given; at most 200 a page, as `ListJobs` pages."""
+    queue, created before a time if given, after a page's cursor if given; at most 200 a
+    page, as `ListJobs` pages."""
 
     def __init__(self, uow: JobsUnitOfWork) -> None:
         self._uow = uow
@@ -116,11 +127,11 @@ class ListOpsJobs:
         if not 1 <= query.limit <= MAX_PAGE_SIZE:
             raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE_SIZE}")
         where = JobFilter(query.tenant_id, query.status, query.type, queue=query.queue)
-        # Before a time is after a cursor at that time and the smallest id.
-        after = (
-            None
-            if query.created_before is None
-            else Cursor(query.created_before, JobId(uuid.UUID(int=0)))
-        )
+        # Before a time is after a cursor at that time and the smallest id; with a
+        # page's cursor too, the list starts after whichever comes later in it.
+        starts = [query.after] if query.after else []
+        if query.created_before is not None:
+            starts.append(Cursor(query.created_before, JobId(uuid.UUID(int=0))))
+        after = min(starts, key=lambda c: (c.created_at, c.job_id.int), default=None)
         async with self._uow:
             return await self._uow.jobs.list(where, query.limit, after)

@@ -34,6 +34,7 @@ from jobrail.jobs.publishing import OutboxMarks
 from jobrail.kernel.batching import Coalescer
 from jobrail.kernel.clock import Clock, sleep_unless
 from jobrail.kernel.errors import BrokerUnavailableError, StoreUnavailableError
+from jobrail.outbox.left_over import LeftToRelayLog
 from jobrail.store.dialects import paused_job
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
@@ -106,9 +107,9 @@ class OutboxPublisher:
         self._clock = clock
         self._timeout = timeout.total_seconds()
         self._batches: Coalescer[Sequence[Envelope], list[Any]] = Coalescer(self._publish_many)
+        self._left_over = LeftToRelayLog()
         self.envelopes = EnvelopeDispatch(self)
-        """The same fast path for messages already encoded (for their outbox rows):
-        what ``AfterCommit`` hands on."""
+        """The fast path for messages already encoded (what ``AfterCommit`` hands on)."""
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         await self.dispatch_envelopes([encode(message) for message in messages])
@@ -200,9 +201,8 @@ class OutboxPublisher:
                 why = why or outcome
             going = still
             position += 1
-        if left_over:
-            # The rows are committed: the relay publishes them, in order.
-            log.info("fast path left %d messages to the relay: %s", left_over, why)
+        if left_over:  # the rows are committed: the relay publishes them, in order
+            self._left_over.note(left_over, why)
 
 
 # At most this many batches of jobs past their deadline expire in one pass.

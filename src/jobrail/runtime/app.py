@@ -22,6 +22,8 @@ from jobrail.ops import admin_api as admin
 from jobrail.ops import cancel_api, pauses_api, tenant_admin, workers_api
 from jobrail.ops import console as ops
 from jobrail.ops import console_actions as ops_actions
+from jobrail.ops import console_bulk as ops_bulk
+from jobrail.ops import console_pages as ops_pages
 from jobrail.runtime import health
 from jobrail.runtime import metrics_endpoint as metrics
 from jobrail.runtime.bootstrap import Runtime, build_runtime, serving
@@ -123,7 +125,14 @@ def create_app(
         routers += module.routers_for(settings)
     admins = [admin.router, tenant_admin.router, pauses_api.router, cancel_api.router]
     admins += [workers_api.router]
-    for router in [*routers, *admins, ops.router, ops_actions.router]:
+    for router in [
+        *routers,
+        *admins,
+        ops.router,
+        ops_actions.router,
+        ops_pages.router,
+        ops_bulk.router,
+    ]:
         add_routes(app, router)
     setup_dishka(runtime.container, app)
     document_body_limit(app, settings.api.max_body_bytes)

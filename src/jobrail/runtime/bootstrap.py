@@ -26,9 +26,10 @@ from jobrail.kernel.clock import Clock
 from jobrail.kernel.ids import TenantId
 from jobrail.modules import LoopProcess, Module
 from jobrail.ops.ioc import OpsProvider
+from jobrail.ops.schedules import DeclaredSchedules
 from jobrail.runtime.container import PlatformProvider, ProcessRole
 from jobrail.runtime.modules import load_modules
-from jobrail.runtime.schedules import build_scheduler
+from jobrail.runtime.schedules import build_scheduler, declared_schedules
 from jobrail.settings import Settings
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import dispatch_queues, jobs
@@ -181,6 +182,7 @@ def build_runtime(settings: Settings, *, worker: bool, modules: Sequence[Module]
             JobBroker: broker,
             EventCatalog: events,
             ProcessRole: ProcessRole.WORKER if worker else ProcessRole.API,
+            DeclaredSchedules: declared_schedules(modules, settings.scheduler, registry),
         },
     )
     routes.use(container)

@@ -35,6 +35,7 @@ from jobrail.outbox.committing import AfterCommit, DetachedDispatch, EnvelopeSto
 from jobrail.outbox.relay import OutboxPublisher, OutboxRelay, SqlaOutboxMarks
 from jobrail.outbox.uow import SqlaUnitOfWork, UnitOfWorkFactory
 from jobrail.settings import Settings
+from jobrail.store.attempt_failures import SqlaAttemptFailures
 from jobrail.store.engine import close_engine, create_engine, create_sessionmaker
 from jobrail.store.jobs import SqlaJobIntake, SqlaJobStore
 from jobrail.store.pg_intake import PgJobIntake, PgOutboxMarks
@@ -56,6 +57,8 @@ from jobrail.tenants.use_cases import (
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
 from jobrail.worker.admission import LimitsAndLock
+from jobrail.worker.failure_notes import FailureNotes
+from jobrail.worker.failures import AttemptFailures
 from jobrail.worker.flow_recording import FlowRecordingStore
 from jobrail.worker.gate import GateConfig, JobGate
 from jobrail.worker.job_store import JobStore
@@ -277,6 +280,10 @@ class PlatformProvider(Provider):
         return PgJobStore(pool, window_s=settings.worker.batch_window_ms / 1000)
 
     @provide(scope=Scope.APP)
+    def attempt_failures(self, engine: AsyncEngine) -> AttemptFailures:
+        return SqlaAttemptFailures(engine)
+
+    @provide(scope=Scope.APP)
     async def runner(
         self,
         store: JobStore,
@@ -289,6 +296,7 @@ class PlatformProvider(Provider):
         metrics: Metrics,
         factory: UnitOfWorkFactory,
         running: RunningJobs,
+        failures: AttemptFailures,
     ) -> AsyncIterator[JobRunner]:
         config = RunnerConfig(
             dead_letter_queue=settings.rabbit.dead_letter_queue,
@@ -300,7 +308,7 @@ class PlatformProvider(Provider):
         )
         # The attempt's middleware, in order: each lets the delivery in after those before
         # it, and lets go of it before them.
-        middleware = (LimitsAndLock(gate, clock), running)
+        middleware = (LimitsAndLock(gate, clock), running, FailureNotes(failures))
         wait_notes = WaitNotes(store)
         yield JobRunner(
             store,

@@ -18,6 +18,7 @@ from jobrail.kernel.clock import Clock
 from jobrail.kernel.errors import InvalidInputError
 from jobrail.limits.model import LimitsBackend
 from jobrail.modules import Module
+from jobrail.ops.schedules import DeclaredSchedules
 from jobrail.scheduler.leadership import Leadership
 from jobrail.scheduler.loop import Scheduler
 from jobrail.scheduler.schedule import Schedule
@@ -69,6 +70,20 @@ def resolve_schedules(
             raise ScheduleConfigError(f"schedule {name!r}: {exc} {exc.details}") from None
         schedules.append(schedule)
     return schedules
+
+
+def declared_schedules(
+    modules: Sequence[Module], settings: SchedulerSettings, catalog: JobCatalog
+) -> DeclaredSchedules:
+    """What the console shows of the schedules: those `resolve_schedules` gives, or,
+    when the overrides do not fit (the scheduler refuses to start then), every schedule
+    as declared, with the reason."""
+    ttl = settings.leader_ttl_s
+    try:
+        return DeclaredSchedules(resolve_schedules(modules, settings, catalog), ttl)
+    except ScheduleConfigError as exc:
+        declared = [schedule for module in modules for schedule in module.schedules]
+        return DeclaredSchedules(declared, ttl, problem=str(exc))
 
 
 def holder_id() -> str:

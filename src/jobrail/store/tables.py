@@ -274,6 +274,21 @@ job_events = Table(
     sqlite_autoincrement=True,
 )
 
+# Each failed attempt's error and traceback (jobrail.worker.failures), for the console's
+# job page; written by the worker after the attempt's outcome, gone with its job.
+job_attempt_failures = Table(
+    "job_attempt_failures",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("job_id", Uuid, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("traceback", Text, nullable=False),
+    Index("ix_job_attempt_failures_job_id", "job_id", "id"),
+    sqlite_autoincrement=True,
+)
+
 # Webhooks (jobrail.webhooks): where a tenant's job events are POSTed, signed with its
 # secret. The secret is stored as given: a signature needs it.
 webhooks = Table(

@@ -1,6 +1,7 @@
 """The stack mode's broker: taskiq-aio-pika's, with jobrail's topology (``topology``),
 publisher (``publishing``), dead-letter queue (``dead_letters``) and consumer
-(``consuming``). A RabbitMQ restart is logged once (``reconnects``). Where it reaches
+(``consuming``). A RabbitMQ restart is logged once (``reconnects``); with several nodes a
+process uses one and moves to the next when it fails (``nodes``). Where it reaches
 past taskiq-aio-pika's public API is ``internals``."""
 
 import asyncio
@@ -9,7 +10,6 @@ import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
-import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from taskiq import AckableMessage
 from taskiq_aio_pika import AioPikaBroker
@@ -24,7 +24,7 @@ from jobrail.transport.amqp_errors import CHANNEL_GONE, why
 from jobrail.transport.codec import Envelope
 from jobrail.transport.consuming import AmqpConsumer, Deliveries
 from jobrail.transport.dead_letters import AmqpDeadLetters
-from jobrail.transport.frames import CoalescingRobustConnection
+from jobrail.transport.nodes import Nodes, connect_node
 from jobrail.transport.publishing import AmqpPublisher
 from jobrail.transport.reconnects import ConnectionWatch
 from jobrail.transport.topology import (
@@ -48,8 +48,10 @@ class AmqpJobBroker(AioPikaBroker):
         self.topology = topology = Topology.from_settings(settings)
         self._settings = settings
         clock = clock or SystemClock()
+        self._node_urls = settings.node_urls()
+        self.nodes = Nodes(self._node_urls, shuffle=settings.node_order == "shuffled")
         super().__init__(
-            url=settings.url.get_secret_value(),
+            url=self._node_urls[0],
             qos=settings.prefetch,
             exchange=topology.work_exchange(),
             task_queues=topology.work_queues(quorum=settings.quorum_queues),
@@ -124,13 +126,13 @@ class AmqpJobBroker(AioPikaBroker):
                 return
 
     async def _connect(self) -> None:
+        # Both connections on the node the process is on, moving on together (see nodes).
         connect = functools.partial(
-            aio_pika.connect_robust,
-            self._settings.url.get_secret_value(),
+            connect_node,
+            self.nodes,
+            self._node_urls[0],
             timeout=self._settings.connect_timeout_s,
             reconnect_interval=self._settings.reconnect_interval_s,
-            # The frames written in one loop turn go out in one write (see frames).
-            connection_class=CoalescingRobustConnection,
         )
         write = await connect()
         read = None

@@ -185,7 +185,8 @@ class LimitsAndLock:
                 )
                 now = self._clock.now()
                 message = deferred_message(delivery, taken, now + taken.delay, now)
-                return GiveBack(message, taken.reason, now)
+                wait = Wait(on=taken.waits_on, until=now + taken.delay, since=now)
+                return GiveBack(message, taken.reason, now, wait)
             admitted = taken
             state = Held(state.keys, taken, start_by)
         admitted.started()

@@ -37,6 +37,7 @@ from jobrail.jobs.messages import JobMessage, Outgoing
 from jobrail.jobs.ports import ClaimToken
 from jobrail.limits.model import JobLimits
 from jobrail.worker.context import JobContext
+from jobrail.worker.failures import AttemptFailure
 from jobrail.worker.watchdog import Kept
 
 Handler = Callable[[Mapping[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
@@ -86,11 +87,13 @@ class NotStartable:
 @dataclass(frozen=True, slots=True)
 class GiveBack:
     """Turned away after the claim: the job gives its claim and its attempt back (it is
-    throttled at `now` with `reason`) and `message` goes round again."""
+    throttled at `now` with `reason`) and `message` goes round again. `wait`: what turned
+    it away, noted on the job as a deferral before the claim is."""
 
     message: JobMessage
     reason: str
     now: datetime
+    wait: Wait | None = None
 
     @property
     def run_after(self) -> datetime:
@@ -137,6 +140,8 @@ class Attempt:
     """The recorded outcome's messages, once written (sent even if a middleware fails
     as it lets go)."""
     on_claimed: tuple[Callable[["Attempt"], Awaitable[GiveBack | None]], ...] = ()
+    failure: AttemptFailure | None = None
+    """The handler's error and traceback when it raised (noted once recorded)."""
 
 
 Step = Callable[[Attempt], Awaitable[Ending]]

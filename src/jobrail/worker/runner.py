@@ -53,9 +53,11 @@ from jobrail.worker.attempt import (
 )
 from jobrail.worker.cancel_watch import WatchedCancel
 from jobrail.worker.context import JobContext
+from jobrail.worker.failures import failure_of
 from jobrail.worker.job_store import JobIdentity, JobStore
 from jobrail.worker.outcomes import (
     HOLD_LEASES,
+    Next,
     classify,
     conclude,
     failed,
@@ -227,7 +229,11 @@ class JobRunner:
         """A middleware turned away a job already claimed: give the claim and its
         attempt back and send the message round, as a denial before the claim would."""
         job.throttled(given.reason, given.run_after, given.now)
-        return await self._recorded(attempt, job, (given.message,))
+        recorded = await self._recorded(attempt, job, (given.message,))
+        if recorded is not None and given.wait is not None and self._wait_notes is not None:
+            # What turned it away, so that it says so while it waits (not "retry").
+            self._wait_notes.note(job.id, given.wait, given.now)
+        return recorded
 
     async def _recorded(
         self, attempt: Attempt, job: Job, outbox: Sequence[Outgoing]
@@ -292,6 +298,8 @@ class JobRunner:
             verdict = classify(exc, timeout)
             if verdict.unknown:
                 log.exception("job %s (%s) raised an unexpected error", job.id, job.type)
+            if verdict.next in (Next.RETRY, Next.FAIL):  # noted (FailureNotes) once recorded
+                attempt.failure = failure_of(job, verdict.error, exc, self._clock.now())
             cancel_requested = verdict.runs_again and await self._hold_store(
                 lambda: self._store.cancel_requested(job.id)
             )
