@@ -6,9 +6,7 @@ kept a day. Its live counts read the jobs not ended yet through a partial index,
 the samples are taken from the jobs finished and started in a minute through indexes
 on those times: no query of the overview reads the whole jobs table.
 
-(It follows 0022, which reached main first.)
-
-Revision ID: 0021
+Revision ID: 0023
 Revises: 0022
 Create Date: 2026-12-06
 """
@@ -19,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021"
+revision: str = "0023"
 down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
