@@ -1,4 +1,5 @@
-"""The platform's tables. Its Alembic chain (store/migrations) is the only way they change."""
+"""The platform's tables (the operators' own are in operator_tables, re-exported here).
+Its Alembic chain (store/migrations) is the only way they change."""
 
 from typing import Any
 
@@ -12,7 +13,6 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
-    MetaData,
     SmallInteger,
     String,
     Table,
@@ -24,16 +24,11 @@ from sqlalchemy import (
 
 from jobrail.store.column_types import Json as Json
 from jobrail.store.column_types import UtcDateTime as UtcDateTime
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "pk": "pk_%(table_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-}
-
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
+from jobrail.store.operator_tables import ops_samples as ops_samples
+from jobrail.store.operator_tables import ops_sessions as ops_sessions
+from jobrail.store.operator_tables import workers as workers
+from jobrail.store.table_base import NAMING_CONVENTION as NAMING_CONVENTION
+from jobrail.store.table_base import metadata as metadata
 
 # fmt: off
 JOB_STATUSES = (
@@ -381,49 +376,4 @@ api_keys = Table(
     Column("revoked_at", UtcDateTime),
     Index("uq_api_keys_digest", "digest", unique=True),
     Index("ix_api_keys_tenant_id", "tenant_id"),
-)
-
-# The ops page's sign-in sessions (jobrail.ops.console): one row per signed-in browser.
-ops_sessions = Table(
-    "ops_sessions",
-    metadata,
-    # SHA-256 of the session token, hex: the cookie holds the token, which is never stored,
-    # so reading this table (or api_keys) gives nothing a browser could present.
-    Column("digest", String(64), primary_key=True),
-    # Each request checks this key is still live and an admin's: revoking it ends the
-    # session at once.
-    Column("key_id", Uuid, ForeignKey("api_keys.id"), nullable=False),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("expires_at", UtcDateTime, nullable=False),
-    Index("ix_ops_sessions_key_id", "key_id"),
-    Index("ix_ops_sessions_expires_at", "expires_at"),
-)
-
-# The console's overview over time (jobrail.maintenance.sampling writes it each minute,
-# jobrail.ops reads it): one row per metric, minute and label (a job type and status, a
-# queue), kept a day.
-ops_samples = Table(
-    "ops_samples",
-    metadata,
-    Column("metric", String(32), primary_key=True),
-    Column("minute", UtcDateTime, primary_key=True),
-    Column("label", String(255), primary_key=True),
-    Column("value", Float, nullable=False),
-    Index("ix_ops_samples_minute", "minute"),
-)
-
-# Each process that runs jobs, as its last beat said (jobrail.workers_seen).
-workers = Table(
-    "workers",
-    metadata,
-    Column("id", String(64), primary_key=True),
-    Column("host", String(255), nullable=False),
-    Column("pid", Integer, nullable=False),
-    Column("version", String(64), nullable=False),
-    Column("queues", Json, nullable=False),
-    Column("concurrency", Integer, nullable=False),
-    Column("running", Json, nullable=False),
-    Column("started_at", UtcDateTime, nullable=False),
-    Column("beat_at", UtcDateTime, nullable=False),
-    Column("stopped_at", UtcDateTime),
 )
