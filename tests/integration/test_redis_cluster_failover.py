@@ -8,11 +8,16 @@ import asyncio
 import uuid
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.asyncio import RedisCluster as ClusterClient
 
 from jobrail.limits.model import Acquire, Concurrency, Grant, LimitsUnavailableError, Lock
 from jobrail.limits.redis import RedisLimits, redis_client
 from jobrail.settings import RedisSettings
+from jobrail.telemetry.tracing import use_tracer_provider
 from jobrail.worker.releases import ReleaseRetries
 from tests.support.redis_cluster import RedisCluster
 from tests.support.services import wait_for
@@ -166,3 +171,26 @@ async def test_a_lock_whose_release_failed_is_released_once_the_replica_took_ove
     finally:
         await retries.close()
         await backend.close()
+
+
+async def test_each_node_pipeline_is_a_client_span_without_arguments(
+    redis_cluster: RedisCluster,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use_tracer_provider(provider)
+    backend = _limits(redis_cluster)
+    try:
+        with trace.get_tracer("test").start_as_current_span("job"):
+            await backend.admit([Acquire(POOL, "pool:acme")], holder="h")
+    finally:
+        await backend.close()
+        use_tracer_provider(None)
+
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "EVALSHA"]
+    attributes = dict(span.attributes or {})
+    assert span.kind == trace.SpanKind.CLIENT
+    assert attributes["db.system"] == "redis"
+    assert attributes["db.statement"] == "EVALSHA ?"
+    assert attributes["server.port"] in redis_cluster.ports

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry import trace
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from redis.exceptions import (
@@ -44,6 +45,7 @@ from jobrail.kernel.batching import Coalescer
 from jobrail.limits.redis_errors import unreachable
 
 log = logging.getLogger("jobrail.limits")
+_tracer = trace.get_tracer("jobrail.limits")
 
 Call = tuple[Any, list[str], list[str]]  # script, keys, arguments
 
@@ -119,6 +121,24 @@ class NodeCalls:
         return await batch.submit((script, keys, args))
 
     async def _send(self, name: str, calls: Sequence[Call]) -> list[Any]:
+        if not trace.get_current_span().is_recording():
+            return await self._send_to(name, calls)
+        # A client span per node pipeline, as redis-py's instrumentation makes for the
+        # client's own commands (which these calls do not go through): no arguments.
+        host, _, port = name.rpartition(":")
+        attributes: dict[str, str | int] = {
+            "db.system": "redis",
+            "db.statement": "EVALSHA ?",
+            "db.redis.pipeline_length": len(calls),
+            "server.address": host,
+            "server.port": int(port) if port.isdigit() else 0,
+        }
+        with _tracer.start_as_current_span(
+            "EVALSHA", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ):
+            return await self._send_to(name, calls)
+
+    async def _send_to(self, name: str, calls: Sequence[Call]) -> list[Any]:
         node = self._cluster.get_node(node_name=name)
         if node is None:  # gone from the layout since the calls were routed to it
             self.layout.request()
