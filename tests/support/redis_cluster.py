@@ -1,14 +1,18 @@
-"""A three-master Redis Cluster on loopback, started by the tests with ``redis-server``.
+"""A Redis Cluster on loopback, started by the tests with ``redis-server``: three masters,
+or three masters with a replica each (`six_node_cluster`, for failovers).
 
 Each node runs with ``cluster-enabled yes``, its cluster config file in a temporary
-directory and no persistence; ``redis-cli --cluster create ... --cluster-replicas 0``
-joins them. The session fixture waits until every node reports ``cluster_state:ok``
-and shuts the nodes down at the end. The binaries are part of this project's machine
+directory and no persistence; ``redis-cli --cluster create ... --cluster-replicas N``
+joins them. The fixtures wait until every node reports ``cluster_state:ok`` (and every
+replica is in sync) and shut the nodes down at the end, whatever the test did to them
+(`RedisCluster.kill` sends SIGKILL to a node, `RedisCluster.restart` starts it again
+with its cluster config file). The binaries are part of this project's machine
 (Debian's redis-server, /usr/bin): a missing one skips outside CI and fails with CI=true.
 """
 
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -27,11 +31,88 @@ from tests.support.services import REDIS_URL, in_ci, require
 BUS_OFFSET = 10000
 
 
+# A failed master is replaced by its replica after about a second, and a shard that is
+# down (master and replica) does not stop the cluster serving the others' slots.
+FAILOVER_OPTIONS = (
+    "--cluster-node-timeout",
+    "1000",
+    "--cluster-require-full-coverage",
+    "no",
+)
+
+
 @dataclass
 class RedisCluster:
     ports: list[int]
     directory: Path
+    options: tuple[str, ...] = ()
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start_node(self, port: int) -> subprocess.Popen[bytes]:
+        node_dir = self.directory / str(port)
+        node_dir.mkdir(exist_ok=True)
+        return subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(node_dir / "nodes.conf"),
+                "--dir",
+                str(node_dir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                str(node_dir / "redis.log"),
+                *self.options,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node: no goodbye to its clients or to the other nodes."""
+        process = self.processes[self.ports.index(port)]
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (its data is gone; its cluster config is kept)."""
+        self.processes[self.ports.index(port)] = self.start_node(port)
+        _wait(lambda: self.cli(port, "ping").strip() == "PONG", 30)
+
+    def shards(self) -> dict[int, list[int]]:
+        """The masters' ports and, for each, its replicas' ports, as a live node sees
+        them (CLUSTER NODES; failed nodes left out)."""
+        for port in self.ports:
+            listing = self.cli(port, "cluster", "nodes")
+            if listing:
+                break
+        ids: dict[str, int] = {}
+        replicas: list[tuple[str, int]] = []
+        for line in listing.splitlines():
+            node_id, address, flags, master = line.split()[:4]
+            node_port = int(address.split("@")[0].rsplit(":", 1)[1])
+            if "fail" in flags.split(",") or "noaddr" in flags:
+                continue
+            if "master" in flags:
+                ids[node_id] = node_port
+            else:
+                replicas.append((master, node_port))
+        shards: dict[int, list[int]] = {port: [] for port in ids.values()}
+        for master, node_port in replicas:
+            if master in ids:
+                shards[ids[master]].append(node_port)
+        return shards
+
+    def state_ok(self, port: int) -> bool:
+        return "cluster_state:ok" in self.cli(port, "cluster", "info")
 
     @property
     def url(self) -> str:
@@ -46,7 +127,7 @@ class RedisCluster:
             text=True,
             timeout=30,
         )
-        return done.stdout
+        return done.stdout if done.returncode == 0 else ""
 
     def commandstat_calls(self, *commands: str) -> int:
         """Calls of `commands` counted by every node (INFO commandstats)."""
@@ -96,37 +177,12 @@ def start_cluster(
     (``--cluster-node-timeout``, ...)."""
     _require_binaries()
     nodes = masters * (1 + replicas)
-    cluster = RedisCluster(_free_ports(nodes), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")))
+    cluster = RedisCluster(
+        _free_ports(nodes), Path(tempfile.mkdtemp(prefix="jobrail-cluster-")), options
+    )
     try:
         for port in cluster.ports:
-            node_dir = cluster.directory / str(port)
-            node_dir.mkdir()
-            cluster.processes.append(
-                subprocess.Popen(
-                    [
-                        "redis-server",
-                        "--port",
-                        str(port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        str(node_dir / "nodes.conf"),
-                        "--dir",
-                        str(node_dir),
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--logfile",
-                        str(node_dir / "redis.log"),
-                        *options,
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            cluster.processes.append(cluster.start_node(port))
         _wait(lambda: all(cluster.cli(p, "ping").strip() == "PONG" for p in cluster.ports), timeout)
         created = subprocess.run(
             [
@@ -182,6 +238,17 @@ def _wait(condition: Callable[[], bool], timeout: float) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError("the Redis Cluster did not come up in time")
+
+
+@pytest.fixture
+def six_node_cluster() -> Iterator[RedisCluster]:
+    """Three masters with a replica each (`FAILOVER_OPTIONS`), of this test's own: it
+    may kill and restart nodes. Every node is stopped at the end."""
+    cluster = start_cluster(replicas=1, options=FAILOVER_OPTIONS)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,8 @@ from jobrail.limits.model import (
     LimitsUnavailableError,
     hash_tagged,
 )
-from jobrail.limits.redis_calls import UNREACHABLE, ScriptCalls
+from jobrail.limits.redis_calls import ScriptCalls
+from jobrail.limits.redis_errors import unreachable
 from jobrail.settings import RedisSettings
 
 # KEYS: resource. ARGV: fence, value. A write with an older fence than the last is refused.
@@ -118,7 +119,8 @@ class RedisLimits:
                 self._release: redis.register_script(built.release_batch),
                 self._extend: redis.register_script(built.extend_batch),
             }
-        self._call = ScriptCalls(redis, window_s, self._batched).call
+        self._calls = ScriptCalls(redis, window_s, self._batched)
+        self._call = self._calls.call
 
     async def load_scripts(self) -> None:
         """Load every script now (EVALSHA would otherwise load each on first use)."""
@@ -126,7 +128,9 @@ class RedisLimits:
             scripts = (self._admit, self._release, self._extend, self._holders, self._fenced)
             for script in (*scripts, *self._batched.values()):
                 script.sha = await self._redis.script_load(script.script)
-        except UNREACHABLE as exc:
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
 
     def key(self, item: Acquire) -> str:
@@ -244,7 +248,9 @@ class RedisLimits:
     async def reset(self, item: Acquire) -> None:
         try:
             await self._redis.delete(self.key(item))
-        except UNREACHABLE as exc:
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
             raise LimitsUnavailableError(f"Redis unavailable: {exc}") from exc
 
     async def holders(self, item: Acquire) -> list[dict[str, Any]]:
@@ -266,6 +272,7 @@ class RedisLimits:
         return int(data[b"fence"]), _text(data[b"value"])
 
     async def close(self) -> None:
+        self._calls.close()
         await self._redis.aclose()
 
 
@@ -274,9 +281,10 @@ def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
 
     A dead connection fails the command, which the limits treat as "Redis is away"
     (limited work waits and comes back); no ping before commands, no silent retries.
-    On a cluster, a failed node also makes the client read the cluster's layout again
-    before its next command (redis-py does that itself), and MOVED/ASK redirections
-    are followed as part of the command, not retried."""
+    On a cluster, the limits' scripts go to each node on its own
+    (``jobrail.limits.redis_nodes``), which reads the layout again after a node failed;
+    the client does not require every slot to be served (``require_full_coverage``):
+    with a shard down, the keys of the other shards are still routed."""
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout_s,
         "socket_connect_timeout": settings.socket_timeout_s,
@@ -284,5 +292,7 @@ def redis_client(settings: RedisSettings) -> "Redis | RedisCluster":
     }
     url = settings.url.get_secret_value()
     if settings.cluster:
-        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+        return RedisCluster.from_url(
+            url, retry=Retry(NoBackoff(), 0), require_full_coverage=False, **options
+        )
     return Redis.from_url(url, retry=None, **options)

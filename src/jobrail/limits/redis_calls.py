@@ -6,26 +6,23 @@ batch (the admissions of many jobs, say) are one command: the batched form of th
 each with its own result or error. The client then packs one command and parses one
 reply where it would handle one per call. A Redis Cluster cannot take that (a batch's
 keys lie on many slots): there the calls go to each node as a pipeline of their own, so
-that a node that fails holds back only its own calls.
+that a node that fails holds back only its own calls (``jobrail.limits.redis_nodes``).
+Any error that says Redis cannot answer (``jobrail.limits.redis_errors``) fails the call
+with ``LimitsUnavailableError``.
 """
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError, RedisError
 
 from jobrail.kernel.batching import Coalescer
 from jobrail.limits import scripts
 from jobrail.limits.model import LimitsUnavailableError
-
-# What a Redis that cannot answer raises. A RedisClusterException is what redis-py
-# raises when it reaches no node of the cluster (keys on two slots are caught before).
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
+from jobrail.limits.redis_errors import unreachable
+from jobrail.limits.redis_nodes import NodeCalls
 
 
 class CrossSlotError(ValueError):
@@ -33,10 +30,7 @@ class CrossSlotError(ValueError):
 
 
 def _evalsha(pipe: Any, script: Any, keys: list[str], args: list[str]) -> None:
-    # The raw command, not `pipe.evalsha`: redis-py refuses that method on a cluster
-    # pipeline (a list of blocked commands shared with its synchronous client), though
-    # its asyncio cluster pipeline routes EVALSHA by the script's keys, as a cluster
-    # client's own EVALSHA does. On a plain pipeline the two are the same command.
+    # The raw command, as the cluster's node pipelines send it (jobrail.limits.redis_nodes).
     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
@@ -56,52 +50,8 @@ class ScriptCalls:
         self._calls: Coalescer[tuple[Any, list[str], list[str]], Any] = Coalescer(
             self._send, window_s
         )
-        # On a cluster, one batch per node (see _node_batch).
-        self._window_s = window_s
-        self._node_batches: dict[str, Coalescer[tuple[Any, list[str], list[str]], Any]] = {}
-
-    async def _node_batch(
-        self, cluster: RedisCluster, keys: list[str]
-    ) -> Coalescer[tuple[Any, list[str], list[str]], Any]:
-        """The batch of the node that serves `keys`. redis-py's cluster pipeline would
-        split one batch by node itself, but a node that fails or does not answer would
-        fail or hold up all of it; batched by node, it holds back only its own calls.
-        (A call whose slot moved meanwhile still reaches the right node: the pipeline
-        routes every command by its keys and follows redirections.)"""
-        await cluster.initialize()  # reads the cluster's layout when needed; else a no-op
-        node = cluster.get_node_from_key(keys[0])
-        if node is None:
-            raise RedisClusterException(f"no node serves the key {keys[0]!r}")
-        batch = self._node_batches.get(node.name)
-        if batch is None:
-            batch = self._node_batches[node.name] = Coalescer(
-                lambda calls: self._send_to_cluster(cluster, calls), self._window_s
-            )
-        return batch
-
-    async def _send_to_cluster(
-        self, cluster: RedisCluster, calls: Sequence[tuple[Any, list[str], list[str]]]
-    ) -> list[Any]:
-        try:
-            results = await self._send_each(calls)
-        except RedisCluster.ERRORS_ALLOW_RETRY:
-            await self._layout_changed(cluster)
-            raise
-        if any(isinstance(result, RedisCluster.ERRORS_ALLOW_RETRY) for result in results):
-            await self._layout_changed(cluster)
-        return results
-
-    @staticmethod
-    async def _layout_changed(cluster: RedisCluster) -> None:
-        # A node failed (or the cluster is changing): read its layout again, or the
-        # pipelines would go on to a dead master after its replica took over. A single
-        # command makes redis-py do this itself; a pipeline only when it retries, and
-        # the limits' client never retries (see jobrail.runtime.container). Not `aclose()`, which is
-        # what redis-py's retry does: that would also cut the connections the other
-        # nodes' batches are using. The nodes manager keeps them, and runs one refresh
-        # for callers that fail at the same time.
-        with contextlib.suppress(RedisError, RedisClusterException, OSError):
-            await cluster.nodes_manager.initialize()  # fails again while no node answers
+        # On a cluster, one batch per node, sent to that node only.
+        self._nodes = NodeCalls(self._cluster, window_s) if self._cluster is not None else None
 
     async def _send(self, calls: Sequence[tuple[Any, list[str], list[str]]]) -> list[Any]:
         """Send a batch of calls to a plain Redis: the calls of a script that has a
@@ -172,11 +122,16 @@ class ScriptCalls:
                 "slot (see jobrail.limits.model.hash_tagged)"
             )
         try:
-            if self._cluster is None:
+            if self._nodes is None:
                 return await self._calls.submit((script, keys, args))
-            batch = await self._node_batch(self._cluster, keys)
-            return await batch.submit((script, keys, args))
-        except (RedisError, RedisClusterException, OSError) as exc:
-            # Down, loading, read-only, out of memory: the limits cannot be checked, so
-            # limited work waits (and is never run unprotected).
+            return await self._nodes.call(script, keys, args)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            # Down, loading, read-only, out of memory, failing over: the limits cannot be
+            # checked, so limited work waits (and is never run unprotected).
             raise LimitsUnavailableError(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._nodes is not None:
+            self._nodes.close()

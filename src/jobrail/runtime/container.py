@@ -234,15 +234,17 @@ class PlatformProvider(Provider):
         return LimitCounters()
 
     @provide(scope=Scope.APP)
-    def job_gate(
+    async def job_gate(
         self, backend: LimitsBackend, counters: LimitCounters, settings: Settings
-    ) -> JobGate:
+    ) -> AsyncIterator[JobGate]:
         config = GateConfig(
             contention_retry=timedelta(seconds=settings.limits.contention_retry_s),
             jitter=settings.limits.deferral_jitter,
             unavailable_retry_max=timedelta(seconds=settings.limits.unavailable_retry_max_s),
         )
-        return JobGate(backend, counters, config)
+        gate = JobGate(backend, counters, config)
+        yield gate
+        await gate.close()  # before the backend's client is closed
 
     @provide(scope=Scope.APP)
     def api_rate_limiter(

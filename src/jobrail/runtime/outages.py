@@ -5,13 +5,22 @@ Every way the database can be away is a 503, never a 500 (``jobrail.store.errors
 
 import aiormq
 from aio_pika.exceptions import ChannelInvalidStateError
+from redis.exceptions import AskError, ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobrail.store.errors import is_unavailable
 
-_REDIS_AWAY = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
+# A Redis Cluster failing over or resharding answers CLUSTERDOWN, MASTERDOWN (ClusterError),
+# TRYAGAIN, MOVED or ASK (AskError) until its layout settles.
+_REDIS_AWAY = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    RedisClusterException,
+    ClusterError,
+    TryAgainError,
+    AskError,
+)
 _RABBITMQ_AWAY = (
     aiormq.exceptions.AMQPConnectionError,
     aiormq.exceptions.ChannelInvalidStateError,

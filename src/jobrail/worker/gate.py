@@ -51,6 +51,7 @@ from opentelemetry import trace
 from jobrail.jobs.domain import WaitsOn
 from jobrail.jobs.retry import backoff
 from jobrail.kernel.errors import TransientError
+from jobrail.kernel.throttled_log import ThrottledLog
 from jobrail.limits.counters import LimitCounters
 from jobrail.limits.kind import reservation as prepaid_text
 from jobrail.limits.kind import reserved
@@ -62,6 +63,7 @@ from jobrail.limits.model import (
     LimitsUnavailableError,
 )
 from jobrail.worker.gating import Deferred, owner_job
+from jobrail.worker.releases import ReleaseRetries
 from jobrail.worker.watchdog import RENEWAL_MARGIN
 
 log = logging.getLogger("jobrail.limits")
@@ -74,6 +76,8 @@ _WAIT_KINDS = {
     "Lock": "lock",
 }
 _tracer = trace.get_tracer("jobrail.limits")
+_unavailable = ThrottledLog(log)
+_release_failed = ThrottledLog(log)
 
 
 def holder_token(owner: str = "") -> str:
@@ -129,11 +133,13 @@ class Pass:
         grant: Grant,
         counters: LimitCounters,
         start_within: timedelta | None = None,
+        releases: ReleaseRetries | None = None,
     ) -> None:
         self._backend = backend
         self._grant = grant
         self._counters = counters
         self._start_within = start_within
+        self._releases = releases
         ttls = [ttl for item in grant.items if (ttl := item.limit.hold_ttl_s) is not None]
         self._ttl = min(ttls) if ttls else None
         self._confirmed = asyncio.get_running_loop().time()
@@ -192,8 +198,12 @@ class Pass:
         try:
             await self._backend.release(self._grant, refund=refund)
         except LimitsUnavailableError as exc:
-            # Everything held has a TTL or a lease: it frees itself.
-            log.warning("could not release limits (%s); they expire on their own", exc)
+            if self._ttl is not None and self._releases is not None:
+                # A lock or slots: released as soon as the store answers again.
+                self._releases.add(self._grant, exc)
+            else:
+                # Tokens only: not refunded (a refund is not tried twice).
+                _release_failed("could not refund limits (%s)", exc)
 
 
 class JobGate:
@@ -203,11 +213,18 @@ class JobGate:
         counters: LimitCounters,
         config: GateConfig,
         rng: Callable[[], float] = random.random,
+        releases: ReleaseRetries | None = None,
     ) -> None:
         self._backend = backend
         self._counters = counters
         self._config = config
         self._rng = rng
+        self.releases = releases if releases is not None else ReleaseRetries(backend)
+        """The releases that failed, tried again in the background."""
+
+    async def close(self) -> None:
+        """Stop retrying failed releases (what is left expires on its own)."""
+        await self.releases.close()
 
     async def enter(
         self,
@@ -268,6 +285,9 @@ class JobGate:
             )
         except LimitsUnavailableError as exc:
             self._counters.unavailable += 1
+            # One line per interval for the process, not one per job: every job whose
+            # keys live where the store cannot be reached meets the same error.
+            _unavailable("limits store unavailable (%s); limited jobs wait and come back", exc)
             wait = backoff(
                 outages,
                 self._config.unavailable_retry.total_seconds(),
@@ -280,7 +300,13 @@ class JobGate:
                 waits_on=(WaitsOn("limits_store", "limits store", ""),),
             )
         if admission.grant is not None:
-            return Pass(self._backend, admission.grant, self._counters, admission.start_within)
+            return Pass(
+                self._backend,
+                admission.grant,
+                self._counters,
+                admission.start_within,
+                self.releases,
+            )
         self._counters.deferred += 1
         contended = False
         waits = []
