@@ -285,7 +285,12 @@ async def test_the_dlq_page_lists_redrives_and_purges_dead_letters(ops: Console)
     for job_id in (first, second):
         await _until_status(ops, job_id, "failed")
     letters = await runtime_of(ops.app).container.get(ListDeadLetters)
-    assert len(await letters(10)) == 2
+
+    async def letters_are(count: int) -> bool:
+        # A job's dead letter goes out after its failure is recorded, not with it.
+        return len(await letters(10)) == count
+
+    await wait_for(lambda: letters_are(2), what="two dead letters")
 
     page = await ops.page("/ops/dlq")
     listed = rows(page, "dead-letters")
@@ -314,7 +319,7 @@ async def test_the_dlq_page_lists_redrives_and_purges_dead_letters(ops: Console)
     assert asked.status_code == 200
     assert "Purge every dead letter?" in asked.text
     assert refused.status_code == 403
-    assert len(await letters(10)) == 2
+    await wait_for(lambda: letters_are(2), what="the redriven job's new letter")
 
     purged = await ops.act("/ops/dlq/purge", all="yes")
 

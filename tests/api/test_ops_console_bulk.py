@@ -229,11 +229,19 @@ async def test_a_bulk_redrive_runs_the_matching_failed_jobs_again_in_bounded_bat
     assert await _statuses(ops.engine, kept) == ["failed", "succeeded"]
 
 
+async def _noted(engine: AsyncEngine, count: int) -> bool:
+    async with engine.connect() as conn:
+        found = await conn.scalar(select(func.count()).select_from(job_attempt_failures))
+    return found == count
+
+
 async def test_a_failed_jobs_page_shows_each_failed_attempts_traceback(ops: Console) -> None:
     retried = await _echo(ops, fail_times=1)
     failed = await _echo(ops, permanent=True)
     await _until(ops, retried, "succeeded")
     await _until(ops, failed, "failed")
+    # Each note is written beside the attempt's end, not before it.
+    await wait_for(lambda: _noted(ops.engine, 2), what="two failed attempts noted")
 
     retried_page = await ops.page(f"/ops/jobs/{retried}")
     failed_page = await ops.page(f"/ops/jobs/{failed}")

@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.store.tables import job_events, jobs
+from jobrail.store.tables import job_attempt_failures, job_events, jobs
 from tests.e2e.conftest import ARTIFACTS, cli
 from tests.support.services import wait_for
 
@@ -82,6 +82,16 @@ async def test_an_operator_cancels_a_running_job_and_bulk_cancels_by_filter(
         other = await echo(beta, "?delay=600")
         await until_status(running, "running")
         await until_status(failed, "failed")
+
+        async def noted() -> bool:
+            query = select(job_attempt_failures.c.id).where(
+                job_attempt_failures.c.job_id == uuid.UUID(failed)
+            )
+            async with engine.connect() as conn:
+                return bool((await conn.execute(query)).first())
+
+        # Its traceback is noted beside the attempt's end, not before it.
+        await wait_for(noted, what="the failed attempt's note")
 
         browser.get(f"{served}/ops")
         browser.find_element(By.ID, "api_key").send_keys(admin_key)

@@ -310,7 +310,8 @@ class PlatformProvider(Provider):
         )
         # The attempt's middleware, in order: each lets the delivery in after those before
         # it, and lets go of it before them.
-        middleware = (LimitsAndLock(gate, clock), running, FailureNotes(failures))
+        failure_notes = FailureNotes(failures)
+        middleware = (LimitsAndLock(gate, clock), running, failure_notes)
         wait_notes = WaitNotes(store)
         yield JobRunner(
             store,
@@ -327,6 +328,7 @@ class PlatformProvider(Provider):
             flows=FlowRecordingStore(store, lambda: factory(SqlaUnitOfWork), factory.workflows),
         )
         await wait_notes.close()  # before the store's connections close
+        await failure_notes.close()
 
     @provide(scope=Scope.APP)
     def uow_factory(
