@@ -18,7 +18,7 @@ $(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser install-promtool check-alerts lint format docs docs-check clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser install-promtool install-pgbouncer test-pgbouncer check-alerts lint format docs docs-check clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -96,6 +96,14 @@ install-promtool:
 	@command -v promtool >/dev/null || { \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+# The PgBouncer tests (tests/support/pgbouncer.py) start Debian's pgbouncer on their own
+# port. The package's own service (port 6432) is stopped and disabled: jobrail never uses it.
+install-pgbouncer:
+	@test -x /usr/sbin/pgbouncer || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; \
+		{ systemctl disable --now pgbouncer.service || service pgbouncer stop; } >/dev/null 2>&1 || true; }
 
 # infra/prometheus/alerts.yml: valid, and firing as alerts.test.yml expects.
 check-alerts: install-promtool

@@ -93,11 +93,15 @@ class SchemaNotMigratedError(RuntimeError):
 
 
 def alembic_config(
-    chain: MigrationChain, database_url: str | None = None, schema: str | None = None
+    chain: MigrationChain,
+    database_url: str | None = None,
+    schema: str | None = None,
+    pooler: str = "none",
 ) -> "Config":
     """The Config of `chain`, built in code (no alembic.ini); with `schema`, the chain's
     tables and version table go in that Postgres schema (the platform's, see
-    persistence.platform_schema)."""
+    persistence.platform_schema); `pooler`: DatabaseSettings.pooler, of the URL's
+    connections."""
     from alembic.config import Config
 
     config = Config()
@@ -108,6 +112,7 @@ def alembic_config(
         config.attributes["database_url"] = database_url
     if schema is not None:
         config.attributes["schema"] = schema
+    config.attributes["pooler"] = pooler
     return config
 
 
@@ -124,7 +129,7 @@ def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -
     for chain in ordered:
         # Only the platform's tables move to the schema: every other chain's stay in the
         # database's default schema, where a host's own chain keeps its tables too.
-        config = alembic_config(chain, url, schema if chain is PLATFORM else None)
+        config = alembic_config(chain, url, schema if chain is PLATFORM else None, database.pooler)
         adopted = asyncio.run(_adoptable_revision(database, chain))
         if adopted is not None:
             command.stamp(config, adopted)
@@ -241,7 +246,7 @@ def run_environment(
         return
     url = config.attributes.get("database_url")
     if url is not None:
-        database = DatabaseSettings(url=url)
+        database = DatabaseSettings(url=url, pooler=config.attributes.get("pooler", "none"))
     else:
         database = load_settings().database
         if platform and "schema" not in config.attributes:
