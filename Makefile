@@ -27,6 +27,7 @@ help:
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make test-faults-dispatch the same with fair dispatch on"
+	@echo "make test-pgbouncer integration tests through PgBouncer in transaction mode"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
 	@echo "make check-alerts promtool's check and unit tests of infra/prometheus/alerts.yml"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
@@ -123,7 +124,7 @@ docs-check: install-dev
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 	$(MKDOCS) build --strict --site-dir "$$site"
 
-test: lint docs-check install-browser install-promtool
+test: lint docs-check install-browser install-promtool install-pgbouncer
 	$(BIN)/pytest --ignore=tests/faults
 
 test-faults: install-dev
@@ -133,6 +134,17 @@ test-faults: install-dev
 # dispatcher must keep every promise the suite proves (CI runs it after test-faults).
 test-faults-dispatch: install-dev
 	TESTS_FAIR_DISPATCH=1 $(BIN)/pytest tests/faults
+
+# A part of the integration suite that covers every database path, and the PgBouncer
+# tests, through PgBouncer in transaction mode (tests/support/pgbouncer.py): CI runs it
+# after test-faults-dispatch. The retry-delay test is left out: it times retries to
+# 20 ms, which a pooler's queue for a server connection can exceed.
+PGBOUNCER_TESTS := $(addprefix tests/integration/test_,$(addsuffix .py,pgbouncer pipeline \
+	tenants_cli outbox event_feed_stack webhooks_stack contexts_e2e fair_dispatch job_events \
+	jobs_cli cancel_running retention scheduler))
+
+test-pgbouncer: install-dev install-pgbouncer
+	TESTS_PGBOUNCER=1 $(BIN)/pytest $(PGBOUNCER_TESTS) -k "not growing_delays"
 
 test-unit: install-dev install-promtool
 	$(BIN)/pytest tests/unit
