@@ -80,8 +80,6 @@ async def engine(direct_database_url: str, database_url: str) -> AsyncIterator[A
 _FAIR_DISPATCH = (
     {"JOBRAIL_DISPATCH__ENABLED": "true"} if os.environ.get("TESTS_FAIR_DISPATCH") == "1" else {}
 )
-# TESTS_PGBOUNCER=1: database_url is PgBouncer's, in transaction mode (tests/support/pgbouncer.py).
-_POOLER = {"JOBRAIL_DATABASE__POOLER": "transaction"} if pgbouncer.enabled() else {}
 
 
 @pytest.fixture
@@ -93,27 +91,25 @@ def stack_env(database_url: str, engine: AsyncEngine) -> Iterator[dict[str, str]
     of them exhaust its file handles for every later test."""
     require("rabbitmq")
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    yield (
-        _FAIR_DISPATCH
-        | _POOLER
-        | {
-            "JOBRAIL_APP": "workers.app:rail",
-            "JOBRAIL_MODE": "stack",
-            "JOBRAIL_ENVIRONMENT": "test",
-            "JOBRAIL_DATABASE__URL": database_url,
-            "JOBRAIL_RABBIT__URL": AMQP_URL,
-            "JOBRAIL_RABBIT__PREFIX": prefix,
-            "JOBRAIL_REDIS__URL": REDIS_URL,
-            "JOBRAIL_REDIS__KEY_PREFIX": f"{prefix}jobrail:",
-            "JOBRAIL_RETRY__BASE_S": "0.2",
-            "JOBRAIL_RETRY__JITTER": "none",
-            "JOBRAIL_OUTBOX__RELAY_MIN_AGE_S": "0.5",
-            "JOBRAIL_OUTBOX__RELAY_INTERVAL_S": "0.2",
-            "JOBRAIL_JOBS__LEASE_GRACE_S": "1",
-            "JOBRAIL_JOBS__STORE_RETRY_MAX_S": "0.5",
-            "JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "10",
-        }
-    )
+    yield _FAIR_DISPATCH | {
+        "JOBRAIL_APP": "workers.app:rail",
+        "JOBRAIL_MODE": "stack",
+        "JOBRAIL_ENVIRONMENT": "test",
+        "JOBRAIL_DATABASE__URL": database_url,
+        # TESTS_PGBOUNCER=1: database_url is PgBouncer's, in transaction mode.
+        "JOBRAIL_DATABASE__POOLER": "transaction" if pgbouncer.enabled() else "none",
+        "JOBRAIL_RABBIT__URL": AMQP_URL,
+        "JOBRAIL_RABBIT__PREFIX": prefix,
+        "JOBRAIL_REDIS__URL": REDIS_URL,
+        "JOBRAIL_REDIS__KEY_PREFIX": f"{prefix}jobrail:",
+        "JOBRAIL_RETRY__BASE_S": "0.2",
+        "JOBRAIL_RETRY__JITTER": "none",
+        "JOBRAIL_OUTBOX__RELAY_MIN_AGE_S": "0.5",
+        "JOBRAIL_OUTBOX__RELAY_INTERVAL_S": "0.2",
+        "JOBRAIL_JOBS__LEASE_GRACE_S": "1",
+        "JOBRAIL_JOBS__STORE_RETRY_MAX_S": "0.5",
+        "JOBRAIL_WORKER__SHUTDOWN_GRACE_S": "10",
+    }
     _in_thread(asyncio.run, remove_topology(Topology.from_settings(RabbitSettings(prefix=prefix))))
 
 

@@ -93,15 +93,11 @@ class SchemaNotMigratedError(RuntimeError):
 
 
 def alembic_config(
-    chain: MigrationChain,
-    database_url: str | None = None,
-    schema: str | None = None,
-    pooler: str = "none",
+    chain: MigrationChain, database_url: str | None = None, schema: str | None = None
 ) -> "Config":
     """The Config of `chain`, built in code (no alembic.ini); with `schema`, the chain's
     tables and version table go in that Postgres schema (the platform's, see
-    persistence.platform_schema); `pooler`: DatabaseSettings.pooler, of the URL's
-    connections."""
+    persistence.platform_schema)."""
     from alembic.config import Config
 
     config = Config()
@@ -112,7 +108,6 @@ def alembic_config(
         config.attributes["database_url"] = database_url
     if schema is not None:
         config.attributes["schema"] = schema
-    config.attributes["pooler"] = pooler
     return config
 
 
@@ -129,7 +124,8 @@ def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -
     for chain in ordered:
         # Only the platform's tables move to the schema: every other chain's stay in the
         # database's default schema, where a host's own chain keeps its tables too.
-        config = alembic_config(chain, url, schema if chain is PLATFORM else None, database.pooler)
+        config = alembic_config(chain, url, schema if chain is PLATFORM else None)
+        config.attributes["pooler"] = database.pooler  # the URL's (see run_environment)
         adopted = asyncio.run(_adoptable_revision(database, chain))
         if adopted is not None:
             command.stamp(config, adopted)
