@@ -59,9 +59,9 @@ async def _race(settings: DatabaseSettings) -> list[Any]:
 
 
 async def test_the_engine_keeps_no_statement_across_transactions_only_when_told(
-    pgbouncer: PgBouncer,
+    pgbouncer: PgBouncer, database_url: str
 ) -> None:
-    url = pgbouncer.url("test")
+    url = pgbouncer.url(make_url(database_url).database or "")
 
     cached = await _race(DatabaseSettings(url=url, pooler="none"))  # type: ignore[arg-type]
     pooled = await _race(DatabaseSettings(url=url, pooler="transaction"))  # type: ignore[arg-type]
