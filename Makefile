@@ -18,7 +18,7 @@ $(VENV)/.installed-bench: pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
-.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser install-promtool check-alerts lint format docs docs-check clean
+.PHONY: help install install-dev install-bench lock bench run run-stack api worker scheduler migrate migrate-stack test test-faults test-faults-dispatch test-unit install-browser install-promtool install-pgbouncer test-pgbouncer check-alerts lint format docs docs-check clean
 
 help:
 	@echo "make run        embedded mode on http://127.0.0.1:8000 (no services needed)"
@@ -27,6 +27,7 @@ help:
 	@echo "make test       lint, then every test against the real services"
 	@echo "make test-faults the fault-injection suite (kills, restarts of RabbitMQ, Redis, Postgres)"
 	@echo "make test-faults-dispatch the same with fair dispatch on"
+	@echo "make test-pgbouncer integration tests through PgBouncer in transaction mode"
 	@echo "make lint       ruff, mypy (strict) and import-linter"
 	@echo "make check-alerts promtool's check and unit tests of infra/prometheus/alerts.yml"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
@@ -97,6 +98,14 @@ install-promtool:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# The PgBouncer tests (tests/support/pgbouncer.py) start Debian's pgbouncer on their own
+# port. The package's own service (port 6432) is stopped and disabled: jobrail never uses it.
+install-pgbouncer:
+	@test -x /usr/sbin/pgbouncer || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; \
+		{ systemctl disable --now pgbouncer.service || service pgbouncer stop; } >/dev/null 2>&1 || true; }
+
 # infra/prometheus/alerts.yml: valid, and firing as alerts.test.yml expects.
 check-alerts: install-promtool
 	cd infra/prometheus && promtool check rules alerts.yml && promtool test rules alerts.test.yml
@@ -115,7 +124,7 @@ docs-check: install-dev
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 	$(MKDOCS) build --strict --site-dir "$$site"
 
-test: lint docs-check install-browser install-promtool
+test: lint docs-check install-browser install-promtool install-pgbouncer
 	$(BIN)/pytest --ignore=tests/faults
 
 test-faults: install-dev
@@ -125,6 +134,16 @@ test-faults: install-dev
 # dispatcher must keep every promise the suite proves (CI runs it after test-faults).
 test-faults-dispatch: install-dev
 	TESTS_FAIR_DISPATCH=1 $(BIN)/pytest tests/faults
+
+# A part of the integration suite that covers every database path, and the PgBouncer
+# tests, through PgBouncer in transaction mode (tests/support/pgbouncer.py): CI runs it
+# after test-faults-dispatch. Left out: the retry-delay test, which times retries to
+# 20 ms (a wait for a server connection can exceed that), and the scheduler's minute.
+PGBOUNCER_TESTS := $(addprefix tests/integration/test_,$(addsuffix .py,pgbouncer pipeline \
+	tenants_cli outbox event_feed_stack webhooks_stack fair_dispatch scheduler))
+
+test-pgbouncer: install-dev install-pgbouncer
+	TESTS_PGBOUNCER=1 $(BIN)/pytest $(PGBOUNCER_TESTS) -k "not growing_delays and not for_a_minute"
 
 test-unit: install-dev install-promtool
 	$(BIN)/pytest tests/unit

@@ -2,7 +2,12 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.redis_cluster", "tests.support.wheel"]
+pytest_plugins = [
+    "tests.support.pgbouncer",  # before fixtures, which imports it
+    "tests.support.fixtures",
+    "tests.support.redis_cluster",
+    "tests.support.wheel",
+]
 
 # Tests never read a developer's .env or inherit JOBRAIL_* settings from the shell.
 for _name in [name for name in os.environ if name.startswith("JOBRAIL_")]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrail.cli.schema import migrate
@@ -18,6 +18,7 @@ from jobrail.runtime.app import create_app
 from jobrail.settings import RabbitSettings, Settings, load_settings
 from jobrail.store.admin import create_database_if_missing, drop_database
 from jobrail.transport.topology import Topology
+from tests.support import pgbouncer
 from tests.support.apps import REFERENCE
 from tests.support.processes import Process, start_worker
 from tests.support.rabbit import RabbitProbe, remove_topology
@@ -31,20 +32,33 @@ def _in_thread(function: Callable[..., Any], *args: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    """A database of this test session's own, migrated with Alembic, dropped at the end."""
+def direct_database_url() -> str:
+    """The session's database (see ``database_url``), reached directly: for the tests' own
+    reads and writes, also when jobrail's go through PgBouncer (TESTS_PGBOUNCER=1)."""
     require("postgres")
-    url = f"{PG_SERVER}/jobrail_test_{os.getpid()}"
-    _in_thread(asyncio.run, drop_database(url))
+    return f"{PG_SERVER}/jobrail_test_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def database_url(direct_database_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database of this test session's own, migrated with Alembic, dropped at the end:
+    the URL jobrail's apps, workers and CLI are given. With TESTS_PGBOUNCER=1 that is
+    PgBouncer's, in transaction mode: the database is created and migrated through it."""
+    url = direct_database_url
+    if pgbouncer.enabled():
+        bouncer: pgbouncer.PgBouncer = request.getfixturevalue("pgbouncer")
+        url = bouncer.url(make_url(direct_database_url).database or "")
+    database = {"url": url, "pooler": "transaction" if pgbouncer.enabled() else "none"}
+    _in_thread(asyncio.run, drop_database(direct_database_url))
     _in_thread(asyncio.run, create_database_if_missing(url))
-    _in_thread(migrate, Settings(database={"url": url}), REFERENCE)  # type: ignore[arg-type]
+    _in_thread(migrate, Settings(database=database), REFERENCE)  # type: ignore[arg-type]
     yield url
-    _in_thread(asyncio.run, drop_database(url))
+    _in_thread(asyncio.run, drop_database(direct_database_url))
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(database_url)
+async def engine(direct_database_url: str, database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(direct_database_url)
     async with engine.begin() as conn:
         # Every table but the chains' version tables: the platform's and every context's.
         tables = (
@@ -82,6 +96,8 @@ def stack_env(database_url: str, engine: AsyncEngine) -> Iterator[dict[str, str]
         "JOBRAIL_MODE": "stack",
         "JOBRAIL_ENVIRONMENT": "test",
         "JOBRAIL_DATABASE__URL": database_url,
+        # TESTS_PGBOUNCER=1: database_url is PgBouncer's, in transaction mode.
+        "JOBRAIL_DATABASE__POOLER": "transaction" if pgbouncer.enabled() else "none",
         "JOBRAIL_RABBIT__URL": AMQP_URL,
         "JOBRAIL_RABBIT__PREFIX": prefix,
         "JOBRAIL_REDIS__URL": REDIS_URL,

@@ -1,8 +1,8 @@
 """The database: its URL (Postgres through asyncpg, or SQLite for the embedded mode),
-its pool, and the Postgres schema of the platform's tables."""
+its pool, the pooler in front of it, and the Postgres schema of the platform's tables."""
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
@@ -22,6 +22,14 @@ class DatabaseSettings(BaseModel):
     pool_timeout_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 5.0
     echo: bool = False
+    pooler: Literal["none", "session", "transaction"] = Field(
+        default="none",
+        description="Postgres only: the connection pooler between jobrail and Postgres "
+        "(PgBouncer, a managed pooler). `transaction`: each transaction may run on another "
+        "server connection, so jobrail keeps no prepared statement past a statement and no "
+        "session state (asyncpg's statement caches off); `session` and `none` keep them.",
+    )
+
     # `schema` itself would shadow BaseModel.schema(): the setting keeps that name as its alias.
     schema_: str | None = Field(
         default=None,
@@ -43,11 +51,27 @@ class DatabaseSettings(BaseModel):
         check_address(url.get_secret_value(), database=True)
         return url
 
+    @field_validator("pooler")
+    @classmethod
+    def _pooler_on_postgres(cls, pooler: str, info: ValidationInfo) -> str:
+        url = info.data.get("url")
+        if pooler != "none" and url is not None and url.get_secret_value().startswith("sqlite"):
+            raise ValueError("SQLite has no pooler: unset it, or use a postgresql+asyncpg:// URL")
+        return pooler
+
     @field_validator("schema_")
     @classmethod
     def _plain_schema_name(cls, schema: str | None, info: ValidationInfo) -> str | None:
         if schema is None:
             return None
+        if info.data.get("pooler") == "transaction":
+            # The schema is put first on each connection's search_path: session state,
+            # which a transaction-mode pooler does not keep (see store.platform_schema).
+            raise ValueError(
+                "a platform schema needs each connection's search_path, which a pooler in "
+                "transaction mode does not keep: unset JOBRAIL_DATABASE__SCHEMA, or run the "
+                "pooler in session mode (JOBRAIL_DATABASE__POOLER=session)"
+            )
         url = info.data.get("url")
         if url is not None and url.get_secret_value().startswith("sqlite"):
             raise ValueError("SQLite has no schemas: unset it, or use a postgresql+asyncpg:// URL")
@@ -64,3 +88,8 @@ class DatabaseSettings(BaseModel):
     @property
     def is_sqlite(self) -> bool:
         return self.url.get_secret_value().startswith("sqlite")
+
+    @property
+    def transaction_pooled(self) -> bool:
+        """Each transaction may run on another server connection (see `pooler`)."""
+        return self.pooler == "transaction"

@@ -1,4 +1,7 @@
-"""Creating and dropping Postgres databases (for `jobrail migrate --create-database` and tests)."""
+"""Creating and dropping Postgres databases (for `jobrail migrate --create-database` and tests).
+
+Their connections keep no prepared statement (asyncpg's cache off): they may go through a
+pooler in transaction mode, whose server connections other clients share."""
 
 import asyncpg
 from sqlalchemy.engine import make_url
@@ -14,7 +17,7 @@ def _server_dsn(url: str) -> tuple[str, str]:
 
 async def create_database_if_missing(url: str) -> bool:
     dsn, name = _server_dsn(url)
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, statement_cache_size=0)
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
         if exists:
@@ -27,7 +30,7 @@ async def create_database_if_missing(url: str) -> bool:
 
 async def drop_database(url: str) -> None:
     dsn, name = _server_dsn(url)
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, statement_cache_size=0)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:

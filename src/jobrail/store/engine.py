@@ -36,7 +36,7 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
         # No pre-ping: it costs a round trip per checkout. A connection found dead is
         # invalidated by the failing statement and replaced on the next checkout.
         pool_recycle=1800,
-        connect_args={"timeout": settings.connect_timeout_s},
+        connect_args={"timeout": settings.connect_timeout_s, **pooled_connect_args(settings)},
         json_serializer=json_codec.dumps,
         # A failed statement's error names the statement, not its values (a tenant's
         # payload): the text goes to logs and to a job's last_error.
@@ -46,6 +46,28 @@ def create_engine(settings: DatabaseSettings) -> AsyncEngine:
     if settings.schema_ is not None:
         _platform_schema_first(engine, settings.schema_)
     return engine
+
+
+def pooled_connect_args(settings: DatabaseSettings) -> dict[str, Any]:
+    """SQLAlchemy's asyncpg arguments for a pooler in transaction mode: a server
+    connection serves many clients, one transaction at a time, so a named prepared
+    statement kept for later would be missing on the next server connection, or clash
+    with another client's of the same name. Both caches off (asyncpg's and SQLAlchemy's)
+    and the unnamed statement: it lives from its prepare to its execution, inside one
+    transaction (SQLAlchemy begins one before its first statement), and is replaced by
+    the next, so nothing is left behind on the server connection either (unique names
+    would be, until the pooler closes the connection)."""
+    if not settings.transaction_pooled:
+        return {}
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": _unnamed,
+    }
+
+
+def _unnamed() -> str:
+    return ""
 
 
 async def close_engine(engine: AsyncEngine, *, wait_s: float = 5.0) -> None:

@@ -53,6 +53,9 @@ async def create_pool(settings: DatabaseSettings) -> asyncpg.Pool:
         command_timeout=settings.pool_timeout_s * 3,
         init=init,
         reset=_keep_session,
+        # A pooler in transaction mode: no statement kept by name past its execution
+        # (asyncpg then prepares each one unnamed, in the round trip before it runs).
+        **({"statement_cache_size": 0} if settings.transaction_pooled else {}),
     )
     return await pool
 

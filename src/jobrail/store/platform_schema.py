@@ -10,9 +10,10 @@ alike, and find the platform's tables in the schema and every other table (the
 contexts', a host's) where they were before. This is set once per connection, when it
 opens, rather than by qualifying each statement: the contexts' tables share jobrail's
 sessions and transactions, and SQLAlchemy's ``schema_translate_map`` cannot tell their
-unqualified tables from the platform's. jobrail's connections keep their session state
-(asyncpg's prepared statements already need that), so a pooler must give each a server
-connection of its own (PgBouncer's session mode, not its transaction mode).
+unqualified tables from the platform's. The search path is session state, which a pooler
+in transaction mode does not keep (the next transaction may run on another server
+connection): a schema needs the pooler's session mode, and the settings refuse it with
+``JOBRAIL_DATABASE__POOLER=transaction``.
 
 A host's own session is not jobrail's to configure: what jobrail writes in it
 (``facade.host_session``) names its tables qualified instead, through

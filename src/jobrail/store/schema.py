@@ -125,6 +125,7 @@ def upgrade(database: DatabaseSettings, chains: Sequence[MigrationChain] = ()) -
         # Only the platform's tables move to the schema: every other chain's stay in the
         # database's default schema, where a host's own chain keeps its tables too.
         config = alembic_config(chain, url, schema if chain is PLATFORM else None)
+        config.attributes["pooler"] = database.pooler  # the URL's (see run_environment)
         adopted = asyncio.run(_adoptable_revision(database, chain))
         if adopted is not None:
             command.stamp(config, adopted)
@@ -241,7 +242,7 @@ def run_environment(
         return
     url = config.attributes.get("database_url")
     if url is not None:
-        database = DatabaseSettings(url=url)
+        database = DatabaseSettings(url=url, pooler=config.attributes.get("pooler", "none"))
     else:
         database = load_settings().database
         if platform and "schema" not in config.attributes:
