@@ -65,16 +65,17 @@ async def _until_status(ops: Console, job_id: str, *statuses: str) -> None:
     await wait_for(reached, timeout=20, what=f"job {job_id} to be {'/'.join(statuses)}")
 
 
-async def test_the_job_list_filters_by_status_type_tenant_queue_and_creation_time(
+async def test_the_job_list_filters_by_status_type_tenant_entity_queue_and_creation_time(
     ops: Console,
 ) -> None:
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
-    failed, other_type, acme, high, old = await ops.add_jobs(
+    failed, other_type, acme, high, old, order = await ops.add_jobs(
         {"status": "failed", "created_at": t0 + timedelta(hours=1)},
         {"type": "sync.account", "created_at": t0 + timedelta(hours=2)},
         {"tenant_id": "acme", "created_at": t0 + timedelta(hours=3)},
         {"queue": "jobs.high", "created_at": t0 + timedelta(hours=4)},
         {"created_at": t0 - timedelta(days=30)},
+        {"tenant_id": "acme", "entity_id": "order-7", "created_at": t0 + timedelta(hours=5)},
     )
 
     async def listed(**params: str) -> set[str]:
@@ -82,7 +83,9 @@ async def test_the_job_list_filters_by_status_type_tenant_queue_and_creation_tim
 
     assert await listed(status="failed") == {str(failed)}
     assert await listed(type="sync.account") == {str(other_type)}
-    assert await listed(tenant="acme") == {str(acme)}
+    assert await listed(tenant="acme") == {str(acme), str(order)}
+    assert await listed(tenant="acme", entity="order-7") == {str(order)}
+    assert await listed(tenant="demo", entity="order-7") == set()
     assert await listed(queue="jobs.high") == {str(high)}
     assert await listed(created_to="2026-12-01", tenant="demo") == {str(old)}
     assert await listed(created_from="2026-12-01T02:30", created_to="2026-12-01T03:30") == {
@@ -90,7 +93,7 @@ async def test_the_job_list_filters_by_status_type_tenant_queue_and_creation_tim
     }
     assert await listed(status="failed", tenant="acme") == set()
     everything = await listed(created_to="2026-12-02")
-    assert everything == {str(j) for j in (failed, other_type, acme, high, old)}
+    assert everything == {str(j) for j in (failed, other_type, acme, high, old, order)}
     assert "No job matches." in await ops.page("/ops/jobs", tenant="nobody")
 
 
@@ -160,6 +163,7 @@ async def test_the_search_finds_a_job_by_id_idempotency_key_or_unique_key(ops: C
         ({"cursor": "not-a-cursor"}, "not a cursor"),
         ({"cursor": "MjAyNi0xMi0wMXx4"}, "not a cursor"),  # base64 of a time and no id
         ({"tenant": "t" * 300}, "at most 255"),
+        ({"entity": "order-7"}, "give the tenant too"),
     ],
 )
 async def test_bad_list_input_is_a_400_page_that_says_what_is_wrong(

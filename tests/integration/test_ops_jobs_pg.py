@@ -24,13 +24,14 @@ NOW = datetime(2026, 12, 6, tzinfo=UTC)
 
 FILL = f"""
 INSERT INTO jobs (id, tenant_id, type, queue, status, payload, max_attempts, trace_context,
-                  created_at, updated_at, idempotency_key, unique_key)
+                  created_at, updated_at, idempotency_key, unique_key, entity_id)
 SELECT gen_random_uuid(), 't' || (i % 50), 'type.' || (i % 40),
        CASE WHEN i % 20 = 0 THEN 'jobs.high' ELSE 'jobs.default' END,
        (ARRAY['succeeded', 'succeeded', 'succeeded', 'succeeded', 'failed'])[1 + i % 5],
        '{{}}'::jsonb, 3, '{{}}'::jsonb,
        TIMESTAMPTZ '2026-12-06 00:00:00+00' - i * INTERVAL '1 second', now(),
-       CASE WHEN i % 7 = 0 THEN 'idem-' || i END, CASE WHEN i % 11 = 0 THEN 'uniq-' || i END
+       CASE WHEN i % 7 = 0 THEN 'idem-' || i END, CASE WHEN i % 11 = 0 THEN 'uniq-' || i END,
+       'order-' || (i % 500)
 FROM generate_series(1, {ROWS}) AS i
 """
 
@@ -52,6 +53,11 @@ CASES = {
         JobSearchFilter(created_from=NOW - timedelta(hours=5), created_to=NOW - timedelta(hours=4)),
         None,
         "ix_jobs_created_id",
+    ),
+    "entity": (
+        JobSearchFilter(tenant_id="t3", entity_id="order-3"),
+        AFTER,
+        "ix_jobs_tenant_entity_created",
     ),
     "id": (JobSearchFilter(job_id=JobId(uuid.uuid4())), None, "pk_jobs"),
     "key": (JobSearchFilter(key="idem-700"), None, "ix_jobs_idempotency_key"),

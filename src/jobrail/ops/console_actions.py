@@ -81,8 +81,11 @@ async def jobs_page(
     created_to: Text = "",
     q: Text = "",
     cursor: Text = "",
+    entity: Text = "",
 ) -> Response:
-    query = SearchJobsQuery(status, type, tenant, queue, created_from, created_to, q, cursor)
+    query = SearchJobsQuery(
+        status, type, tenant, queue, created_from, created_to, q, cursor, entity=entity
+    )
     problem, page = "", None
     try:
         page = await search(query)

@@ -1,5 +1,6 @@
 """The console's job list: every tenant's jobs, newest first, filtered by status, type,
-tenant, queue and creation time, or found by id or key, a page at a time.
+tenant, entity (within a tenant), queue and creation time, or found by id or key, a page
+at a time.
 
 Pages go by keyset (created_at, id), never by offset: the next page starts after the
 last job shown, whatever was enqueued since, and each page reads at most one page of
@@ -26,6 +27,8 @@ class JobSearchFilter:
     status: JobStatus | None = None
     type: str | None = None
     tenant_id: str | None = None
+    entity_id: str | None = None
+    """Only with `tenant_id`: an entity id names something of one tenant's."""
     queue: str | None = None
     created_from: datetime | None = None
     """Created at or after."""
@@ -63,11 +66,14 @@ class SearchJobsQuery:
     q: str = ""
     """A job id, an idempotency key or a unique key."""
     cursor: str = ""
+    entity: str = ""
 
 
 class SearchJobs:
     """A page of every tenant's jobs for operators.
 
+    - an entity needs a tenant (entity ids are a tenant's own, and the index that finds
+      them starts with the tenant);
     - status is one of the job statuses; times are ISO 8601 (a time without a zone is
       UTC), `created_from` before `created_to`; text filters at most 255 characters;
       a cursor is one this list gave. Anything else is an `InvalidInputError`.
@@ -92,10 +98,13 @@ def filter_of(query: SearchJobsQuery) -> JobSearchFilter:
         status=_status(query.status.strip()),
         type=_text(query.type, "type"),
         tenant_id=_text(query.tenant, "tenant"),
+        entity_id=_text(query.entity, "entity"),
         queue=_text(query.queue, "queue"),
         created_from=_time(query.created_from, "created_from"),
         created_to=_time(query.created_to, "created_to"),
     )
+    if where.entity_id is not None and where.tenant_id is None:
+        raise InvalidInputError("an entity is a tenant's: give the tenant too")
     if where.created_from and where.created_to and where.created_from >= where.created_to:
         raise InvalidInputError("created_from must be before created_to")
     q = _text(query.q, "q")

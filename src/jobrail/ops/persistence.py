@@ -78,7 +78,8 @@ class SqlaJobSearch:
     """The console's job list. Every page is one query ordered by (created_at, id) with a
     LIMIT, served by an index that starts with the filter's column: the primary key for
     an id; ix_jobs_idempotency_key and ix_jobs_unique_key (partial: keyed jobs only) for a
-    key; then ix_jobs_tenant_status_created, ix_jobs_tenant_created,
+    key; then ix_jobs_tenant_entity_created for an entity (always with its tenant),
+    ix_jobs_tenant_status_created, ix_jobs_tenant_created,
     ix_jobs_status_created, ix_jobs_type_created, ix_jobs_queue_created, and with no
     filter ix_jobs_created_id. Postgres reads them backwards from the cursor and stops at
     the LIMIT; a time range bounds the same read. (tests/integration/test_ops_jobs_pg.py
@@ -102,6 +103,7 @@ class SqlaJobSearch:
             (jobs.c.status, where.status.value if where.status else None),
             (jobs.c.type, where.type),
             (jobs.c.tenant_id, where.tenant_id),
+            (jobs.c.entity_id, where.entity_id),
             (jobs.c.queue, where.queue),
         ):
             if value is not None:
