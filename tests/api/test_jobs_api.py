@@ -263,7 +263,10 @@ async def test_an_embedded_shutdown_stops_a_running_job_without_an_error_log(
     # The job runs on the worker's own path (jobrail.transport.receiver): Taskiq's logged
     # every job stopped at shutdown as "Exception found while executing function." with
     # the CancelledError's traceback.
-    settings = await migrated(embedded_settings(tmp_path, worker={"shutdown_grace_s": 0.2}))
+    # No housekeeping schedules: the one job running at shutdown is this test's.
+    settings = await migrated(
+        embedded_settings(tmp_path, worker={"shutdown_grace_s": 0.2}, scheduler={"embedded": False})
+    )
     app = create_app(settings, modules=REFERENCE)
     async with app.router.lifespan_context(app):
         client = ApiClient(transport=httpx.ASGITransport(app=app), base_url="http://api")

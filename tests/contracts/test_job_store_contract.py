@@ -373,7 +373,7 @@ async def test_claims_and_records_made_together_share_a_statement_with_the_same_
     """The Postgres store batches calls made in the same moment; each keeps its answer."""
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox CASCADE"))
     pool = await create_pool(DatabaseSettings(url=database_url))
     store = PgJobStore(pool, window_s=0.005)
     jobs_ = [make_job() for _ in range(6)]
@@ -427,7 +427,7 @@ async def test_progress_writes_made_together_share_a_statement_with_the_same_fen
 ) -> None:
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox CASCADE"))
     pool = await create_pool(DatabaseSettings(url=database_url))
     store = PgJobStore(pool, window_s=0.005)
     jobs_ = [make_job() for _ in range(4)]

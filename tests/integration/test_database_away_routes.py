@@ -71,6 +71,9 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
     ("POST", f"/ops/jobs/{ID}/redrive", Form(confirm="yes"), True),
     ("POST", f"/ops/jobs/{ID}/cancel", Form(confirm="yes"), True),
     ("GET", "/ops/queues", None, True),
+    ("GET", "/ops/workers", None, True),
+    ("GET", "/ops/schedules", None, True),
+    ("POST", "/ops/bulk/{action}", Form(type="demo.echo"), True),
     (
         "POST",
         "/ops/queues/{action}",
@@ -91,8 +94,9 @@ ROUTES: list[tuple[str, str, Any, bool]] = [
 ]
 # Routes that do not use the database: the broker's (admin queues and dead letters, the
 # console's dead-letter page, whose redrive reaches the database only for a letter),
-# the limits store's, the process's own and the sandbox vendor's; and the ops sign-in
-# form's, which a browser posts with its CSRF cookie (tests/api/test_ops_session.py).
+# the limits store's (the admin API's, and the console's limits page and its reset), the
+# process's own and the sandbox vendor's; and the ops sign-in form's, which a browser
+# posts with its CSRF cookie (tests/api/test_ops_session.py).
 ELSEWHERE = (
     "/health",
     "/ready",
@@ -100,6 +104,7 @@ ELSEWHERE = (
     "/admin/queues",
     "/admin/dlq",
     "/admin/limits",
+    "/ops/limits",
     "/ops/login",
     "/ops/logout",
     "/ops/dlq",
@@ -174,7 +179,7 @@ async def test_every_route_answers_503_while_the_database_is_away(
     answers = {}
     for method, path, body, as_admin in ROUTES:
         sent = {"data": body} if isinstance(body, Form) else {"json": body}
-        path = path.replace("{action}", "pause")
+        path = path.replace("{action}", "cancel" if "/bulk/" in path else "pause")
         response = await api.request(method, path, headers=admin if as_admin else None, **sent)
         answers[(method, path)] = (response.status_code, response.headers.get("Retry-After"))
         if response.status_code == 503 and not path.startswith("/ops"):

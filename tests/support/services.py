@@ -173,7 +173,7 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path, *truncate
     if request.param == "postgres":
         async with engine.begin() as conn:
             for tables in truncate:
-                await conn.execute(text(f"TRUNCATE {tables}"))
+                await conn.execute(text(f"TRUNCATE {tables} CASCADE"))
     return engine
 
 

@@ -129,6 +129,18 @@ async def test_a_leader_enqueues_one_job_per_period_keyed_by_the_period_start() 
     assert all(j.type == "test.heartbeat" for j in fleet.jobs.values())
 
 
+async def test_a_schedule_that_does_not_catch_up_fires_only_the_latest_period_due() -> None:
+    present = Schedule("look-5s", "*/5 * * * * *", "test.heartbeat", catch_up=False)
+    fleet = Fleet([present])
+    fleet.start("a")
+
+    await fleet.run(11)
+
+    # Six periods of the catch-up window were due at the start: the latest alone fired,
+    # then each period as it started.
+    assert sorted(fleet.job_keys()) == periods(present, until_s=10.75, from_s=-0.01)
+
+
 async def test_a_period_is_enqueued_as_it_starts() -> None:
     fleet = Fleet([EVERY_5S, EVERY_2S])
     fleet.start("a")

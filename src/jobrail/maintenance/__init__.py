@@ -29,9 +29,10 @@ module = Module(
     schedules=[
         Schedule("prune-jobs", cron="0 3 * * *", job_type=prune_jobs.name),
         Schedule("prune-messages", cron="30 3 * * *", job_type=prune_messages.name),
-        Schedule("outbox-lag", cron="* * * * *", job_type=check_outbox_lag.name),
+        # These two look at the present: after a start or an outage, one run will do.
+        Schedule("outbox-lag", "* * * * *", check_outbox_lag.name, catch_up=False),
         Schedule("dlq-report", cron="*/5 * * * *", job_type=report_dead_letters.name),
-        Schedule("overview-samples", cron="* * * * *", job_type=sample_overview.name),
+        Schedule("overview-samples", "* * * * *", sample_overview.name, catch_up=False),
     ],
     # The outbox has no module of its own: this one is always loaded, and keeps the
     # outbox's rows (prune-messages, outbox-lag) already.

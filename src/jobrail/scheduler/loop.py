@@ -4,7 +4,8 @@ schedule through ``EnqueueJob``, oldest first.
 - A period is due from its start until ``catch_up`` after it. A leader fires each
   period as it starts; a new leader (after a failover, a restart, an outage) fires
   the periods nobody fired that are still due. Older ones are skipped, with a warning:
-  a daily prune is not worth running three times after a weekend outage.
+  a daily prune is not worth running three times after a weekend outage. A schedule
+  declared with ``catch_up=False`` fires only the latest of the periods due.
 - Firing a period twice is harmless: its job has the idempotency key
   ``<name>:<period start>``, so the second enqueue returns the first job. That is
   what makes a takeover safe without knowing what the old leader managed to fire.
@@ -112,7 +113,8 @@ class Scheduler:
                 done = self._done[schedule.name] = last_missed
         fired = []
         after = max(done, oldest_due) if done is not None else oldest_due
-        for period in schedule.periods(after, now):
+        due = list(schedule.periods(after, now))  # within the catch-up window: a few
+        for period in due if schedule.catch_up else due[-1:]:
             if not self._leadership.is_leader:
                 break
             result = await self._fire(schedule, period)

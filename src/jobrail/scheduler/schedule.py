@@ -34,6 +34,10 @@ class Schedule:
     job_type: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     timezone: str = "UTC"
+    catch_up: bool = True
+    """False: a leader that finds several periods due (after a start, a takeover or an
+    outage) fires the latest alone, for a job that looks at the present (a sampler, a
+    lag check), which one run brings up to date."""
 
     def __post_init__(self) -> None:
         if not SCHEDULE_NAME.match(self.name):
