@@ -66,6 +66,7 @@ class RabbitCluster:
         done = subprocess.run(
             [_binary("rabbitmqctl"), "-n", node.name, *args],
             env=_env(self.directory, node),
+            cwd=self.directory,  # where Erlang drops a crash dump, if it writes one
             check=False,
             capture_output=True,
             text=True,
@@ -171,6 +172,7 @@ def start_cluster(
             node.process = subprocess.Popen(
                 [_binary("rabbitmq-server")],
                 env=_env(cluster.directory, node),
+                cwd=cluster.directory,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, killed at teardown
