@@ -21,7 +21,7 @@ from jobrail.limits.model import Acquire, LimitsBackend
 from jobrail.runtime.app import runtime_of
 from jobrail.store.tables import jobs, workers
 from tests.support.console import Console, console
-from tests.support.ops_pages import fields, rows, texts
+from tests.support.ops_pages import fields, has_table, rows, texts
 from tests.support.services import wait_for
 
 DEMO = {"Authorization": "Bearer demo-key"}
@@ -50,7 +50,10 @@ async def test_the_workers_page_shows_the_runtime_and_the_job_it_runs(ops: Conso
     job_id = response.json()["job_id"]
 
     async def running_it() -> Any:
-        found = rows(await ops.page("/ops/workers"), "worker-list")
+        page = await ops.page("/ops/workers")
+        if not has_table(page, "worker-list"):  # no beat written yet
+            return None
+        found = rows(page, "worker-list")
         return found if found and job_id in found[0]["running"].text else None
 
     [row] = await wait_for(running_it, timeout=20, what="the runtime to show the job")
