@@ -4,7 +4,8 @@ look at: an API process and a worker on the real services."""
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,19 @@ from tests.support.servers import free_port
 from tests.support.services import in_ci
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
+    """Poll `check` (a look at the browser's page) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 

@@ -4,7 +4,6 @@ each confirmed on its own page and checked in the database (and RabbitMQ) after.
 Screenshots of each page land in tests/artifacts/."""
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.store.tables import job_events, jobs
-from tests.e2e.conftest import ARTIFACTS, cli
+from tests.e2e.conftest import ARTIFACTS, cli, until
 from tests.support.rabbit import RabbitProbe
 from tests.support.services import wait_for
 
@@ -35,16 +34,6 @@ async def _redrives(engine: AsyncEngine, job_id: str) -> int:
         return len((await conn.execute(query)).all())
 
 
-def _until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_an_operator_filters_opens_redrives_cancels_and_clears_the_dlq(
     browser: Any, served: str, stack_env: dict[str, str], engine: AsyncEngine, rabbit: RabbitProbe
 ) -> None:
@@ -60,7 +49,7 @@ async def test_an_operator_filters_opens_redrives_cancels_and_clears_the_dlq(
         browser.save_screenshot(str(ARTIFACTS / f"console-{name}.png"))
 
     async def on_page(check: Callable[[], Any], what: str) -> Any:
-        return await asyncio.to_thread(_until, check, what)
+        return await asyncio.to_thread(until, check, what)
 
     def click(element_id: str) -> None:
         browser.find_element(By.ID, element_id).click()

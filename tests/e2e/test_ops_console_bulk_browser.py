@@ -4,7 +4,6 @@ action confirmed on its own page and checked in the database after. Screenshots 
 in tests/artifacts/ (console-bulk-*.png)."""
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.store.tables import job_attempt_failures, job_events, jobs
-from tests.e2e.conftest import ARTIFACTS, cli
+from tests.e2e.conftest import ARTIFACTS, cli, until
 from tests.support.services import wait_for
 
 
@@ -22,16 +21,6 @@ async def _status(engine: AsyncEngine, job_id: str) -> str:
     async with engine.connect() as conn:
         status: str = await conn.scalar(select(jobs.c.status).where(jobs.c.id == uuid.UUID(job_id)))
     return status
-
-
-def _until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_an_operator_cancels_a_running_job_and_bulk_cancels_by_filter(
@@ -49,7 +38,7 @@ async def test_an_operator_cancels_a_running_job_and_bulk_cancels_by_filter(
         browser.save_screenshot(str(ARTIFACTS / f"console-bulk-{name}.png"))
 
     async def on_page(check: Callable[[], Any], what: str) -> Any:
-        return await asyncio.to_thread(_until, check, what)
+        return await asyncio.to_thread(until, check, what)
 
     def click(element_id: str) -> None:
         browser.find_element(By.ID, element_id).click()
