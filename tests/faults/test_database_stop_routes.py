@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from tests.faults.conftest import in_thread
-from tests.integration.test_database_away_routes import ROUTES, Form
+from tests.integration.test_database_away_routes import ROUTES, Form, filled
 from tests.support.fixtures import ApiClient
 from tests.support.services import begin_smart_postgres_stop, start_postgres, wait_for
 
@@ -39,7 +39,7 @@ async def _answers(api: ApiClient, admin: dict[str, str]) -> dict[tuple[str, str
     for method, path, body, as_admin in ROUTES:
         # The console's forms post form fields (a confirmed action reaches the database).
         sent = {"data": body} if isinstance(body, Form) else {"json": body}
-        path = path.replace("{action}", "pause")
+        path = filled(path)
         response = await api.request(method, path, headers=admin if as_admin else None, **sent)
         answer = (response.status_code, response.headers.get("Retry-After"))
         if answer != (503, "5"):

@@ -112,6 +112,11 @@ ELSEWHERE = (
 )
 
 
+def filled(path: str) -> str:
+    """A route's path with its {action} named: a bulk action or a queue's."""
+    return path.replace("{action}", "cancel" if "/bulk/" in path else "pause")
+
+
 @pytest.fixture
 async def proxied_api(
     stack_env: dict[str, str],
@@ -179,7 +184,7 @@ async def test_every_route_answers_503_while_the_database_is_away(
     answers = {}
     for method, path, body, as_admin in ROUTES:
         sent = {"data": body} if isinstance(body, Form) else {"json": body}
-        path = path.replace("{action}", "cancel" if "/bulk/" in path else "pause")
+        path = filled(path)
         response = await api.request(method, path, headers=admin if as_admin else None, **sent)
         answers[(method, path)] = (response.status_code, response.headers.get("Retry-After"))
         if response.status_code == 503 and not path.startswith("/ops"):
