@@ -204,7 +204,7 @@ async def run(count: int = COUNT, rounds: int = ROUNDS) -> dict[str, Any]:
         runners = {"plain": _runner(store), "batch": _runner(store, flows=recording)}
         for n in range(rounds):
             async with engine.begin() as conn:
-                await conn.execute(text("TRUNCATE jobs, outbox, flows"))
+                await conn.execute(text("TRUNCATE jobs, outbox, flows CASCADE"))
             order = ("plain", "batch") if n % 2 == 0 else ("batch", "plain")
             made: dict[str, list[Job]] = {}
             flow_id: FlowId | None = None

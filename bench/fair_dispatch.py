@@ -153,7 +153,7 @@ async def reset(stack: Stack) -> None:
     engine = create_async_engine(stack.database_url)
     async with engine.begin() as conn:
         await conn.execute(
-            text("TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals, dispatch_gates")
+            text("TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals, dispatch_gates CASCADE")
         )
     await engine.dispose()
 
@@ -501,7 +501,7 @@ async def _clear_jobs(engine: AsyncEngine) -> None:
     """No jobs, and no fast-path credit (a dispatcher's idle pass gave the queue some):
     the round's enqueues are all held, for this process's dispatcher to release."""
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals, dispatch_gates"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals, dispatch_gates CASCADE"))
 
 
 async def _release_all(

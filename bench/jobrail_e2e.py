@@ -169,7 +169,7 @@ async def _at_least(value: Any, minimum: int) -> bool:
 async def reset(stack: Stack) -> None:
     engine = create_async_engine(stack.database_url)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox"))
+        await conn.execute(text("TRUNCATE jobs, outbox, inbox CASCADE"))
     await engine.dispose()
 
 

@@ -87,7 +87,7 @@ async def _insert(engine: Any, count: int) -> list[Job]:
         for n in range(count)
     ]
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs"))
+        await conn.execute(text("TRUNCATE jobs CASCADE"))
         await conn.execute(insert(jobs), [job_row(job) for job in made])
     return made
 
