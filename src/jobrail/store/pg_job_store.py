@@ -6,10 +6,10 @@ extension, cancel requests, flow members, wait notes and progress, each one stat
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -38,6 +38,16 @@ from jobrail.store.pg_queries import (
 )
 from jobrail.transport.codec import encode
 from jobrail.worker.job_store import ClaimResult, JobIdentity, WaitNote
+
+T = TypeVar("T")
+
+
+def in_id_order(items: Sequence[T], job_id: Callable[[T], JobId]) -> list[T]:
+    """`items` in their jobs' id order. A statement over many jobs (unnest joined to the
+    primary key, as on any jobs table of size) locks their rows in the order it is sent
+    them: sent in one order, two such statements over the same jobs wait for each other
+    rather than deadlock. Stable: a job asked for twice keeps its askers' order."""
+    return sorted(items, key=job_id)
 
 
 def _outbox_args(outgoing: Sequence[Outgoing], at: datetime) -> list[Any]:
@@ -127,14 +137,15 @@ class PgJobStore(_Pg):
                 c.expect.job_type if c.expect else None,
             )
             return [job_from_row(row) if row else None]
+        claims_ = in_id_order(claims, lambda c: c.job_id)
         rows = await self._fetch(
             CLAIM_MANY,
-            [c.job_id for c in claims],
-            [c.now for c in claims],
-            [c.lease_until for c in claims],
-            [c.due_by for c in claims],
-            [c.expect.tenant_id if c.expect else None for c in claims],
-            [c.expect.job_type if c.expect else None for c in claims],
+            [c.job_id for c in claims_],
+            [c.now for c in claims_],
+            [c.lease_until for c in claims_],
+            [c.due_by for c in claims_],
+            [c.expect.tenant_id if c.expect else None for c in claims_],
+            [c.expect.job_type if c.expect else None for c in claims_],
         )
         claimed = {row["id"]: job_from_row(row) for row in rows}
         # A job asked for twice in one turn is claimed once: the first asker gets it.
@@ -171,12 +182,13 @@ class PgJobStore(_Pg):
     async def _record_many(self, records: Sequence[tuple[Job, ClaimToken]]) -> list[bool]:
         if len(records) == 1:
             return [await self._record_one(*records[0], ())]
-        jobs_ = [job for job, _ in records]
+        records_ = in_id_order(records, lambda r: r[0].id)
+        jobs_ = [job for job, _ in records_]
         rows = await self._fetch(
             RECORD_MANY,
             [job.id for job in jobs_],
-            [claim.attempt for _, claim in records],
-            [claim.started_at for _, claim in records],
+            [claim.attempt for _, claim in records_],
+            [claim.started_at for _, claim in records_],
             [job.status.value for job in jobs_],
             [job.attempts for job in jobs_],
             [job.last_error for job in jobs_],
@@ -188,7 +200,7 @@ class PgJobStore(_Pg):
             [job.lease_until for job in jobs_],
         )
         written = {row["id"] for row in rows}
-        return [job.id in written for job in jobs_]
+        return [job.id in written for job, _ in records]
 
     async def extend_lease(self, job_id: JobId, claim: ClaimToken, until: datetime) -> bool:
         row = await self._fetchrow(EXTEND_LEASE, job_id, claim.attempt, claim.started_at, until)
@@ -203,6 +215,7 @@ class PgJobStore(_Pg):
 
     async def note_waits(self, notes: Sequence[WaitNote]) -> None:
         if notes:
+            notes = in_id_order(notes, lambda n: n.job_id)
             await self._execute(
                 NOTE_WAITS,
                 [n.job_id for n in notes],
@@ -222,12 +235,13 @@ class PgJobStore(_Pg):
                 WRITE_PROGRESS, job_id, claim.attempt, claim.started_at, progress_document(progress)
             )
             return [row is not None]
+        ordered = in_id_order(writes, lambda w: w[0])
         rows = await self._fetch(
             WRITE_PROGRESS_MANY,
-            [job_id for job_id, _, _ in writes],
-            [claim.attempt for _, claim, _ in writes],
-            [claim.started_at for _, claim, _ in writes],
-            [progress_document(progress) for _, _, progress in writes],
+            [job_id for job_id, _, _ in ordered],
+            [claim.attempt for _, claim, _ in ordered],
+            [claim.started_at for _, claim, _ in ordered],
+            [progress_document(progress) for _, _, progress in ordered],
         )
         written = {row["id"] for row in rows}
         return [job_id in written for job_id, _, _ in writes]

@@ -338,7 +338,29 @@ SAVE_HELD_MANY = _held_write(
     (*RECORDED, "waiting"),
 )
 WRITE_PROGRESS_MANY = _held_write(unnested("p", PROGRESS), ("progress",))
-NOTE_WAITS = _note_waits(unnested("n", NOTE, json_text=("waiting",)))
+
+
+def _note_waits_skipping_locked(v: Values) -> Update:
+    """_note_waits for many jobs, passing by those another transaction holds (a claim
+    or a release under way: the note would be dropped or cleared anyway). Never waiting
+    for a row lock, the notes cannot deadlock with the claims of the same jobs
+    (tests/integration/test_pg_lock_order.py)."""
+    j = jobs.alias("j")
+    free = (
+        select(j.c.id, v["waiting"].label("waiting"), v["at"].label("at"))
+        .where(j.c.id == v["job_id"])
+        .order_by(j.c.id)
+        .with_for_update(of=j, skip_locked=True)
+        .subquery("free")
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == free.c.id, jobs.c.status.in_(CLAIMABLE), jobs.c.updated_at <= free.c.at)
+        .values(waiting=free.c.waiting)
+    )
+
+
+NOTE_WAITS = _note_waits_skipping_locked(unnested("n", NOTE, json_text=("waiting",)))
 MARK_PUBLISHED = mark_published(unnested("p", MARK, prefix="mark_"))
 
 
