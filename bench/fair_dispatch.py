@@ -153,7 +153,10 @@ async def reset(stack: Stack) -> None:
     engine = create_async_engine(stack.database_url)
     async with engine.begin() as conn:
         await conn.execute(
-            text("TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals, dispatch_gates CASCADE")
+            text(
+                "TRUNCATE jobs, outbox, inbox, dispatch_queues, dispatch_arrivals, "
+                "dispatch_gates CASCADE"
+            )
         )
     await engine.dispose()
 
@@ -501,7 +504,9 @@ async def _clear_jobs(engine: AsyncEngine) -> None:
     """No jobs, and no fast-path credit (a dispatcher's idle pass gave the queue some):
     the round's enqueues are all held, for this process's dispatcher to release."""
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals, dispatch_gates CASCADE"))
+        await conn.execute(
+            text("TRUNCATE jobs, outbox, inbox, dispatch_arrivals, dispatch_gates CASCADE")
+        )
 
 
 async def _release_all(
@@ -815,12 +820,35 @@ async def _raw_kiq(queue: str) -> AsyncIterator[Send]:
 # The run
 
 
+async def idle_cost(url: str, seconds: float = 10.0) -> dict[str, Any]:
+    """A worker process with nothing to do: its CPU (% of a core) with dispatch off and
+    on, each measured over `seconds` once it has run 3 s."""
+    figures: dict[str, Any] = {"seconds": seconds}
+    for name, dispatch in (("plain", False), ("fair", True)):
+        stack = FairStack(database_url=url, prefix=unique("bench."), dispatch=dispatch)
+        await reset(stack)
+        idle = worker(stack, f"idle-{name}-worker")
+        try:
+            queue = work_queue(stack)
+            await wait_until(lambda: has_consumer(queue), 60, "the idle worker")  # noqa: B023
+            await asyncio.sleep(3)
+            before, began = tree_cpu_s(idle.popen.pid), time.monotonic()
+            await asyncio.sleep(seconds)
+            used = tree_cpu_s(idle.popen.pid) - before
+            figures[name] = {"cpu_pct": round(100 * used / (time.monotonic() - began), 1)}
+        finally:
+            idle.stop()
+            await cleanup(stack)
+    return figures
+
+
 async def run(sizes: Sizes | None = None) -> dict[str, Any]:
-    """All four measures on one database of their own; what `bench.run` reports."""
+    """All five measures on one database of their own; what `bench.run` reports."""
     sizes = sizes or Sizes()
     url = await create_database()
     try:
         return {
+            "idle": await idle_cost(url),
             "throughput": await throughput(url, sizes),
             "late_tenant": await late_tenant(url, sizes),
             "dispatcher_cost": await dispatcher_cost(url, sizes),
@@ -835,6 +863,8 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
     t, late, cost = r["throughput"], r["late_tenant"], r["dispatcher_cost"]
     start = r["time_to_start"]
     return {
+        "idle_worker_cpu_pct_fair": r["idle"]["fair"]["cpu_pct"],
+        "idle_worker_cpu_pct_plain": r["idle"]["plain"]["cpu_pct"],
         "fair_vs_plain_jobs_per_s": t["ratio_jobs_per_s"],
         "fair_vs_plain_worker_cpu_per_job": t["ratio_cpu_ms_per_job"],
         "late_tenant_share_fair_pct": late["fair"]["share_of_backlog_pct"],
@@ -863,7 +893,12 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         r["time_to_start"],
     )
     few, many = (k for k in cost if k.isdigit())
+    idle = r["idle"]
     lines = [
+        (
+            "an idle worker process's CPU, fair / plain dispatch",
+            f"{idle['fair']['cpu_pct']} / {idle['plain']['cpu_pct']} % of a core",
+        ),
         (
             f"fair / plain dispatch, {t['jobs']:,} jobs of {t['tenants']} tenants, 1 worker",
             f"{t['fair']['jobs_per_s']:.0f} / {t['plain']['jobs_per_s']:.0f} jobs/s "

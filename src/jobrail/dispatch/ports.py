@@ -61,6 +61,12 @@ class ReleaseTurn(Protocol):
         ...
 
 
+# What moved in every queue since the dispatcher last looked, read at once: the queues
+# with arrivals noted, each queue's fast-path credit and spent mark as stored, and the
+# queues with held jobs that came due in (since, now].
+Stirs = tuple[frozenset[str], Mapping[str, tuple[int, bool]], frozenset[str]]
+
+
 class DispatchStore(Protocol):
     def turn(
         self, queue: str, holder: str, now: datetime, lease: timedelta
@@ -70,9 +76,15 @@ class DispatchStore(Protocol):
         undoes the pass."""
         ...
 
-    async def gate(self, queue: str, credit: int) -> None:
+    async def gate(self, queue: str, credit: int) -> bool:
         """Let the next `credit` enqueues of jobs due now in `queue` publish them at once
-        (the fast path), holding none; 0: every one holds its job for a pass."""
+        (the fast path), holding none; 0: every one holds its job for a pass. Whether the
+        credit changed (enqueues took some since it was last set, or it opened or
+        closed)."""
+        ...
+
+    async def stirs(self, since: datetime, now: datetime) -> Stirs:
+        """What moved in the queues (see Stirs), in one read outside any pass."""
         ...
 
 

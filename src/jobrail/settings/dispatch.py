@@ -1,7 +1,7 @@
 """Fair dispatch: whether jobs wait in the database for a dispatcher that releases them
 into the broker in fair order, and how it does (see ``jobrail.dispatch``)."""
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from jobrail.settings.values import PositiveFloat
 
@@ -29,6 +29,16 @@ class DispatchSettings(BaseModel):
         default=0.02,
         le=5,
         description="How long the dispatcher waits after a pass that released nothing.",
+    )
+    quiet_interval_s: PositiveFloat = Field(
+        default=1.0,
+        le=60,
+        description=(
+            "The longest the dispatcher goes without a pass over a queue that has had "
+            "nothing to do (nothing held, no fast-path credit taken); meanwhile one read "
+            "for all such queues, every interval_s, looks for what would give it work. "
+            "At most a third of lease_s, so that its lease is renewed."
+        ),
     )
     lease_s: PositiveFloat = Field(
         default=3.0,
@@ -67,3 +77,12 @@ class DispatchSettings(BaseModel):
         if any(not 0 <= v <= 86_400 for v in values) or values != sorted(values):
             raise ValueError("offsets are 0 to 86400 seconds, growing from low to urgent")
         return offsets
+
+    @model_validator(mode="after")
+    def _quiet_within_the_lease(self) -> "DispatchSettings":
+        if self.quiet_interval_s > self.lease_s / 3:
+            raise ValueError(
+                f"quiet_interval_s ({self.quiet_interval_s:g}) is at most a third of "
+                f"lease_s ({self.lease_s:g}): a quiet queue's lease must be renewed"
+            )
+        return self

@@ -17,18 +17,23 @@ from typing import Any
 
 from sqlalchemy import (
     ARRAY,
+    Boolean,
     Integer,
     Text,
     and_,
     bindparam,
+    cast,
     column,
     delete,
     exists,
     func,
     literal,
+    literal_column,
+    null,
     or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -84,6 +89,26 @@ ARRIVALS = (
     delete(dispatch_arrivals)
     .where(dispatch_arrivals.c.queue == _queue)
     .returning(dispatch_arrivals.c.tenant_id, dispatch_arrivals.c.fair_key)
+)
+# What moved in every queue (SqlaDispatchStore.stirs): arrivals, gates, held jobs come due.
+_no_credit, _no_mark = cast(null(), Integer()), cast(null(), Boolean())
+STIRS = union_all(
+    select(
+        literal_column("'arrived'").label("what"), dispatch_arrivals.c.queue, _no_credit, _no_mark
+    ).distinct(),
+    select(
+        literal_column("'gate'"),
+        dispatch_gates.c.queue,
+        dispatch_gates.c.credit,
+        dispatch_gates.c.spent,
+    ),
+    select(literal_column("'due'"), jobs.c.queue, _no_credit, _no_mark)
+    .where(
+        HELD_LATER,
+        jobs.c.run_after > bindparam("since", type_=UtcDateTime()),
+        jobs.c.run_after <= _now,
+    )
+    .distinct(),
 )
 # One line's heads (SQLite, a statement per line).
 HEADS_OF = (
@@ -267,7 +292,29 @@ class SqlaDispatchStore:
             )
         return _Lease(int(term), bool(row.paused))
 
-    async def gate(self, queue: str, credit: int) -> None:
+    async def stirs(
+        self, since: datetime, now: datetime
+    ) -> tuple[frozenset[str], dict[str, tuple[int, bool]], frozenset[str]]:
+        """One statement, outside a transaction on Postgres (a single round trip)."""
+        arrived: set[str] = set()
+        gates: dict[str, tuple[int, bool]] = {}
+        due: set[str] = set()
+        with database_errors():
+            async with self._engine.connect() as conn:
+                if self._postgres:
+                    conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                for what, queue, credit, spent in await conn.execute(
+                    STIRS, {"since": since, "now": now}
+                ):
+                    if what == "arrived":
+                        arrived.add(queue)
+                    elif what == "gate":
+                        gates[queue] = (int(credit), bool(spent))
+                    else:
+                        due.add(queue)
+        return frozenset(arrived), gates, frozenset(due)
+
+    async def gate(self, queue: str, credit: int) -> bool:
         """Set the queue's fast-path credit (``dispatch_gates``), in a transaction of its
         own, after the pass: it waits for the enqueues taking from it, and never while
         holding what they wait for. Written only if it changes. A credit is not given
@@ -280,15 +327,17 @@ class SqlaDispatchStore:
             setting = update(g).where(g.c.queue == queue, or_(g.c.credit != 0, g.c.spent))
         with database_errors():
             async with self._engine.begin() as conn:
-                changed = await conn.execute(setting.values(credit=credit, spent=False))
-                if changed.rowcount == 0 and credit > 0 and queue not in self._gated:
-                    await conn.execute(
+                changed = (await conn.execute(setting.values(credit=credit, spent=False))).rowcount
+                if changed == 0 and credit > 0 and queue not in self._gated:
+                    made = await conn.execute(
                         upsert_insert(self._engine.dialect.name, g)
                         .values(queue=queue, credit=credit)
                         .on_conflict_do_nothing()
                     )
+                    changed = made.rowcount
         if credit > 0:  # its row exists now: an idle pass that changes nothing writes nothing
             self._gated.add(queue)
+        return changed > 0
 
 
 @dataclass(frozen=True)
