@@ -63,6 +63,11 @@ class _Queue:
     shares: FairShares[Line] = field(default_factory=FairShares)
     keys: dict[str, set[str]] = field(default_factory=dict)  # the active lines, by tenant
     heads: dict[Line, deque[JobId]] = field(default_factory=dict)
+    # The lines whose last read of heads found fewer than it asked for: their heads are
+    # all they have, until an arrival, a job come due or a rediscovery activates them.
+    # A pass over many short lines (1,000 tenants of a few jobs each) read each line once
+    # more to find it empty, a statement for each line that ran dry.
+    dry: set[Line] = field(default_factory=set)
     discovered_at: float = float("-inf")
     due_since: datetime | None = None  # jobs held for later that came due by then are known
     due_looked_at: float = float("-inf")
@@ -84,6 +89,7 @@ class _Queue:
         self.shares = FairShares()
         self.keys.clear()
         self.heads.clear()
+        self.dry.clear()
         self.discovered_at = float("-inf")
         self.due_since = None
         self.weighed_at = float("-inf")
@@ -91,6 +97,7 @@ class _Queue:
 
     def activate(self, line: Line) -> None:
         tenant, key = line
+        self.dry.discard(line)
         self.keys.setdefault(tenant, set()).add(key)
         self.weigh(tenant)
 
@@ -98,6 +105,7 @@ class _Queue:
         tenant, key = line
         self.shares.deactivate(line)
         self.heads.pop(line, None)
+        self.dry.discard(line)
         keys = self.keys.get(tenant, set())
         keys.discard(key)
         if keys:
@@ -337,12 +345,14 @@ class JobDispatcher:
             short = {
                 line: max(HEADS, count + taken[line])
                 for line, count in wanted.items()
-                if len(q.heads.get(line, ())) < count
+                if len(q.heads.get(line, ())) < count and line not in q.dry
             }
             if short:
                 chosen = set(picks)
                 for line, ids in (await turn.heads(short)).items():
                     q.heads[line] = deque(i for i in ids if i not in chosen)
+                    if len(ids) < short[line]:
+                        q.dry.add(line)  # its last heads: no read when they are gone
                 for line in short.keys() - q.heads.keys():
                     q.heads[line] = deque()
             for line in plan:
