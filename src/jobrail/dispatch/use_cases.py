@@ -160,9 +160,8 @@ class JobDispatcher:
         statements and a broker call; for the four default queues, a third of a core
         while idle), one read for all the quiet queues (``DispatchStore.stirs``), every
         STIRS_EVERY_S, asks whether anything moved, and passes over the stirred ones at
-        once. A quiet queue
-        is passed over anyway at doubling intervals up to `quiet_interval_s`, which
-        renews its lease and tops up its credit."""
+        once. A quiet queue is passed over anyway at doubling intervals up to
+        `quiet_interval_s`, which renews its lease and tops up its credit."""
         stop = stop or asyncio.Event()
         idle = self._settings.interval_s if self._settings.enabled else self._settings.rediscover_s
         while not stop.is_set():
@@ -196,6 +195,9 @@ class JobDispatcher:
             arrived, gates, came_due = await self._store.stirs(since, at)
         except StoreUnavailableError:
             return  # the next pass says so
+        except Exception:  # the loop goes on: the quiet queues' passes come all the same
+            log.exception("dispatcher: looking for what moved in the quiet queues failed")
+            return
         for q in quiet:
             credit, spent = gates.get(q.queue, (0, False))
             if q.queue in arrived or q.queue in came_due or spent or credit != (q.credit or 0):
