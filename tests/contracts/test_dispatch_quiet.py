@@ -107,3 +107,29 @@ async def test_a_quiet_queue_is_passed_over_seldom_and_at_once_when_work_arrives
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
+
+
+class FailingLooks(CountingStore):
+    async def stirs(self, since: datetime, now: datetime) -> Any:
+        self.looks += 1
+        raise RuntimeError("a bug in the look")
+
+
+async def test_a_look_that_fails_leaves_the_loop_passing(subject: Subject) -> None:
+    store = FailingLooks(subject.engine)
+    settings = DispatchSettings(enabled=True, ready_target=4, quiet_interval_s=0.2)
+    dispatcher = JobDispatcher(
+        store, ReadyCount(0), SentMessages(), NO_TYPES, FixedClock(START), settings, [QUEUE], "me"
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(dispatcher.run_forever(stop))
+    try:
+
+        async def went_on() -> bool:
+            assert not running.done(), running
+            return store.looks >= 3 and store.passes[QUEUE] >= 8
+
+        await wait_for(went_on, timeout=60, what="passes after failed looks")
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
