@@ -47,6 +47,7 @@ class LoopProcess(Enum):
     # that mode), which serves the API and runs the jobs itself.
     EMBEDDED = "embedded"
     API = "api"  # an API process of the stack mode (`jobrail api`, a host's app)
+    SCHEDULER = "scheduler"  # `jobrail scheduler` (the stack mode)
 
 
 # The processes that run jobs: where the relays run.
@@ -60,12 +61,19 @@ class BackgroundLoop(Generic[T]):
     `name`. When the process stops (before its broker stops and its container closes)
     `stop` is set: the loop ends its pass and returns; one still running a moment later
     (``jobrail.runtime.bootstrap.LOOP_STOP_GRACE_S``) is cancelled. The loops start in
-    the order of the modules, then of their ``loops``."""
+    the order of the modules, then of their ``loops``. `processes` may be read from the
+    process's settings (a function of them)."""
 
     name: str
     dependency: type[T]
     run: Callable[[T, asyncio.Event], Coroutine[Any, Any, Any]]
-    processes: frozenset[LoopProcess] = JOB_PROCESSES
+    processes: frozenset[LoopProcess] | Callable[[Settings], frozenset[LoopProcess]] = JOB_PROCESSES
+
+    def runs_in(self, process: LoopProcess, settings: Settings) -> bool:
+        processes = self.processes
+        if not isinstance(processes, frozenset):
+            processes = processes(settings)
+        return process in processes
 
 
 @dataclass(frozen=True, slots=True)

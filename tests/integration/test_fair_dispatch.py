@@ -22,10 +22,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobrail.store.tables import jobs
+from jobrail.store.tables import dispatch_queues, jobs
 from tests.support.fair_starts import module, started
 from tests.support.fixtures import ApiClient, settings_from
-from tests.support.processes import run_jobrail
+from tests.support.processes import BIN, Process, run_jobrail
 from tests.support.services import wait_for
 
 BACKLOG = 200
@@ -186,4 +186,33 @@ async def test_backlogged_tenants_start_jobs_in_proportion_to_their_weights(
         for tenant, weight in WEIGHTS.items():
             expected = WINDOW * weight // sum(WEIGHTS.values())
             assert abs(share.get(tenant, 0) - expected) <= SPREAD, (shares, "".join(order))
+    assert sorted(job_id for _, job_id in started(path)) == sorted(ids)
+
+
+async def test_the_scheduler_process_alone_can_run_the_dispatcher(
+    api: ApiClient,
+    workers: Callable[..., Any],
+    worker_env: dict[str, str],
+    engine: AsyncEngine,
+    tmp_path: Path,
+) -> None:
+    """JOBRAIL_DISPATCH__RUN_IN=scheduler: the workers run no dispatcher (the release's
+    cost stays off them); `jobrail scheduler` releases the held jobs."""
+    env = {**worker_env, "JOBRAIL_DISPATCH__RUN_IN": "scheduler"}
+    await workers(**{"JOBRAIL_DISPATCH__RUN_IN": "scheduler"})
+    path = str(tmp_path / "starts")
+    ids = await _enqueue(api, "a", path, 30, work_s=0.0)
+    async with engine.connect() as conn:
+        held = await conn.scalar(select(func.count()).where(jobs.c.held_since.is_not(None)))
+    assert held == 30, "no dispatcher runs yet: every job is held"
+
+    scheduler = Process([str(BIN / "jobrail"), "scheduler"], env, name="scheduler")
+    try:
+        await wait_for(_starts(path, 30), timeout=60, what="the scheduler's releases")
+        async with engine.connect() as conn:
+            holders = (await conn.execute(select(dispatch_queues.c.holder))).scalars().all()
+        assert holders, "the scheduler holds the queues' leases"
+        assert all(f":{scheduler.pid}:" in holder for holder in holders), holders
+    finally:
+        scheduler.stop()
     assert sorted(job_id for _, job_id in started(path)) == sorted(ids)

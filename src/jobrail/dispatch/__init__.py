@@ -15,10 +15,22 @@ docs/design/fair-dispatch.md.
 
 from jobrail.dispatch.ioc import DispatchProvider
 from jobrail.dispatch.use_cases import JobDispatcher
-from jobrail.modules import BackgroundLoop, Module
+from jobrail.modules import BackgroundLoop, LoopProcess, Module
+from jobrail.settings import Settings
+
+
+def dispatching_processes(settings: Settings) -> frozenset[LoopProcess]:
+    """The processes that run a dispatcher (``JOBRAIL_DISPATCH__RUN_IN``)."""
+    named = {"worker": LoopProcess.WORKER, "scheduler": LoopProcess.SCHEDULER}
+    return frozenset({LoopProcess.EMBEDDED, *(named[name] for name in settings.dispatch.run_in)})
+
 
 module = Module(
     name="dispatch",
     providers=[DispatchProvider()],
-    loops=[BackgroundLoop("dispatcher", JobDispatcher, JobDispatcher.run_forever)],
+    loops=[
+        BackgroundLoop(
+            "dispatcher", JobDispatcher, JobDispatcher.run_forever, dispatching_processes
+        )
+    ],
 )

@@ -73,7 +73,7 @@ class Runtime:
         in the modules' order, until `stop_background` stops them."""
         for module in self.modules:
             for loop in module.loops:
-                if process in loop.processes:
+                if loop.runs_in(process, self.settings):
                     work = await self.container.get(loop.dependency)
                     self.run_in_background(loop.run(work, self._stopping), name=loop.name)
 

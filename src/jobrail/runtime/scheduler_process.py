@@ -12,7 +12,7 @@ import logging
 import signal
 from collections.abc import Sequence
 
-from jobrail.modules import Module
+from jobrail.modules import LoopProcess, Module
 from jobrail.runtime.bootstrap import build_runtime
 from jobrail.runtime.schedules import build_scheduler, resolve_schedules
 from jobrail.settings import Settings
@@ -31,11 +31,15 @@ async def serve(settings: Settings, modules: Sequence[Module] = ()) -> None:
     # workers' relay publishes whatever that misses.
     await runtime.broker.startup()
     try:
+        # The modules' loops that run here: fair dispatch's dispatcher, where
+        # JOBRAIL_DISPATCH__RUN_IN names the scheduler.
+        await runtime.start_loops(LoopProcess.SCHEDULER)
         scheduler = await build_scheduler(
             runtime.container, settings.scheduler, runtime.modules, runtime.registry
         )
         await scheduler.run(stop)
     finally:
+        await runtime.stop_background()
         await runtime.broker.shutdown()
         await runtime.container.close()
     log.info("scheduler: stopped", extra={"event": "scheduler.stopped"})

@@ -1,9 +1,12 @@
 """Fair dispatch: whether jobs wait in the database for a dispatcher that releases them
 into the broker in fair order, and how it does (see ``jobrail.dispatch``)."""
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from typing import Annotated, Literal
 
-from jobrail.settings.values import PositiveFloat
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import NoDecode
+
+from jobrail.settings.values import PositiveFloat, comma_list
 
 
 class DispatchSettings(BaseModel):
@@ -56,6 +59,17 @@ class DispatchSettings(BaseModel):
             "of lower ones due less than the difference before it, and no further."
         ),
     )
+    run_in: Annotated[list[Literal["worker", "scheduler"]], NoDecode] = Field(
+        default=["worker"],
+        min_length=1,
+        description=(
+            "Which processes run a dispatcher: `worker` (each worker process; one at a "
+            "time releases a queue, the others stand by) and/or `scheduler` (each "
+            "`jobrail scheduler` process), comma-separated. `scheduler` alone keeps the "
+            "release's cost off the workers; a scheduler must then run, or held jobs "
+            "wait. The embedded mode's one process always runs one."
+        ),
+    )
     rediscover_s: PositiveFloat = Field(
         default=5.0,
         le=3600,
@@ -64,6 +78,8 @@ class DispatchSettings(BaseModel):
             "of new ones from their enqueues; this catches any whose notice it missed)."
         ),
     )
+
+    _split_run_in = field_validator("run_in", mode="before")(comma_list)
 
     @field_validator("priority_offsets_s")
     @classmethod
