@@ -8,10 +8,7 @@ result (or its own exception).
 
 A window trades a little latency for a lot of throughput: with a worker's calls
 arriving a few hundred microseconds apart, a 1 ms window turns a dozen round trips
-into one (bench/README.md has the figures). The API uses no window. The window is
-waited only while an earlier batch is still on its way: a call that finds the
-coalescer idle goes out at the end of its loop turn, so that a lone job's claim (what a
-job waits for before its handler starts) pays no window when nothing else is going on.
+into one (bench/README.md has the figures). The API uses no window.
 """
 
 import asyncio
@@ -44,7 +41,7 @@ class Coalescer(Generic[Request, Result]):
             self._send()
         elif not self._scheduled:
             self._scheduled = True
-            if self._window_s > 0 and self._tasks:  # busy: gather the calls meanwhile
+            if self._window_s > 0:
                 loop.call_later(self._window_s, self._send)
             else:
                 loop.call_soon(self._send)

@@ -67,8 +67,7 @@ class WorkerSettings(BaseModel):
     batch_window_ms: Annotated[float, Field(ge=0, le=50)] = Field(
         default=1.0,
         description="How long a worker gathers Redis and Postgres calls into one batch "
-        "while an earlier batch is under way (each of a job's four calls waits at most "
-        "this long, and not at all when nothing else is; 0: no wait).",
+        "(each of a job's four calls waits at most this long; 0: no wait).",
     )
     wave_size: Annotated[int, Field(ge=1, le=256)] = Field(
         default=32,
