@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from jobrail.store.dispatch import SqlaPauses
+from jobrail.store.pauses import SqlaPauses
 from jobrail.store.tables import dispatch_arrivals, dispatch_gates, jobs, outbox
 from tests.fakes import START
 from tests.support.dispatch_store import ReadyCount, SentMessages, Subject, held, make_dispatcher

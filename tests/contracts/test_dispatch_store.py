@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from jobrail.jobs.domain import Job, JobStatus
 from jobrail.kernel.ids import JobId, TenantId
 from jobrail.settings import DatabaseSettings
-from jobrail.store.dispatch import SqlaPauses
 from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
+from jobrail.store.pauses import SqlaPauses
 from jobrail.store.pg_job_store import PgJobStore
 from jobrail.store.pg_pool import create_pool
 from jobrail.store.tables import dispatch_arrivals, jobs, outbox, tenants

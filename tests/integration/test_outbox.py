@@ -299,8 +299,8 @@ async def test_the_sweep_leaves_a_paused_job_to_its_resume(engine: AsyncEngine) 
     # resume, and its own message already comes round (the claim refuses it meanwhile).
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from jobrail.store.dispatch import SqlaPauses
     from jobrail.store.jobs import SqlaJobRepository, SqlaJobStore
+    from jobrail.store.pauses import SqlaPauses
     from jobrail.store.tables import dispatch_pauses
     from tests.fakes import make_job
 

@@ -20,8 +20,8 @@ async def _pauses_command(
     from jobrail.kernel.clock import SystemClock
     from jobrail.kernel.errors import DomainError
     from jobrail.runtime.bootstrap import job_catalog
-    from jobrail.store.dispatch import SqlaPauses
     from jobrail.store.engine import close_engine, create_engine
+    from jobrail.store.pauses import SqlaPauses
 
     _, registry, _ = job_catalog(settings, modules)
     engine = create_engine(settings.database)

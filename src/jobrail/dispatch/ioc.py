@@ -12,7 +12,8 @@ from jobrail.jobs.intake import JobCatalog
 from jobrail.jobs.ports import LinePlaces, PauseReader
 from jobrail.kernel.clock import Clock
 from jobrail.settings import Settings
-from jobrail.store.dispatch import SqlaDispatchStore, SqlaPauses
+from jobrail.store.dispatch import SqlaDispatchStore
+from jobrail.store.pauses import SqlaPauses
 from jobrail.store.places import SqlaLinePlaces
 from jobrail.transport.brokers import JobBroker
 from jobrail.transport.codec import MessagePublisher
