@@ -8,7 +8,7 @@ the four default queues every 20 ms)."""
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,19 +21,24 @@ from tests.support.dispatch_store import QUEUE, ReadyCount, SentMessages, Subjec
 from tests.support.services import wait_for
 
 OTHER = "jobs.high"
+BOTH = [QUEUE, OTHER]
 
 
 async def test_stirs_says_what_moved_in_each_queue(subject: Subject) -> None:
     store = subject.store
-    assert await store.stirs(START, START) == (frozenset(), {}, frozenset())
+    assert await store.stirs(BOTH, START, START) == (frozenset(), {}, frozenset())
 
     await store.gate(QUEUE, 2)
     await subject.add(held("a"))  # the fast path takes one of the credit
-    assert await store.stirs(START, START) == (frozenset(), {QUEUE: (1, False)}, frozenset())
+    assert await store.stirs(BOTH, START, START) == (
+        frozenset(),
+        {QUEUE: (1, False)},
+        frozenset(),
+    )
 
     await subject.add(held("a"))
     await subject.add(held("a"))  # the credit is spent: held, noted, the gate marked
-    arrived, gates, _ = await store.stirs(START, START)
+    arrived, gates, _ = await store.stirs(BOTH, START, START)
     assert arrived == {QUEUE}
     credit, spent = gates[QUEUE]
     assert credit <= 0
@@ -42,9 +47,10 @@ async def test_stirs_says_what_moved_in_each_queue(subject: Subject) -> None:
     due_at = START + timedelta(seconds=10)
     await subject.add(held("b", queue=OTHER, run_after=due_at))
     later = due_at + timedelta(seconds=1)
-    assert (await store.stirs(START, due_at - timedelta(seconds=1)))[2] == frozenset()
-    assert (await store.stirs(START, later))[2] == {OTHER}
-    assert (await store.stirs(due_at, later))[2] == frozenset()  # seen before
+    assert (await store.stirs(BOTH, START, due_at - timedelta(seconds=1)))[2] == frozenset()
+    assert (await store.stirs(BOTH, START, later))[2] == {OTHER}
+    assert (await store.stirs([QUEUE], START, later))[2] == frozenset()  # not asked about
+    assert (await store.stirs(BOTH, due_at, later))[2] == frozenset()  # seen before
 
 
 class CountingStore(SqlaDispatchStore):
@@ -63,9 +69,9 @@ class CountingStore(SqlaDispatchStore):
         async with super().turn(queue, holder, now, lease) as turn:
             yield turn
 
-    async def stirs(self, since: datetime, now: datetime) -> Any:
+    async def stirs(self, queues: Sequence[str], since: datetime, now: datetime) -> Any:
         self.looks += 1
-        return await super().stirs(since, now)
+        return await super().stirs(queues, since, now)
 
 
 async def test_a_quiet_queue_is_passed_over_seldom_and_at_once_when_work_arrives(
@@ -110,7 +116,7 @@ async def test_a_quiet_queue_is_passed_over_seldom_and_at_once_when_work_arrives
 
 
 class FailingLooks(CountingStore):
-    async def stirs(self, since: datetime, now: datetime) -> Any:
+    async def stirs(self, queues: Sequence[str], since: datetime, now: datetime) -> Any:
         self.looks += 1
         raise RuntimeError("a bug in the look")
 
@@ -133,3 +139,26 @@ async def test_a_look_that_fails_leaves_the_loop_passing(subject: Subject) -> No
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
+
+
+async def test_a_short_lease_is_not_refused_and_caps_the_quiet_interval(
+    subject: Subject,
+) -> None:
+    """A lease shorter than three quiet intervals is not refused: a quiet queue is passed
+    over at least three times a lease, whatever quiet_interval_s says."""
+    settings = DispatchSettings(enabled=True, lease_s=1.5)  # quiet_interval_s: 1 s
+    dispatcher = JobDispatcher(
+        subject.store,
+        ReadyCount(0),
+        SentMessages(),
+        NO_TYPES,
+        FixedClock(START),
+        settings,
+        [QUEUE],
+        "me",
+    )
+    queue = dispatcher._queues[0]
+    queue.quiet, queue.quiet_passes = True, 20
+    began = time.monotonic()
+    dispatcher._pace(queue)
+    assert queue.next_pass_at - began <= 0.5 + 0.05

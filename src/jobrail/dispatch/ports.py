@@ -61,9 +61,9 @@ class ReleaseTurn(Protocol):
         ...
 
 
-# What moved in every queue since the dispatcher last looked, read at once: the queues
-# with arrivals noted, each queue's fast-path credit and spent mark as stored, and the
-# queues with held jobs that came due in (since, now].
+# What moved in the queues since the dispatcher last looked, read at once: the queues
+# with arrivals noted, each queue's fast-path credit and spent mark as stored, and which
+# of the queues asked about have held jobs that came due in (since, now].
 Stirs = tuple[frozenset[str], Mapping[str, tuple[int, bool]], frozenset[str]]
 
 
@@ -83,7 +83,7 @@ class DispatchStore(Protocol):
         closed)."""
         ...
 
-    async def stirs(self, since: datetime, now: datetime) -> Stirs:
+    async def stirs(self, queues: Sequence[str], since: datetime, now: datetime) -> Stirs:
         """What moved in the queues (see Stirs), in one read outside any pass."""
         ...
 

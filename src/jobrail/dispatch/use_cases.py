@@ -94,6 +94,8 @@ class _Queue:
         self.due_since = None
         self.weighed_at = float("-inf")
         self.drained_since = None
+        # Another holder may have set the gate meanwhile: the next pass writes its own.
+        self.credit = None
 
     def activate(self, line: Line) -> None:
         tenant, key = line
@@ -150,6 +152,8 @@ class JobDispatcher:
         self._least = max(1, min(16, settings.ready_target // 4))
         self._last_warning = float("-inf")
         self._stirs_looked_at = float("-inf")
+        # A quiet queue's passes renew its lease: at least three of them within one.
+        self._quiet_s = min(settings.quiet_interval_s, settings.lease_s / 3)
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Pass over every queue until `stop` is set. With dispatch off, nothing new is
@@ -192,7 +196,7 @@ class JobDispatcher:
         at = self._clock.now()
         since = min((q.due_since for q in quiet if q.due_since is not None), default=at)
         try:
-            arrived, gates, came_due = await self._store.stirs(since, at)
+            arrived, gates, came_due = await self._store.stirs([q.queue for q in quiet], since, at)
         except StoreUnavailableError:
             return  # the next pass says so
         except Exception:  # the loop goes on: the quiet queues' passes come all the same
@@ -212,7 +216,7 @@ class JobDispatcher:
             return
         q.quiet_passes += 1
         wait = self._settings.interval_s * 2.0 ** min(q.quiet_passes, 16)
-        q.next_pass_at = time.monotonic() + min(wait, self._settings.quiet_interval_s)
+        q.next_pass_at = time.monotonic() + min(wait, self._quiet_s)
 
     async def _pass_safely(self, q: _Queue) -> int:
         try:

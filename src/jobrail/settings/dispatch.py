@@ -3,7 +3,7 @@ into the broker in fair order, and how it does (see ``jobrail.dispatch``)."""
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
 from jobrail.settings.values import PositiveFloat, comma_list
@@ -39,8 +39,8 @@ class DispatchSettings(BaseModel):
         description=(
             "The longest the dispatcher goes without a pass over a queue that has had "
             "nothing to do (nothing held, no fast-path credit taken); meanwhile one read "
-            "for all such queues, every interval_s, looks for what would give it work. "
-            "At most a third of lease_s, so that its lease is renewed."
+            "for all such queues, every 0.1 s, looks for what would give them work. "
+            "Capped at a third of lease_s, so that the queue's lease is renewed."
         ),
     )
     lease_s: PositiveFloat = Field(
@@ -93,12 +93,3 @@ class DispatchSettings(BaseModel):
         if any(not 0 <= v <= 86_400 for v in values) or values != sorted(values):
             raise ValueError("offsets are 0 to 86400 seconds, growing from low to urgent")
         return offsets
-
-    @model_validator(mode="after")
-    def _quiet_within_the_lease(self) -> "DispatchSettings":
-        if self.quiet_interval_s > self.lease_s / 3:
-            raise ValueError(
-                f"quiet_interval_s ({self.quiet_interval_s:g}) is at most a third of "
-                f"lease_s ({self.lease_s:g}): a quiet queue's lease must be renewed"
-            )
-        return self

@@ -222,7 +222,9 @@ async def through_gate(session: AsyncSession, queue: str, options: Mapping[str, 
     transaction. SQLite takes one from the credit (its writers are serial anyway). On
     Postgres (a host's session) it only reads it: taking it would lock the queue's gate
     row, and every other enqueue of the queue with it, for the rest of the host's
-    transaction; so a host's concurrent enqueues may overdraw it, by their number."""
+    transaction; so a host's concurrent enqueues may overdraw it, by their number, until
+    the queue's next pass (up to `quiet_interval_s` while the queue is quiet: these
+    enqueues leave no mark that the dispatcher's look for what moved would see)."""
     g = dispatch_gates
     if session.get_bind().dialect.name == "postgresql":
         read = select(g.c.credit).where(g.c.queue == queue)

@@ -103,6 +103,9 @@ STIRS = union_all(
     select(literal_column("'due'"), jobs.c.queue, _no_credit, _no_mark)
     .where(
         HELD_LATER,
+        # Each queue's own range of ix_jobs_held_due (queue, run_after): without the
+        # queue, the read would walk every job held for later, ten times a second.
+        jobs.c.queue.in_(bindparam("queues", expanding=True)),
         jobs.c.run_after > bindparam("since", type_=UtcDateTime()),
         jobs.c.run_after <= _now,
     )
@@ -291,7 +294,7 @@ class SqlaDispatchStore:
         return _Lease(int(term), bool(row.paused))
 
     async def stirs(
-        self, since: datetime, now: datetime
+        self, queues: Sequence[str], since: datetime, now: datetime
     ) -> tuple[frozenset[str], dict[str, tuple[int, bool]], frozenset[str]]:
         """One statement, outside a transaction on Postgres (a single round trip)."""
         arrived: set[str] = set()
@@ -302,7 +305,7 @@ class SqlaDispatchStore:
                 if self._postgres:
                     conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
                 for what, queue, credit, spent in await conn.execute(
-                    STIRS, {"since": since, "now": now}
+                    STIRS, {"queues": list(queues), "since": since, "now": now}
                 ):
                     if what == "arrived":
                         arrived.add(queue)
