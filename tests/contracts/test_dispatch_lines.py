@@ -4,15 +4,16 @@ releases equally; the tenant's own share stays its weight, whatever its number o
 lines. Counted by the order of a dispatcher's releases."""
 
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
-from typing import Any
 
-from jobrail.dispatch.ports import Line
 from jobrail.kernel.ids import JobId
-from jobrail.store.dispatch import SqlaDispatchStore
-from tests.support.dispatch_store import ReadyCount, SentMessages, Subject, held, make_dispatcher
+from tests.support.dispatch_store import (
+    CountingStore,
+    ReadyCount,
+    SentMessages,
+    Subject,
+    held,
+    make_dispatcher,
+)
 
 QUEUE = "jobs.default"
 
@@ -55,29 +56,6 @@ async def test_a_tenant_s_share_is_its_weight_however_many_keys_it_has(
     assert Counter(order[:36]) == {"a": 18, "b": 18}
 
 
-class CountingTurns(SqlaDispatchStore):
-    """The store, counting the lines whose heads its passes read."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.line_reads = 0
-
-    @asynccontextmanager
-    async def turn(
-        self, queue: str, holder: str, now: datetime, lease: timedelta
-    ) -> AsyncIterator[Any]:
-        async with super().turn(queue, holder, now, lease) as turn:
-            if turn is not None:
-                heads = turn.heads
-
-                async def counted(wants: Mapping[Line, int]) -> dict[Line, list[JobId]]:
-                    self.line_reads += len(wants)
-                    return await heads(wants)
-
-                turn.heads = counted  # type: ignore[method-assign]
-            yield turn
-
-
 async def test_lines_that_ran_dry_are_read_once_more_not_once_per_dry_line(
     subject: Subject,
 ) -> None:
@@ -87,7 +65,7 @@ async def test_lines_that_ran_dry_are_read_once_more_not_once_per_dry_line(
     for tenant in range(20):
         for _ in range(5):
             await subject.add(held(f"t{tenant}"))
-    store = subject.store = CountingTurns(subject.engine)
+    store = subject.store = CountingStore(subject.engine)
     dispatcher = make_dispatcher(subject, ReadyCount(0), SentMessages(), 100)
 
     assert await dispatcher.pass_once(QUEUE) == 100

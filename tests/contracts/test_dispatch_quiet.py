@@ -8,16 +8,21 @@ the four default queues every 20 ms)."""
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.settings import DispatchSettings
-from jobrail.store.dispatch import SqlaDispatchStore
 from tests.fakes import NO_TYPES, START, FixedClock
-from tests.support.dispatch_store import QUEUE, ReadyCount, SentMessages, Subject, held
+from tests.support.dispatch_store import (
+    QUEUE,
+    CountingStore,
+    ReadyCount,
+    SentMessages,
+    Subject,
+    held,
+)
 from tests.support.services import wait_for
 
 OTHER = "jobs.high"
@@ -51,27 +56,6 @@ async def test_stirs_says_what_moved_in_each_queue(subject: Subject) -> None:
     assert (await store.stirs(BOTH, START, later))[2] == {OTHER}
     assert (await store.stirs([QUEUE], START, later))[2] == frozenset()  # not asked about
     assert (await store.stirs(BOTH, due_at, later))[2] == frozenset()  # seen before
-
-
-class CountingStore(SqlaDispatchStore):
-    """The store, counting passes per queue and looks for what moved."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.passes: Counter[str] = Counter()
-        self.looks = 0
-
-    @asynccontextmanager
-    async def turn(
-        self, queue: str, holder: str, now: datetime, lease: timedelta
-    ) -> AsyncIterator[Any]:
-        self.passes[queue] += 1
-        async with super().turn(queue, holder, now, lease) as turn:
-            yield turn
-
-    async def stirs(self, queues: Sequence[str], since: datetime, now: datetime) -> Any:
-        self.looks += 1
-        return await super().stirs(queues, since, now)
 
 
 async def test_a_quiet_queue_is_passed_over_seldom_and_at_once_when_work_arrives(

@@ -1,7 +1,10 @@
 """The dispatcher's store on SQLite and Postgres alike, for the contract tests: an
 engine on emptied tables, the intake each dialect's enqueues go through, and held jobs."""
 
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +12,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from jobrail.dispatch.ports import Line
 from jobrail.dispatch.use_cases import JobDispatcher
 from jobrail.jobs.domain import Job
 from jobrail.jobs.messages import JobMessage
-from jobrail.kernel.ids import TenantId
+from jobrail.kernel.ids import JobId, TenantId
 from jobrail.settings import DatabaseSettings, DispatchSettings
 from jobrail.store.dispatch import SqlaDispatchStore
 from jobrail.store.jobs import SqlaJobIntake
@@ -76,6 +80,37 @@ class ReadyCount:
 
     async def ready(self, queue: str) -> int:
         return self.count
+
+
+class CountingStore(SqlaDispatchStore):
+    """The store, counting its passes per queue, its looks for what moved, and the lines
+    whose heads its passes read."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self.passes: Counter[str] = Counter()
+        self.looks = 0
+        self.line_reads = 0
+
+    @asynccontextmanager
+    async def turn(
+        self, queue: str, holder: str, now: datetime, lease: timedelta
+    ) -> AsyncIterator[Any]:
+        self.passes[queue] += 1
+        async with super().turn(queue, holder, now, lease) as turn:
+            if turn is not None:
+                heads = turn.heads
+
+                async def counted(wants: Mapping[Line, int]) -> dict[Line, list[JobId]]:
+                    self.line_reads += len(wants)
+                    return await heads(wants)
+
+                turn.heads = counted  # type: ignore[method-assign]
+            yield turn
+
+    async def stirs(self, queues: Sequence[str], since: datetime, now: datetime) -> Any:
+        self.looks += 1
+        return await super().stirs(queues, since, now)
 
 
 class SentMessages:
