@@ -137,13 +137,12 @@ test-faults-dispatch: install-dev
 
 # A part of the integration suite that covers every database path, and the PgBouncer
 # tests, through PgBouncer in transaction mode (tests/support/pgbouncer.py): CI runs it
-# after test-faults-dispatch. Left out: the retry-delay test, which times retries to
-# 20 ms (a wait for a server connection can exceed that), and the scheduler's minute.
+# after test-faults-dispatch. Left out: the scheduler's minute.
 PGBOUNCER_TESTS := $(addprefix tests/integration/test_,$(addsuffix .py,pgbouncer pipeline \
 	tenants_cli outbox event_feed_stack webhooks_stack fair_dispatch scheduler))
 
 test-pgbouncer: install-dev install-pgbouncer
-	TESTS_PGBOUNCER=1 $(BIN)/pytest $(PGBOUNCER_TESTS) -k "not growing_delays and not for_a_minute"
+	TESTS_PGBOUNCER=1 $(BIN)/pytest $(PGBOUNCER_TESTS) -k "not for_a_minute"
 
 test-unit: install-dev install-promtool
 	$(BIN)/pytest tests/unit

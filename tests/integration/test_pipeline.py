@@ -2,10 +2,9 @@
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -109,19 +108,25 @@ async def test_a_transient_failure_is_retried_with_growing_delays_then_succeeds(
     assert job["attempts"] == 4
     assert job["result"] == {"echo": "hello"}
     # Each retry as the event feed recorded it (polling the job could miss the shorter
-    # waits): the wait it set, from the change that set it.
+    # waits). The runner set run_after = now + wait, at a `now` after the attempt's
+    # `started` change and before its `retrying` change: so the wait lies between what
+    # run_after leaves from each of the two, however slow the machine is.
     page = (await api.get("/events", params={"limit": 500})).json()
-    retries = [e for e in page["items"] if e["job_id"] == job_id and e["event"] == "retrying"]
-    delays = {
-        e["attempts"]: (
-            datetime.fromisoformat(e["run_after"]) - datetime.fromisoformat(e["at"])
-        ).total_seconds()
-        for e in retries
-    }
-    # base 0.2s without jitter: 0.2, 0.4, 0.8
-    assert sorted(delays) == [1, 2, 3]
-    # (an event's `at` is its change's, to the millisecond the feed keeps)
-    assert [delays[n] for n in sorted(delays)] == pytest.approx([0.2, 0.4, 0.8], abs=0.02)
+    mine = [e for e in page["items"] if e["job_id"] == job_id]
+    started = {e["attempts"]: _at(e["at"]) for e in mine if e["event"] == "started"}
+    retries = {e["attempts"]: e for e in mine if e["event"] == "retrying"}
+    assert sorted(retries) == [1, 2, 3]
+    for attempt, wait in zip([1, 2, 3], [0.2, 0.4, 0.8], strict=True):  # base 0.2s, no jitter
+        run_after = _at(retries[attempt]["run_after"])
+        shortest = (run_after - _at(retries[attempt]["at"])).total_seconds()
+        longest = (run_after - started[attempt]).total_seconds()
+        assert shortest - 0.002 <= wait <= longest + 0.002, (attempt, shortest, longest)
+        # and it did wait: the next attempt started no sooner than run_after
+        assert started[attempt + 1] >= run_after - timedelta(milliseconds=2)
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)
 
 
 async def test_a_permanent_failure_fails_at_once_without_retry(
