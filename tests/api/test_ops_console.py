@@ -350,10 +350,19 @@ async def test_the_queues_page_pauses_and_resumes_a_queue(ops: Console) -> None:
     assert refused.status_code == 403
     assert await paused() == []
 
+    before = await ops.browser.get("/ops/queues", headers={"HX-Request": "true"})
     done = await ops.act("/ops/queues/pause", scope="queue", value="jobs.default")
     assert done.status_code == 303
     assert await paused() == [("queue", "jobs.default")]
     assert 'id="resume-jobs.default"' in await ops.page("/ops/queues")
+    # The page refreshes its table by fragment: the next refresh shows the pause.
+    after = await ops.browser.get("/ops/queues", headers={"HX-Request": "true"})
+    for live in (before, after):
+        assert live.text.startswith("<div id=live")
+        assert "<html" not in live.text
+        assert 'hx-trigger="every 5s"' in live.text
+    assert 'id="pause-jobs.default"' in before.text
+    assert 'id="resume-jobs.default"' in after.text
 
     typo = await ops.act("/ops/queues/pause", scope="queue", value="jobs.nope")
     assert typo.status_code == 400

@@ -248,7 +248,11 @@ async def purge_dead_letters(
 
 @router.get("/queues", response_class=HTMLResponse)
 async def queues_page(
-    admin: OpsAdmin, stats: FromDishka[QueueStats], pauses: FromDishka[Pauses], note: Text = ""
+    request: Request,
+    admin: OpsAdmin,
+    stats: FromDishka[QueueStats],
+    pauses: FromDishka[Pauses],
+    note: Text = "",
 ) -> Response:
     try:
         depths, problem = await stats.queue_depths(), ""
@@ -259,6 +263,7 @@ async def queues_page(
     notes = {"paused": "Paused.", "resumed": "Resumed."}
     html = render(
         "queues.html",
+        live_only=is_htmx(request),
         csrf=admin.csrf,
         depths=depths,
         paused=paused,
