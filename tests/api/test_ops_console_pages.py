@@ -6,8 +6,10 @@ CSRF token, and bad input answered with a 4xx page that says why.
 (tests/e2e/test_ops_console_workers_browser.py: the workers page in Chromium, on the
 real services.)"""
 
+import html
 import logging
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -174,11 +176,22 @@ async def test_a_rate_limits_peek_shows_what_is_left(ops: Console) -> None:
     await backend.admit([Acquire(vendor, "vendor:acme")], "someone")
 
     after = await ops.page("/ops/limits", job_type=SYNC, limit="vendor", key="vendor:acme")
+    # The key's state refreshes itself: the fragment at the page's own hx-get address.
+    [refresh_at] = re.findall(r'hx-get="([^"]+)"', before)
+    live = await ops.browser.get(html.unescape(refresh_at), headers={"HX-Request": "true"})
 
     left_before = float(fields(before, "limit-state")["remaining"].text)
     left_after = float(fields(after, "limit-state")["remaining"].text)
     assert left_after < left_before
     assert "id=no-holders" in after
+    assert live.text.startswith("<div id=live")
+    assert "<html" not in live.text
+    refreshed = fields(live.text, "limit-state")
+    assert refreshed["key"].text == "vendor:acme"
+    # read after `after`: the bucket may have refilled a little since, never past full
+    assert left_after <= float(refreshed["remaining"].text) <= left_before
+    # without a key chosen, nothing refreshes
+    assert "hx-get" not in await ops.page("/ops/limits")
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,7 @@ def _status(exc: Exception) -> int:
 
 @router.get("/limits", response_class=HTMLResponse)
 async def limits_page(
+    request: Request,
     admin: OpsAdmin,
     registry: FromDishka[JobRegistry],
     limits: FromDishka[LimitsAdmin],
@@ -115,6 +116,7 @@ async def limits_page(
             problem, status = f"Redis cannot be asked right now: {exc}", 503
     html = render(
         "limits.html",
+        live_only=is_htmx(request),
         csrf=admin.csrf,
         declared=declared_limits(registry),
         chosen={"job_type": job_type, "limit": limit, "key": key},
