@@ -36,7 +36,7 @@ async def ops(tmp_path: Path) -> AsyncIterator[Console]:
     # operator would): the pages have something that changes to show.
     every_second = {"schedules": {"prune-workers": {"cron": "* * * * * *"}}}
     async with console(
-        tmp_path, worker={"beat_interval_s": 0.2}, scheduler=every_second
+        tmp_path, worker={"beat_interval_s": 0.2, "shutdown_grace_s": 0.5}, scheduler=every_second
     ) as running:
         yield running
 
