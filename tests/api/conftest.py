@@ -22,6 +22,11 @@ def embedded_settings(tmp_path: Path, **overrides: object) -> Settings:
         "ops": {"overview_cache_s": 0},
     }
     values.update(overrides)
+    # A job left running by a test is stopped within a second at teardown (the 30 s
+    # default grace would hold each such test that long); a test may set its own.
+    worker = overrides.get("worker") or {}
+    assert isinstance(worker, dict)
+    values["worker"] = {"shutdown_grace_s": 1.0, **worker}
     return Settings(**values)  # type: ignore[arg-type]
 
 
