@@ -1,6 +1,7 @@
 """Cancelling a running job on the real services stops its handler in whichever of two
 worker processes runs it, however the handler waits."""
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,7 @@ async def api(
 
 @pytest.fixture
 async def two_workers(workers: Callable[..., Any]) -> None:
-    await workers("w1")
-    await workers("w2")
+    await asyncio.gather(workers("w1"), workers("w2"))  # started together
 
 
 @pytest.mark.usefixtures("two_workers")

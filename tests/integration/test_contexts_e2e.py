@@ -214,8 +214,7 @@ async def test_asking_twice_at_once_gives_one_job(app: ApiClient) -> None:
 async def test_two_syncs_of_one_account_run_one_at_a_time_and_store_each_page_once(
     app: ApiClient, workers: Callable[..., Any], vendor: RunningSandbox, engine: AsyncEngine
 ) -> None:
-    await workers("w1")
-    await workers("w2")
+    await asyncio.gather(workers("w1"), workers("w2"))  # started together
     account = "shared-pages-5"
     ids = await asyncio.gather(
         app.enqueue("sync.account", {"account_id": account}),

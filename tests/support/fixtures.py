@@ -20,7 +20,7 @@ from jobrail.store.admin import create_database_if_missing, drop_database
 from jobrail.transport.topology import Topology
 from tests.support import pgbouncer
 from tests.support.apps import REFERENCE
-from tests.support.processes import Process, start_worker
+from tests.support.processes import Process, start_worker, stop_all
 from tests.support.rabbit import RabbitProbe, remove_topology
 from tests.support.services import AMQP_URL, PG_SERVER, REDIS_URL, require, wait_for
 
@@ -279,8 +279,7 @@ def workers(worker_env: dict[str, str], rabbit: RabbitProbe) -> Iterator[Callabl
         return process
 
     yield start
-    for process in started:
-        process.stop()
+    stop_all(started)
     # Shown by pytest only when the test failed: what each worker said (a job that
     # never finished leaves its reason here, if anywhere).
     for process in started:

@@ -44,6 +44,7 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._asked_to_stop = False
 
     @property
     def pid(self) -> int:
@@ -71,9 +72,15 @@ class Process:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def ask_to_stop(self) -> None:
+        """SIGTERM the process group, once: a second signal could mean a forced stop."""
+        if self.alive() and not self._asked_to_stop:
+            self._asked_to_stop = True
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
     def terminate(self, timeout: float = 30) -> int:
         if self.alive():
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.ask_to_stop()
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -83,6 +90,15 @@ class Process:
     def stop(self) -> None:
         self.terminate(timeout=15)
         self._log.close()
+
+
+def stop_all(processes: list[Process]) -> None:
+    """Stop `processes` together: each is asked to stop before the first is waited for,
+    so that their shutdown graces overlap instead of adding up."""
+    for process in processes:
+        process.ask_to_stop()
+    for process in processes:
+        process.stop()
 
 
 def start_worker(env: dict[str, str], name: str = "worker") -> Process:
