@@ -162,13 +162,16 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def rss_mb(pid: int) -> float:
+def pss_mb(pid: int) -> float:
+    """The memory of a process and its children: their proportional set sizes (PSS), each
+    page shared by several processes split among them. RSS would count a page the
+    supervisor shares with the worker processes it forked once in each."""
     import psutil
 
     process = psutil.Process(pid)
-    total = process.memory_info().rss
+    total = process.memory_full_info().pss
     for child in process.children(recursive=True):
-        total += child.memory_info().rss
+        total += child.memory_full_info().pss
     return round(total / 1024 / 1024, 1)
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench import jobs as bench_jobs
-from bench.common import PYTHON, consumers, rss_mb, spawn, unique, wait_until
+from bench.common import PYTHON, consumers, pss_mb, spawn, unique, wait_until
 from bench.jobrail_e2e import Stack, cleanup, create_database
 from bench.wire import AmqpCounter, CountingProxy, PostgresCounter, RedisCounter
 from jobrail.jobs.enqueue import EnqueueJob, EnqueueJobCommand
@@ -55,7 +55,7 @@ async def run(count: int = 300) -> dict[str, Any]:
     try:
         await wait_until(lambda: consumers(topology.queues["jobs.default"]), 60, "the worker")
         await asyncio.sleep(1)
-        idle_rss = rss_mb(worker.popen.pid)
+        idle_pss = pss_mb(worker.popen.pid)
         runtime = build_runtime(
             stack.settings(
                 database={"url": _through(url, enqueue_pg.port, 5432)},
@@ -133,7 +133,7 @@ async def run(count: int = 300) -> dict[str, Any]:
             "enqueue_rabbitmq_publishes": per(enqueue_amqp.counter.counts["publishes"]),
             "worker_rabbitmq_publishes": per(worker_amqp.counter.counts["publishes"]),
             "worker_rabbitmq_acks": per(worker_amqp.counter.counts["acks"]),
-            "rss_mb_idle": idle_rss,
+            "pss_mb_idle": idle_pss,
         }
     finally:
         worker.stop()

@@ -19,7 +19,7 @@ from bench.common import (
     Proc,
     consumers,
     delete_queues,
-    rss_mb,
+    pss_mb,
     spawn,
     tree_cpu_s,
     unique,
@@ -136,7 +136,7 @@ async def drain(stack: Stack, count: int, processes: int) -> dict[str, float]:
         async def watch_memory() -> None:
             nonlocal peak
             while True:
-                peak = max(peak, rss_mb(worker.popen.pid))
+                peak = max(peak, pss_mb(worker.popen.pid))
                 await asyncio.sleep(0.25)
 
         watcher = asyncio.create_task(watch_memory())
@@ -154,7 +154,7 @@ async def drain(stack: Stack, count: int, processes: int) -> dict[str, float]:
             ).one()
         return {
             "jobs_per_s": count / (last - first).total_seconds(),
-            "rss_mb_loaded": peak,
+            "pss_mb_loaded": peak,
             "cpu_ms_per_job": round(1000 * cpu / count, 3),
         }
     finally:
@@ -192,7 +192,7 @@ async def cleanup(stack: Stack) -> None:
 
 async def run(count: int = 5000, processes: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     url = await create_database()
-    results: dict[str, Any] = {"jobs_per_s": {}, "rss_mb_loaded": {}, "cpu_ms_per_job": {}}
+    results: dict[str, Any] = {"jobs_per_s": {}, "pss_mb_loaded": {}, "cpu_ms_per_job": {}}
     try:
         for n in processes:
             stack = Stack(database_url=url, prefix=unique("bench."))
@@ -200,7 +200,7 @@ async def run(count: int = 5000, processes: tuple[int, ...] = (1, 2, 4)) -> dict
             results.setdefault("enqueue_jobs_per_s", await enqueue(stack, count))
             measured = await drain(stack, count, n)
             results["jobs_per_s"][str(n)] = round(measured["jobs_per_s"])
-            results["rss_mb_loaded"][str(n)] = measured["rss_mb_loaded"]
+            results["pss_mb_loaded"][str(n)] = measured["pss_mb_loaded"]
             results["cpu_ms_per_job"][str(n)] = measured["cpu_ms_per_job"]
             await cleanup(stack)
     finally:

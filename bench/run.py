@@ -56,7 +56,7 @@ async def measure(quick: bool) -> dict[str, Any]:
                 "raw_taskiq_tasks_per_s": round(taskiq),
                 "jobrail_jobs_per_s": alone["jobs_per_s"]["1"],
                 "jobrail_enqueue_jobs_per_s": round(alone["enqueue_jobs_per_s"]),
-                "rss_mb_loaded": alone["rss_mb_loaded"]["1"],
+                "pss_mb_loaded": alone["pss_mb_loaded"]["1"],
                 "jobrail_cpu_ms_per_job": alone["cpu_ms_per_job"]["1"],
             }
         )
@@ -66,7 +66,7 @@ async def measure(quick: bool) -> dict[str, Any]:
     jobrail = await jobrail_e2e.run(int(6_000 * scale), processes=(2, 4))
     taskiq_rate = round(median_of(worker_rounds, "raw_taskiq_tasks_per_s"))
     jobrail["jobs_per_s"]["1"] = round(median_of(worker_rounds, "jobrail_jobs_per_s"))
-    jobrail["rss_mb_loaded"]["1"] = round(median_of(worker_rounds, "rss_mb_loaded"), 1)
+    jobrail["pss_mb_loaded"]["1"] = round(median_of(worker_rounds, "pss_mb_loaded"), 1)
     jobrail["cpu_ms_per_job"]["1"] = round(median_of(worker_rounds, "jobrail_cpu_ms_per_job"), 3)
     jobrail["enqueue_jobs_per_s"] = median_of(worker_rounds, "jobrail_enqueue_jobs_per_s")
     vs_taskiq = statistics.median(
@@ -112,8 +112,8 @@ async def measure(quick: bool) -> dict[str, Any]:
         },
         "api": api_figures(api),
         "memory": {
-            "worker_rss_mb_idle": counted["rss_mb_idle"],
-            "worker_rss_mb_loaded": jobrail["rss_mb_loaded"]["1"],
+            "worker_pss_mb_idle": counted["pss_mb_idle"],
+            "worker_pss_mb_loaded": jobrail["pss_mb_loaded"]["1"],
         },
         "batch": costs["batch"],
         "progress": costs["progress"],
@@ -280,8 +280,8 @@ def table(r: dict[str, Any]) -> str:
             f"{r['per_job']['worker_rabbitmq_publishes']}",
         ),
         (
-            "worker RSS idle / loaded",
-            f"{r['memory']['worker_rss_mb_idle']} / {r['memory']['worker_rss_mb_loaded']} MB",
+            "worker memory (PSS) idle / loaded",
+            f"{r['memory']['worker_pss_mb_idle']} / {r['memory']['worker_pss_mb_loaded']} MB",
         ),
         *cost_rows(r),
         *fair_dispatch.rows(r["fair_dispatch"]),

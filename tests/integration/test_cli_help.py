@@ -166,16 +166,13 @@ def test_taskiq_options_after_a_double_dash_reach_taskiqs_worker() -> None:
     from taskiq.cli.worker.args import WorkerArgs
 
     from jobrail.cli.parser import _parser
-    from jobrail.cli.serving import taskiq_worker_argv
+    from jobrail.cli.serving import taskiq_worker_args
     from jobrail.settings import Settings
 
     args = _parser("JOBRAIL_APP", __version__).parse_args(
         ["worker", "--", "--max-prefetch", "7", "--max-fails", "3"]
     )
-    argv = taskiq_worker_argv(Settings(), args.taskiq_args)
-
-    assert argv[1:4] == ["-m", "taskiq", "worker"]
-    taskiq = WorkerArgs.from_cli(argv[4:])
+    taskiq = WorkerArgs.from_cli(taskiq_worker_args(Settings(), args.taskiq_args))
     assert (taskiq.max_prefetch, taskiq.max_fails) == (7, 3)
     assert taskiq.broker == "jobrail.facade.worker:create_broker"
     assert taskiq.modules == []
