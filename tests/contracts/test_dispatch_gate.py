@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from jobrail.store.pauses import SqlaPauses
 from jobrail.store.tables import dispatch_arrivals, dispatch_gates, jobs, outbox
@@ -138,3 +138,41 @@ async def test_a_pause_takes_the_credit_away_at_once(subject: Subject) -> None:
 
     assert job.held_since is not None
     assert (await _credit(subject) or 0) <= 0
+
+
+async def test_a_credit_given_after_a_pause_the_pass_did_not_see_is_not_given(
+    subject: Subject,
+) -> None:
+    # A pass read "nothing paused"; the pause committed; then the pass wrote its credit.
+    # A job enqueued after the pause must not go out through that credit.
+    await SqlaPauses(subject.engine).pause("queue", QUEUE, START)
+
+    given = await subject.store.gate(QUEUE, 5)
+    job = await subject.add(held("a"))
+
+    assert not given
+    assert (await _credit(subject) or 0) <= 0
+    assert job.held_since is not None
+    assert await subject.count(outbox) == 0
+
+
+async def test_a_pause_waits_for_a_credit_being_written_and_takes_it_away(
+    subject: Subject,
+) -> None:
+    await subject.store.gate(QUEUE, 5)
+    await subject.store.gate(QUEUE, 0)  # the gate row exists, closed
+    g = dispatch_gates
+    async with subject.engine.connect() as writer:
+        # A dispatcher's gate write under way: it holds the gate row, its credit not
+        # yet committed (nor checked against pauses the pause has not committed yet).
+        await writer.execute(update(g).where(g.c.queue == QUEUE).values(credit=5))
+        pausing = asyncio.ensure_future(SqlaPauses(subject.engine).pause("queue", QUEUE, START))
+        await asyncio.sleep(0.3)
+        waited = not pausing.done()
+        await writer.commit()
+    await pausing
+
+    assert waited, "the pause went past the gate row being written"
+    assert (await _credit(subject) or 0) <= 0
+    job = await subject.add(held("a"))
+    assert job.held_since is not None

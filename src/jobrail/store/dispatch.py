@@ -64,6 +64,7 @@ _IDLE_TIMEOUT = func.set_config(
 ).label("idle_timeout")
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a line, in order (ix_jobs_held_lines)
 _ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
+_ANY_PAUSE_NOW = exists(select(dispatch_pauses.c.scope))
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
 _now = bindparam("now", type_=UtcDateTime())
@@ -336,9 +337,23 @@ class SqlaDispatchStore:
                         .on_conflict_do_nothing()
                     )
                     changed = made.rowcount
+                if changed and credit > 0 and await self._paused_now(conn, queue):
+                    changed = 0
         if credit > 0:  # its row exists now: an idle pass that changes nothing writes nothing
             self._gated.add(queue)
         return changed > 0
+
+    async def _paused_now(self, conn: AsyncConnection, queue: str) -> bool:
+        """Take back a credit just written if anything is paused now. The pass that chose
+        it read "nothing paused" before; a pause may have committed since. This is a
+        statement of its own, after the write: on Postgres it sees every pause committed
+        before it, and a pause still under way waits for the gate row this transaction
+        holds (the pause writes every gate), then takes the credit away itself."""
+        g = dispatch_gates
+        closed = await conn.execute(
+            update(g).where(g.c.queue == queue, _ANY_PAUSE_NOW).values(credit=0)
+        )
+        return closed.rowcount > 0
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,11 @@ class SqlaPauses:
                 ).scalar_one()
                 # No fast path from now on: the dispatchers give none while anything is
                 # paused, but one given before would let a paused job's enqueue go out.
-                g = dispatch_gates
-                await conn.execute(update(g).where(g.c.credit > 0).values(credit=0))
+                # Every gate row is written (locked), not only those with credit: a
+                # dispatcher writing a credit now waits for this pause to commit and
+                # then sees it (DispatchStore.gate), or holds its row first and this
+                # write then takes its credit away.
+                await conn.execute(update(dispatch_gates).values(credit=0))
                 recalled = await conn.execute(
                     update(jobs)
                     .where(
