@@ -7,9 +7,12 @@ pause takes the credit away."""
 import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import insert, select, update
 
+from jobrail.store.dialects import hold_gates
 from jobrail.store.pauses import SqlaPauses
 from jobrail.store.tables import dispatch_arrivals, dispatch_gates, jobs, outbox
 from tests.fakes import START
@@ -156,23 +159,29 @@ async def test_a_credit_given_after_a_pause_the_pass_did_not_see_is_not_given(
     assert await subject.count(outbox) == 0
 
 
+@pytest.mark.parametrize("row", ["made", "updated"])
 async def test_a_pause_waits_for_a_credit_being_written_and_takes_it_away(
-    subject: Subject,
+    subject: Subject, row: str
 ) -> None:
-    await subject.store.gate(QUEUE, 5)
-    await subject.store.gate(QUEUE, 0)  # the gate row exists, closed
     g = dispatch_gates
+    if row == "updated":
+        await subject.store.gate(QUEUE, 5)
+        await subject.store.gate(QUEUE, 0)  # the gate row exists, closed
+        write: Any = update(g).where(g.c.queue == QUEUE).values(credit=5)
+    else:  # the queue's first credit makes its gate row
+        write = insert(g).values(queue=QUEUE, credit=5)
     async with subject.engine.connect() as writer:
-        # A dispatcher's gate write under way: it holds the gate row, its credit not
-        # yet committed (nor checked against pauses the pause has not committed yet).
-        await writer.execute(update(g).where(g.c.queue == QUEUE).values(credit=5))
+        # A dispatcher's gate write under way (as DispatchStore.gate writes it): its
+        # credit not committed yet, nor checked against a pause not committed yet.
+        await hold_gates(writer, alone=False)
+        await writer.execute(write)
         pausing = asyncio.ensure_future(SqlaPauses(subject.engine).pause("queue", QUEUE, START))
         await asyncio.sleep(0.3)
         waited = not pausing.done()
         await writer.commit()
     await pausing
 
-    assert waited, "the pause went past the gate row being written"
+    assert waited, "the pause went past the credit being written"
     assert (await _credit(subject) or 0) <= 0
     job = await subject.add(held("a"))
     assert job.held_since is not None

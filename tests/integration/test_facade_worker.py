@@ -4,6 +4,7 @@ session); a path that names no JobRail stops the command in one line."""
 
 import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -21,12 +22,16 @@ from tests.support.services import wait_for
 pytestmark = pytest.mark.integration
 
 APP = "tests.support.host_worker:rail"
+# The same job types, from a module whose import starts a thread.
+THREADED_APP = "tests.support.host_threaded:rail"
 
 
-@pytest.fixture
-async def host_worker(stack_env: dict[str, str], rabbit: RabbitProbe) -> AsyncIterator[Process]:
+@pytest.fixture(params=[APP, THREADED_APP])
+async def host_worker(
+    request: pytest.FixtureRequest, stack_env: dict[str, str], rabbit: RabbitProbe
+) -> AsyncIterator[Process]:
     process = Process(
-        [str(BIN / "jobrail"), "worker", "--app", APP],
+        [str(BIN / "jobrail"), "worker", "--app", request.param],
         {**stack_env, "JOBRAIL_MODULES": ""},
         "host-worker",
     )
@@ -86,6 +91,22 @@ async def test_the_worker_runs_the_host_job_types(
     ]
     assert jobs[2].last_error is not None
     assert "cannot be rendered" in jobs[2].last_error
+
+
+async def test_the_worker_forks_its_processes_unless_the_host_runs_a_thread(
+    host_worker: Process, request: pytest.FixtureRequest
+) -> None:
+    # The supervisor is `jobrail worker` itself, which forks the worker processes with
+    # the application imported; a host whose import started a thread gets Taskiq's own
+    # worker command instead (forking a process that runs a thread is not safe).
+    supervisor = Path(f"/proc/{host_worker.pid}/cmdline").read_bytes().split(b"\0")
+    children = Path(f"/proc/{host_worker.pid}/task/{host_worker.pid}/children").read_text()
+
+    if request.node.callspec.params["host_worker"] == APP:
+        assert supervisor[1:3] == [str(BIN / "jobrail").encode(), b"worker"], supervisor
+    else:
+        assert supervisor[1:4] == [b"-m", b"taskiq", b"worker"], supervisor
+    assert len(children.split()) == 1  # one worker process (JOBRAIL_WORKER__PROCESSES)
 
 
 @pytest.mark.parametrize(

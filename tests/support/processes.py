@@ -1,5 +1,6 @@
 """Worker and API processes started by tests, with their logs kept for assertions."""
 
+import contextlib
 import json
 import os
 import signal
@@ -76,7 +77,8 @@ class Process:
         """SIGTERM the process group, once: a second signal could mean a forced stop."""
         if self.alive() and not self._asked_to_stop:
             self._asked_to_stop = True
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # it has just ended
+                os.killpg(self.proc.pid, signal.SIGTERM)
 
     def terminate(self, timeout: float = 30) -> int:
         if self.alive():

@@ -181,12 +181,21 @@ def _supervise(taskiq_args: list[str]) -> NoReturn:
     worker process's collector does not write to the pages it shares with this one
     (which would copy them): the supervisor and one worker process hold 140 MB between
     them (proportional set size), where the exec'd supervisor and its worker held
-    127 MB. No thread runs here yet: forking is safe."""
+    127 MB.
+
+    Forking is safe while this process runs no other thread. A host application whose
+    import started one (a client's background thread, an exporter) gets the exec
+    instead: each worker process then imports it afresh, as before."""
+    import threading
+
     from taskiq.cli.worker.cmd import WorkerCMD
 
     import jobrail.facade.worker  # noqa: F401 - imported once, for every worker process
     from jobrail.runtime.bootstrap import settle_heap
 
+    if threading.active_count() > 1:
+        argv = [sys.executable, "-m", "taskiq", "worker", *taskiq_args]
+        os.execvp(argv[0], argv)  # noqa: S606 - replace this process with Taskiq's worker
     settle_heap()
     raise SystemExit(WorkerCMD().exec(taskiq_args) or 0)
 

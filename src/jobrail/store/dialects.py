@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from jobrail.jobs.domain import Job
 from jobrail.kernel.errors import ConflictError, QueuedCapError
@@ -237,3 +237,17 @@ async def through_gate(session: AsyncSession, queue: str, options: Mapping[str, 
     )
     left = (await session.execute(take, execution_options=options)).scalar()
     return left is not None and left >= 0
+
+
+async def hold_gates(conn: AsyncConnection, *, alone: bool) -> None:
+    """Postgres: the lock that keeps a pause and a dispatcher's credit apart, for the rest
+    of `conn`'s transaction: a pause takes it alone, each dispatcher writing a credit
+    shared. Without it a credit written (or its gate row made) while a pause was under
+    way could outlive the pause: the pause's write would not see a row inserted or
+    given credit by a transaction not committed yet, and the dispatcher's check for
+    pauses would not see the pause's. A transaction-level advisory lock: it holds
+    through a pooler in transaction mode. SQLite's write transactions are serial
+    already (they begin IMMEDIATE)."""
+    if conn.dialect.name == "postgresql":
+        take = func.pg_advisory_xact_lock if alone else func.pg_advisory_xact_lock_shared
+        await conn.execute(select(take(func.hashtext("jobrail.dispatch_gates"))))

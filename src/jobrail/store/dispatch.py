@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from jobrail.jobs.domain import Job
 from jobrail.kernel.ids import JobId
-from jobrail.store.dialects import paused_job, upsert_insert
+from jobrail.store.dialects import hold_gates, paused_job, upsert_insert
 from jobrail.store.errors import database_errors
 from jobrail.store.mapping import job_from_row
 from jobrail.store.tables import (
@@ -329,6 +329,8 @@ class SqlaDispatchStore:
             setting = update(g).where(g.c.queue == queue, or_(g.c.credit != 0, g.c.spent))
         with database_errors():
             async with self._engine.begin() as conn:
+                if credit > 0:
+                    await hold_gates(conn, alone=False)
                 changed = (await conn.execute(setting.values(credit=credit, spent=False))).rowcount
                 if changed == 0 and credit > 0 and queue not in self._gated:
                     made = await conn.execute(
@@ -344,11 +346,10 @@ class SqlaDispatchStore:
         return changed > 0
 
     async def _paused_now(self, conn: AsyncConnection, queue: str) -> bool:
-        """Take back a credit just written if anything is paused now. The pass that chose
-        it read "nothing paused" before; a pause may have committed since. This is a
-        statement of its own, after the write: on Postgres it sees every pause committed
-        before it, and a pause still under way waits for the gate row this transaction
-        holds (the pause writes every gate), then takes the credit away itself."""
+        """Take back a credit just written if anything is paused now: the pass that chose
+        it read "nothing paused" before, and a pause may have committed since. A pause
+        not committed yet waits for this transaction (hold_gates), then takes the credit
+        away itself."""
         g = dispatch_gates
         closed = await conn.execute(
             update(g).where(g.c.queue == queue, _ANY_PAUSE_NOW).values(credit=0)

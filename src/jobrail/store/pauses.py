@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobrail.jobs.domain import Job
 from jobrail.jobs.ports import Pause
-from jobrail.store.dialects import upsert_insert
+from jobrail.store.dialects import hold_gates, upsert_insert
 from jobrail.store.errors import database_errors
 from jobrail.store.tables import HELD, dispatch_arrivals, dispatch_gates, dispatch_pauses, jobs
 
@@ -31,6 +31,7 @@ class SqlaPauses:
         p, column = dispatch_pauses, _SCOPE_COLUMNS[scope]
         with database_errors():
             async with self._engine.begin() as conn:
+                await hold_gates(conn, alone=True)
                 await conn.execute(
                     upsert_insert(self._engine.dialect.name, p)
                     .values(scope=scope, value=value, paused_at=now)
@@ -42,12 +43,10 @@ class SqlaPauses:
                     )
                 ).scalar_one()
                 # No fast path from now on: the dispatchers give none while anything is
-                # paused, but one given before would let a paused job's enqueue go out.
-                # Every gate row is written (locked), not only those with credit: a
-                # dispatcher writing a credit now waits for this pause to commit and
-                # then sees it (DispatchStore.gate), or holds its row first and this
-                # write then takes its credit away.
-                await conn.execute(update(dispatch_gates).values(credit=0))
+                # paused, but one given before would let a paused job's enqueue go out
+                # (and one being written now waits for this pause: hold_gates).
+                g = dispatch_gates
+                await conn.execute(update(g).where(g.c.credit > 0).values(credit=0))
                 recalled = await conn.execute(
                     update(jobs)
                     .where(
