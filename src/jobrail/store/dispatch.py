@@ -63,8 +63,8 @@ _IDLE_TIMEOUT = func.set_config(
     literal("idle_in_transaction_session_timeout"), literal("10s"), true()
 ).label("idle_timeout")
 _LINE = (jobs.c.rank_at, jobs.c.id)  # a line, in order (ix_jobs_held_lines)
-_ANY_PAUSE = exists(select(dispatch_pauses.c.scope)).label("paused")
-_ANY_PAUSE_NOW = exists(select(dispatch_pauses.c.scope))
+_PAUSED = exists(select(dispatch_pauses.c.scope))  # anything, anywhere
+_ANY_PAUSE = _PAUSED.label("paused")
 
 WEIGHTS = select(tenants.c.id, tenants.c.weight).where(tenants.c.weight.is_not(None))
 _now = bindparam("now", type_=UtcDateTime())
@@ -351,9 +351,7 @@ class SqlaDispatchStore:
         not committed yet waits for this transaction (hold_gates), then takes the credit
         away itself."""
         g = dispatch_gates
-        closed = await conn.execute(
-            update(g).where(g.c.queue == queue, _ANY_PAUSE_NOW).values(credit=0)
-        )
+        closed = await conn.execute(update(g).where(g.c.queue == queue, _PAUSED).values(credit=0))
         return closed.rowcount > 0
 
 
